@@ -1,0 +1,27 @@
+"""Seen filters: "have we met this dedupe key before?", answered for a whole batch at once.
+
+One interface, one implementation per backend:
+
+- :class:`crawler.seen.memory.MemoryBloomSeenFilter`: in-process scalable Bloom filter
+  (the default; saved to ``JOBDIR`` so a paused crawl resumes).
+- :class:`crawler.seen.redis.RedisBloomSeenFilter`: RedisBloom ``BF.*`` shared by workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class SeenFilter(Protocol):
+    """A set of dedupe keys with Bloom-filter semantics (no false negatives)."""
+
+    def add_many(self, keys: Sequence[str]) -> list[bool]:
+        """Add ``keys``; return, per key, True if it was new (not seen before, nor earlier in
+        the same batch)."""
+        ...
+
+    def close(self) -> None:
+        """Persist what needs persisting and release resources."""
+        ...

@@ -1,0 +1,1 @@
+"""Downloader and spider middlewares: redirect recording, SSRF guard, batched link dedup."""

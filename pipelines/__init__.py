@@ -1,0 +1,1 @@
+"""Item pipelines and the record store (pages, redirect chains, canonical hints, aliases)."""
