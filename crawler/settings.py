@@ -1,0 +1,65 @@
+"""Scrapy settings for the crawler, with documented defaults.
+
+Every project-specific setting is listed here with its default; override any of them with
+``-s NAME=VALUE`` or the environment variables named below. Setting ``REDIS_URL`` switches
+the crawl from the embedded defaults (in-process Bloom filter, Scrapy's own scheduler) to the
+shared Redis frontier; nothing else about the spider changes.
+"""
+
+from __future__ import annotations
+
+import os
+
+BOT_NAME = "crawler"
+SPIDER_MODULES = ["crawler.spiders"]
+NEWSPIDER_MODULE = "crawler.spiders"
+COMMANDS_MODULE = "crawler.commands"
+
+# --- Politeness --------------------------------------------------------------------------
+ROBOTSTXT_OBEY = True
+USER_AGENT = "bloom-frontier/0.1 (+https://github.com/bloom-frontier/bloom-frontier)"
+CONCURRENT_REQUESTS = 16
+CONCURRENT_REQUESTS_PER_DOMAIN = 16
+DOWNLOAD_DELAY = 0
+# AutoThrottle adapts the delay to the server's latency. Off by default so that a crawl of
+# your own site runs at full speed; turn it on (-s AUTOTHROTTLE_ENABLED=1) for other people's.
+AUTOTHROTTLE_ENABLED = False
+AUTOTHROTTLE_TARGET_CONCURRENCY = 2.0
+DOWNLOAD_TIMEOUT = 30
+RETRY_TIMES = 2
+TELNETCONSOLE_ENABLED = False
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
+
+# --- Dedup -------------------------------------------------------------------------------
+DUPEFILTER_CLASS = "crawler.dupefilter.BloomDupeFilter"
+# Expected number of distinct keys and the false-positive rate the filter keeps. A false
+# positive is a page never fetched, so the rate is small; the in-process filter and RedisBloom
+# both grow by SEEN_FILTER_EXPANSION when the capacity is reached, keeping the rate.
+SEEN_FILTER_CAPACITY = 1_000_000
+SEEN_FILTER_ERROR_RATE = 0.001
+SEEN_FILTER_EXPANSION = 2
+
+# --- Shared frontier ---------------------------------------------------------------------
+# redis://[:password@]host:port/db or rediss:// for TLS. Unset: embedded, single-process crawl.
+REDIS_URL = os.environ.get("REDIS_URL") or None
+
+# --- Record store ------------------------------------------------------------------------
+# SQLAlchemy URL. Unset: a SQLite file in the working directory (crawl.sqlite).
+STORE_URL = os.environ.get("STORE_URL") or None
+
+# --- Wiring ------------------------------------------------------------------------------
+SPIDER_MIDDLEWARES = {
+    # Low order = closest to the engine: sees the page's final output and checks all of its
+    # links against the seen filter in one batch.
+    "middlewares.linkbatch.BatchDedupeMiddleware": 10,
+}
+EXTENSIONS = {
+    "crawler.summary.CrawlSummary": 500,
+}
+
+# Scrapy's JOBDIR queues pickle requests by default; ours are JSON.
+SCHEDULER_DISK_QUEUE = "crawler.frontier.diskqueue.JsonLifoDiskQueue"
+
+REQUEST_FINGERPRINTER_IMPLEMENTATION = "2.7"
+TWISTED_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
+FEED_EXPORT_ENCODING = "utf-8"
