@@ -1,0 +1,70 @@
+"""The frontier: where a page's links are deduplicated (in one batch) and queued.
+
+One interface, one implementation per backend:
+
+- :class:`crawler.frontier.memory.MemoryFrontier` (default): checks keys against the
+  in-process seen filter and hands the new requests back to Scrapy's own scheduler.
+- :class:`crawler.frontier.redis.RedisFrontier` (``REDIS_URL`` set): marks keys seen and
+  queues the new requests in Redis in one atomic step, shared by every worker.
+
+:func:`frontier_for` gives the crawler's single instance to the dupefilter, the batching
+spider middleware and the scheduler alike.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+#: ``request.meta`` key holding the request's dedupe key once computed.
+META_KEY = "dedupe_key"
+#: ``request.meta`` flag: the key was already checked in a page batch; do not check again.
+META_CHECKED = "dedupe_checked"
+
+
+class Frontier(Protocol):
+    """Admits a page's links in one batch."""
+
+    def admit(self, parent: Request | None, children: Sequence[Request]) -> list[Request]:
+        """Deduplicate ``children`` (the requests produced while handling ``parent``'s
+        response, or start requests when ``parent`` is None) in one batch.
+
+        Returns the requests the engine must still schedule locally (each carrying
+        ``meta[META_KEY]`` and ``meta[META_CHECKED]``); a shared frontier queues them itself
+        and returns an empty list. Requests whose URL cannot be keyed are dropped and counted
+        under ``dupefilter/invalid/<reason>``.
+        """
+        ...
+
+    def fail(self, request: Request, reason: str) -> None:
+        """``request`` failed for good (download error after retries, callback error): a
+        shared frontier records it with ``reason`` and releases its lease."""
+        ...
+
+    def close(self) -> None:
+        """Persist state and release connections."""
+        ...
+
+
+_frontiers: weakref.WeakKeyDictionary[Crawler, Frontier] = weakref.WeakKeyDictionary()
+
+
+def frontier_for(crawler: Crawler) -> Frontier:
+    """The crawler's frontier, created on first use from its settings."""
+    frontier = _frontiers.get(crawler)
+    if frontier is None:
+        if crawler.settings.get("REDIS_URL"):
+            from crawler.frontier.redis import RedisFrontier
+
+            frontier = RedisFrontier.from_crawler(crawler)
+        else:
+            from crawler.frontier.memory import MemoryFrontier
+
+            frontier = MemoryFrontier.from_crawler(crawler)
+        _frontiers[crawler] = frontier
+    return frontier
