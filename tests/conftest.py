@@ -1,0 +1,112 @@
+"""Shared fixtures: a private RedisBloom server, the PostgreSQL test database, store URLs.
+
+Under CI (``CI=true``) a missing service fails the test that needs it; locally a missing
+PostgreSQL skips with the reason (run ``python -m tests.services ensure`` to start it).
+A missing redis-server or RedisBloom module always fails: ``make test`` installs both.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+
+from tests.servers import RedisServer, ServiceUnavailable
+
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
+
+
+def running_in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"true", "1", "yes"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests by the services they use, so ``-m 'not postgres'`` works without tagging."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "redis_bloom_server" in fixtures:
+            item.add_marker(pytest.mark.redis)
+        callspec = getattr(item, "callspec", None)
+        store = callspec.params.get("store_url") if callspec else None
+        if "pg_url" in fixtures or store == "postgresql":
+            item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(scope="session")
+def redis_bloom_server() -> Iterator[RedisServer]:
+    """One redis-server with RedisBloom for the whole session, on a free loopback port."""
+    server = RedisServer(bloom=True)
+    try:
+        server.start()
+    except ServiceUnavailable as exc:
+        server.close()
+        pytest.fail(f"cannot start redis-server with RedisBloom: {exc}", pytrace=False)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def redis_url(redis_bloom_server: RedisServer) -> str:
+    """URL of the session's RedisBloom server, emptied before the test."""
+    with redis_bloom_server.client() as client:
+        client.flushall()
+    return redis_bloom_server.url
+
+
+@pytest.fixture(scope="session")
+def _postgres_available() -> str | None:
+    """None if the test database answers, else why not."""
+    try:
+        with psycopg.connect(PG_DSN) as connection:
+            connection.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return f"PostgreSQL test database unavailable at 127.0.0.1:5432 ({exc}); " + (
+            "run `python -m tests.services ensure`"
+        )
+    return None
+
+
+@pytest.fixture
+def pg_url(_postgres_available: str | None) -> Iterator[str]:
+    """SQLAlchemy URL of the PostgreSQL database ``test``, in a fresh schema per test.
+
+    The schema (first on ``search_path``) keeps tests, and concurrent test runs, from seeing
+    each other's tables; it is dropped afterwards.
+    """
+    if _postgres_available:
+        if running_in_ci():
+            pytest.fail(_postgres_available, pytrace=False)
+        pytest.skip(_postgres_available)
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as connection:
+        connection.execute(f'CREATE SCHEMA "{schema}"')
+    yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    with psycopg.connect(PG_DSN, autocommit=True) as connection:
+        connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """SQLAlchemy URL of a new SQLite file in the test's temporary directory."""
+    return f"sqlite:///{tmp_path / 'store.sqlite'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """Each record-store backend in turn."""
+    fixture = "pg_url" if request.param == "postgresql" else "sqlite_url"
+    return request.getfixturevalue(fixture)
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A plain redis-py client of the (emptied) RedisBloom server."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()

