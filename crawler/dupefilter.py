@@ -1,0 +1,44 @@
+"""The dupefilter: Scrapy's gate for requests that did not come through a page batch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy.dupefilters import BaseDupeFilter
+
+from crawler.frontier import frontier_for
+from crawler.frontier.keys import was_checked
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+    from crawler.frontier import Frontier
+
+
+class BloomDupeFilter(BaseDupeFilter):
+    """Decides "seen before?" on the request's dedupe key, not Scrapy's fingerprint.
+
+    Links from a page were already checked as one batch by
+    :class:`middlewares.linkbatch.BatchDedupeMiddleware`; they pass straight through.
+    Anything else (start requests, requests from other middlewares) is checked here, one at
+    a time, through the same frontier. ``dont_filter`` requests never reach this class.
+    The key goes to ``request.meta["dedupe_key"]``; rejections are logged with their reason
+    and counted (``dupefilter/filtered``, ``dupefilter/invalid/<reason>``).
+    """
+
+    def __init__(self, frontier: Frontier) -> None:
+        self.frontier = frontier
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(frontier_for(crawler))
+
+    def request_seen(self, request: Request) -> bool:
+        if was_checked(request):
+            return False
+        return not self.frontier.admit(None, [request])
+
+    def log(self, request: Request, spider: Spider) -> None:
+        """Already logged and counted by the frontier, with the reason."""

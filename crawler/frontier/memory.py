@@ -1,0 +1,54 @@
+"""The embedded frontier: an in-process Bloom filter in front of Scrapy's own scheduler."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from scrapy import signals
+from scrapy.utils.job import job_dir
+
+from crawler.frontier.keys import RequestKeyer
+from crawler.seen.memory import MemoryBloomSeenFilter
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+    from crawler.seen import SeenFilter
+
+
+class MemoryFrontier:
+    """Checks a page's links against the seen filter in one ``add_many`` call and returns
+    the new ones for Scrapy's scheduler (which then does not check them again)."""
+
+    def __init__(self, seen: SeenFilter, keyer: RequestKeyer) -> None:
+        self.seen = seen
+        self.keyer = keyer
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        settings = crawler.settings
+        jobdir = job_dir(settings)
+        seen = MemoryBloomSeenFilter.from_settings(
+            settings, directory=str(Path(jobdir, "seen")) if jobdir else None
+        )
+        assert crawler.stats is not None
+        frontier = cls(seen, RequestKeyer(crawler.stats, settings.getbool("DUPEFILTER_DEBUG")))
+        crawler.signals.connect(frontier.close, signal=signals.spider_closed)
+        return frontier
+
+    def admit(self, parent: Request | None, children: Sequence[Request]) -> list[Request]:
+        pairs = self.keyer.keyed(children)
+        if not pairs:
+            return []
+        fresh = self.seen.add_many([key for _, key in pairs])
+        return self.keyer.verdicts(pairs, fresh)
+
+    def fail(self, request: Request, reason: str) -> None:
+        """Nothing to release: Scrapy's scheduler already logged and counted the failure."""
+
+    def close(self) -> None:
+        self.seen.close()

@@ -1,0 +1,83 @@
+"""``site``: a generic spider that crawls one site (or a few hosts) by following its links."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+from scrapy import Request, Spider
+from scrapy.http import Response, TextResponse
+
+from crawler.canonical import resolve_link
+
+#: Elements whose ``href`` is a link to follow.
+LINK_XPATH = "//a/@href | //area/@href"
+
+
+def page_base(response: TextResponse) -> str:
+    """The URL a page's relative links resolve against: its first ``<base href>``, itself
+    resolved against the response's final URL, or that URL when there is none (or it is junk).
+    """
+    base_href = response.xpath("//base[@href][1]/@href").get()
+    if base_href is not None:
+        base = resolve_link(response.url, base_href)
+        if base is not None:
+            return base
+    return response.url
+
+
+def host_of(url: str) -> str:
+    """Lowercased host name of ``url`` ('' when it has none)."""
+    return (urlsplit(url).hostname or "").rstrip(".")
+
+
+class SiteSpider(Spider):
+    """Crawl everything reachable from ``start_url`` on its host.
+
+    Arguments (``-a``): ``start_url`` (required); ``hosts``, a comma-separated list of more
+    host names to follow links to. Each page yields one item (URL, status, dedupe key) and
+    a request per link; junk links (``javascript:``, ``mailto:``, ...) are counted under
+    ``links/junk``, links to other hosts under ``links/offsite``.
+    """
+
+    name = "site"
+
+    def __init__(self, start_url: str | None = None, hosts: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not start_url or resolve_link(start_url, start_url) is None:
+            raise ValueError(
+                "usage: scrapy crawl site -a start_url=https://example.com/ "
+                f"[-a hosts=other.example.com,...] (got start_url={start_url!r})"
+            )
+        self.start_url = start_url
+        extra = {host.strip().lower() for host in hosts.split(",") if host.strip()}
+        self.allowed_hosts = frozenset({host_of(start_url), *extra})
+
+    async def start(self) -> AsyncIterator[Request]:
+        yield Request(self.start_url, callback=self.parse)
+
+    def parse(self, response: Response) -> Iterator[Request | dict[str, Any]]:
+        yield {
+            "url": response.url,
+            "status": response.status,
+            "dedupe_key": response.meta.get("dedupe_key"),
+        }
+        if not isinstance(response, TextResponse):
+            return
+        yield from self.follow_links(response)
+
+    def follow_links(self, response: TextResponse) -> Iterator[Request]:
+        """Requests for the page's links that stay on the allowed hosts."""
+        base = page_base(response)
+        stats = self.crawler.stats
+        hrefs = response.xpath(LINK_XPATH).getall()
+        stats.inc_value("links/extracted", len(hrefs))
+        for href in hrefs:
+            url = resolve_link(base, href)
+            if url is None:
+                stats.inc_value("links/junk")
+            elif host_of(url) not in self.allowed_hosts:
+                stats.inc_value("links/offsite")
+            else:
+                yield Request(url, callback=self.parse)

@@ -1,0 +1,82 @@
+"""Spider middleware that checks all links of one page against the seen filter at once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+
+from crawler.frontier import frontier_for
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from typing_extensions import Self
+
+    from crawler.frontier import Frontier
+
+
+class BatchDedupeMiddleware:
+    """Buffers the requests a response's callback yields and admits them in one batch.
+
+    Installed next to the engine (low order), it sees the page's final output. Items pass
+    through at once; requests are held until the callback is done, then handed to the
+    frontier in a single call (one ``add_many`` / one Redis round trip per page). The
+    frontier returns the ones to schedule here, marked so the dupefilter does not check them
+    again. ``dont_filter`` requests pass through untouched. When the callback fails midway,
+    the links it yielded so far are still admitted before the error propagates (Scrapy then
+    logs it and fires ``spider_error``), so they are not lost with the page.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    @property
+    def frontier(self) -> Frontier:
+        return frontier_for(self.crawler)
+
+    def process_spider_output(
+        self, response: Response, result: Iterable[Any]
+    ) -> Iterable[Any]:
+        batch: list[Request] = []
+        try:
+            for output in result:
+                if self._holds(output, batch):
+                    continue
+                yield output
+        except Exception:
+            yield from self._admit(response, batch)
+            raise
+        yield from self._admit(response, batch)
+
+    async def process_spider_output_async(
+        self, response: Response, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        batch: list[Request] = []
+        try:
+            async for output in result:
+                if self._holds(output, batch):
+                    continue
+                yield output
+        except Exception:
+            for request in self._admit(response, batch):
+                yield request
+            raise
+        for request in self._admit(response, batch):
+            yield request
+
+    @staticmethod
+    def _holds(output: Any, batch: list[Request]) -> bool:
+        """Keep a request that needs dedup for the batch; True if it was kept."""
+        if isinstance(output, Request) and not output.dont_filter:
+            batch.append(output)
+            return True
+        return False
+
+    def _admit(self, response: Response, batch: list[Request]) -> list[Request]:
+        return self.frontier.admit(response.request, batch)
