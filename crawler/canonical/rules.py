@@ -1,0 +1,376 @@
+"""Stage 2: the dedupe key - semantic rules and provider identities on top of stage 1.
+
+:func:`dedupe_key` turns a URL into the key the seen filter stores:
+
+* ``<version>|<provider>:<id>`` when a provider claims the URL (:func:`identify`, e.g.
+  ``r1|youtube:kJQP7kiw5Fk``), so every spelling of one video shares a key;
+* otherwise ``<version>|<stage-1 form after the rules>``. The rules, each with the name
+  :func:`explain` reports when it fires and :data:`CANON_HOST_RULES` uses to switch it off:
+
+  - ``tracking:<name>``: a tracking parameter removed (curated lists in
+    :mod:`crawler.canonical.tracking`: global names and ``utm_``/``mtm_`` prefixes, plus
+    per-provider names such as ``si`` on YouTube);
+  - ``session:<name>``: a session id removed (``;jsessionid=`` path parameter, ``PHPSESSID``,
+    ``ASPSESSIONID...`` and other framework session parameters);
+  - ``slashes``: runs of ``/`` in the path collapsed (Nutch does this; nginx and Apache serve
+    ``a//b`` as ``a/b``). Stage 1 has already removed dot-segments, so ``/a//../b`` keys as
+    ``/a/b`` where nginx would serve ``/b``: a literal ``//..`` is rare, and browsers resolve
+    relative links the same RFC 3986 way;
+  - ``allowlist:<scope>``: on a page whose meaningful parameters are known, every other
+    parameter removed (e.g. ``news.ycombinator.com/item`` keeps only ``id``);
+  - ``identity:<provider>``: the key is the provider identity.
+
+A trailing slash, the path's case and parameter values are never touched. Parameter names
+are matched case-insensitively against the tracking and session lists, exactly against an
+allowlist.
+
+Rules are data (:class:`RuleSet`); the ruleset's ``version`` prefixes every key, so keys made
+under different rules never collide silently: a customized ruleset gets the version
+``<base>+<hash of the customization>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from crawler.canonical import tracking
+from crawler.canonical.identity import Identity, identify
+from crawler.canonical.structural import canonicalize
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+#: Version of the default rules; bump it whenever a default rule or list changes meaning.
+RULES_VERSION = "r1"
+
+#: Rule families; ``CANON_HOST_RULES`` ``disable`` entries name a family or ``family:item``.
+RULE_FAMILIES = frozenset({"identity", "tracking", "session", "slashes", "allowlist"})
+
+#: Scope of a host rule that applies to every host.
+ANY_HOST = "*"
+
+_SLASH_RUN = re.compile(r"/{2,}")
+_EMPTY: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class HostRule:
+    """What the rules say about one scope: a host (and its subdomains), a ``host/path`` page,
+    or :data:`ANY_HOST`.
+
+    ``strip``: extra tracking names (lower-case) removed there. ``keep_only``: when set, the
+    only parameters kept there (an allowlist), ``scope`` naming where it comes from.
+    ``disable``: rule families (``"slashes"``) or single rules (``"tracking:utm_source"``,
+    ``"identity:youtube"``) switched off there.
+    """
+
+    scope: str
+    strip: frozenset[str] = _EMPTY
+    keep_only: frozenset[str] | None = None
+    disable: frozenset[str] = _EMPTY
+
+    def overridden_by(self, other: HostRule) -> HostRule:
+        """Both rules combined: lists and switches add up, ``other``'s allowlist wins."""
+        allowlist = other if other.keep_only is not None else self
+        return HostRule(
+            scope=allowlist.scope,
+            strip=self.strip | other.strip,
+            keep_only=allowlist.keep_only,
+            disable=self.disable | other.disable,
+        )
+
+    def is_off(self, family: str, item: str = "") -> bool:
+        """True if rule ``family:item`` (or its whole ``family``) is switched off here."""
+        return bool(self.disable) and (
+            family in self.disable or (bool(item) and f"{family}:{item}" in self.disable)
+        )
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """Everything :func:`dedupe_key` applies beyond stage 1, as data.
+
+    Build customized rulesets with :meth:`with_host_rules` (which derives a new ``version``),
+    not by hand, unless you also choose a new ``version``.
+    """
+
+    version: str
+    tracking: frozenset[str]
+    tracking_prefixes: tuple[str, ...]
+    session_params: frozenset[str]
+    session_prefixes: tuple[str, ...]
+    session_path_params: tuple[str, ...]
+    hosts: Mapping[str, HostRule]
+    _droppable: frozenset[str] = field(init=False, repr=False, compare=False)
+    _droppable_prefixes: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _path_session: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+    _hosts_with_pages: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.version or "|" in self.version:
+            raise ValueError(f"ruleset version must be non-empty without '|': {self.version!r}")
+        derived = {
+            "_droppable": self.tracking | self.session_params,
+            "_droppable_prefixes": self.tracking_prefixes + self.session_prefixes,
+            "_path_session": re.compile(
+                f";({'|'.join(map(re.escape, self.session_path_params))})=[^;/]*",
+                re.IGNORECASE,
+            )
+            if self.session_path_params
+            else None,
+            "_hosts_with_pages": frozenset(
+                scope.partition("/")[0] for scope in self.hosts if "/" in scope
+            ),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+    def with_host_rules(self, host_rules: Mapping[str, Mapping[str, Any]]) -> RuleSet:
+        """This ruleset plus user host rules (the ``CANON_HOST_RULES`` format), under the
+        version ``<version>+<8 hex digits>`` derived from the normalized customization.
+
+        Raises ValueError on an unknown option, rule name or a scope that is not a host.
+        """
+        if not host_rules:
+            return self
+        custom = dict(sorted(_parse_host_rule(scope, spec) for scope, spec in host_rules.items()))
+        hosts = dict(self.hosts)
+        for scope, rule in custom.items():
+            hosts[scope] = hosts[scope].overridden_by(rule) if scope in hosts else rule
+        digest = hashlib.sha256(
+            json.dumps(
+                {scope: _rule_as_json(rule) for scope, rule in custom.items()}, sort_keys=True
+            ).encode()
+        ).hexdigest()[:8]
+        return RuleSet(
+            version=f"{self.version}+{digest}",
+            tracking=self.tracking,
+            tracking_prefixes=self.tracking_prefixes,
+            session_params=self.session_params,
+            session_prefixes=self.session_prefixes,
+            session_path_params=self.session_path_params,
+            hosts=MappingProxyType(hosts),
+        )
+
+    def host_rule(self, host: str, path: str) -> HostRule | None:
+        """The rules for ``path`` on ``host`` (stage-1 forms): entries for the host, its parent
+        domains, ``host/path`` pages and :data:`ANY_HOST` combined, the most specific
+        allowlist winning. None when no entry applies (the common case)."""
+        found: HostRule | None = None
+        name = host
+        while True:
+            if name in self._hosts_with_pages:
+                found = _more_general(found, self.hosts.get(name + path))
+            found = _more_general(found, self.hosts.get(name))
+            dot = name.find(".")
+            if dot < 0:
+                break
+            name = name[dot + 1 :]
+        return _more_general(found, self.hosts.get(ANY_HOST))
+
+    def drop_reason(self, name: str, rule: HostRule | None) -> str | None:
+        """The rule that removes query parameter ``name`` under ``rule``, or None to keep it."""
+        lowered = name.lower()
+        if rule is not None and rule.keep_only is not None and name not in rule.keep_only:
+            if not rule.is_off("allowlist", rule.scope):
+                return f"allowlist:{rule.scope}"
+        if (
+            lowered in self.tracking
+            or lowered.startswith(self.tracking_prefixes)
+            or (rule is not None and lowered in rule.strip)
+        ) and not (rule is not None and rule.is_off("tracking", lowered)):
+            return f"tracking:{lowered}"
+        if lowered in self.session_params:
+            session = lowered
+        elif lowered.startswith(self.session_prefixes):
+            # ASPSESSIONIDQQGGQGPA: named by its prefix, the rest is random.
+            session = next(p for p in self.session_prefixes if lowered.startswith(p))
+        else:
+            return None
+        if rule is not None and rule.is_off("session", session):
+            return None
+        return f"session:{session}"
+
+
+def _more_general(specific: HostRule | None, general: HostRule | None) -> HostRule | None:
+    if general is None:
+        return specific
+    if specific is None:
+        return general
+    return general.overridden_by(specific)
+
+
+def _names(value: Any, option: str, scope: str) -> frozenset[str]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise ValueError(f"CANON_HOST_RULES[{scope!r}][{option!r}] must be a list of names")
+    return frozenset(str(name) for name in value)
+
+
+def _parse_host_rule(scope: str, spec: Mapping[str, Any]) -> tuple[str, HostRule]:
+    """One ``CANON_HOST_RULES`` entry, validated, with its scope in stage-1 form."""
+    unknown = set(spec) - {"strip", "keep_only", "disable"}
+    if unknown:
+        raise ValueError(f"CANON_HOST_RULES[{scope!r}]: unknown option(s) {sorted(unknown)}")
+    disable = _names(spec.get("disable", ()), "disable", scope)
+    for name in disable:
+        if name.partition(":")[0] not in RULE_FAMILIES:
+            raise ValueError(
+                f"CANON_HOST_RULES[{scope!r}]: cannot disable {name!r}; rules are "
+                f"{sorted(RULE_FAMILIES)}, optionally as family:item"
+            )
+    keep_only = spec.get("keep_only")
+    rule = HostRule(
+        scope=_normalize_scope(scope),
+        strip=frozenset(name.lower() for name in _names(spec.get("strip", ()), "strip", scope)),
+        keep_only=None if keep_only is None else _names(keep_only, "keep_only", scope),
+        disable=disable,
+    )
+    return rule.scope, rule
+
+
+def _normalize_scope(scope: str) -> str:
+    """``Bücher.Example/Path`` -> ``xn--bcher-kva.example/Path`` (stage-1 host and path)."""
+    if scope == ANY_HOST:
+        return scope
+    host, slash, path = scope.partition("/")
+    canonical = canonicalize(f"http://{host}/{path}")
+    authority, _, canonical_path = canonical[len("http://") :].partition("/")
+    if not host or ":" in authority or "@" in authority or "?" in scope:
+        raise ValueError(f"CANON_HOST_RULES scope must be a host or host/path: {scope!r}")
+    return f"{authority}/{canonical_path}" if slash else authority
+
+
+def _rule_as_json(rule: HostRule) -> dict[str, Any]:
+    return {
+        "strip": sorted(rule.strip),
+        "keep_only": None if rule.keep_only is None else sorted(rule.keep_only),
+        "disable": sorted(rule.disable),
+    }
+
+
+def _default_hosts() -> dict[str, HostRule]:
+    hosts: dict[str, HostRule] = {}
+    for domains, names in tracking.PROVIDER_TRACKING:
+        for domain in domains:
+            hosts[domain] = HostRule(scope=domain, strip=frozenset(names))
+    for scope, keep in tracking.ALLOWLISTS.items():
+        hosts[scope] = HostRule(scope=scope, keep_only=keep)
+    return hosts
+
+
+#: The rules used when no customization is given.
+DEFAULT_RULES = RuleSet(
+    version=RULES_VERSION,
+    tracking=tracking.GLOBAL_TRACKING,
+    tracking_prefixes=tracking.GLOBAL_TRACKING_PREFIXES,
+    session_params=tracking.SESSION_PARAMS,
+    session_prefixes=tracking.SESSION_PREFIXES,
+    session_path_params=tracking.SESSION_PATH_PARAMS,
+    hosts=MappingProxyType(_default_hosts()),
+)
+
+
+def rules_from_settings(settings: BaseSettings) -> RuleSet:
+    """The ruleset for a crawl: :data:`DEFAULT_RULES` plus ``CANON_HOST_RULES``."""
+    return DEFAULT_RULES.with_host_rules(settings.getdict("CANON_HOST_RULES"))
+
+
+@dataclass(frozen=True)
+class KeyExplanation:
+    """How a URL became its key: ``canonical`` is the stage-1 form, ``rules_fired`` the
+    names of the rules that changed something, each once, in the order they first fired."""
+
+    url: str
+    canonical: str
+    identity: Identity | None
+    key: str
+    rules_fired: tuple[str, ...]
+
+
+def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Identity | None, str]:
+    """(stage-1 form, identity, key) of ``url``; rule names appended to ``fired`` if given."""
+    canonical = canonicalize(url)
+    authority_start = canonical.index("://") + 3
+    path_start = canonical.index("/", authority_start)
+    host = canonical[authority_start:path_start].rpartition("@")[2]
+    if not host.startswith("["):
+        host = host.partition(":")[0]
+    path, question, query = canonical[path_start:].partition("?")
+    rule = rules.host_rule(host, path)
+
+    if rule is None or not rule.is_off("identity"):
+        identity = identify(canonical)
+        if identity is not None and (
+            rule is None or not rule.is_off("identity", identity.provider)
+        ):
+            if fired is not None:
+                fired.append(f"identity:{identity.provider}")
+            return canonical, identity, f"{rules.version}|{identity.key}"
+
+    new_path = path
+    if ";" in path and rules._path_session is not None:
+
+        def drop_session(match: re.Match[str]) -> str:
+            name = match.group(1).lower()
+            if rule is not None and rule.is_off("session", name):
+                return match.group()
+            if fired is not None:
+                fired.append(f"session:{name}")
+            return ""
+
+        new_path = rules._path_session.sub(drop_session, path)
+    if "//" in new_path and (rule is None or not rule.is_off("slashes")):
+        new_path = _SLASH_RUN.sub("/", new_path)
+        if fired is not None:
+            fired.append("slashes")
+
+    new_query = query
+    if question:
+        params = query.split("&")
+        kept = []
+        for param in params:
+            name = param.partition("=")[0]
+            if rule is None:
+                lowered = name.lower()
+                if lowered not in rules._droppable and not lowered.startswith(
+                    rules._droppable_prefixes
+                ):
+                    kept.append(param)
+                    continue
+            reason = rules.drop_reason(name, rule)
+            if reason is None:
+                kept.append(param)
+            elif fired is not None:
+                fired.append(reason)
+        if len(kept) != len(params):
+            new_query = "&".join(kept)
+
+    if new_path == path and new_query is query:
+        return canonical, None, f"{rules.version}|{canonical}"
+    prefix = canonical[:path_start]
+    rewritten = f"{prefix}{new_path}?{new_query}" if new_query else f"{prefix}{new_path}"
+    return canonical, None, f"{rules.version}|{rewritten}"
+
+
+def dedupe_key(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
+    """The dedupe key of ``url`` under ``rules`` (see the module docstring).
+
+    >>> dedupe_key("https://Example.com/a?utm_source=x&b=1#top")
+    'r1|https://example.com/a?b=1'
+
+    Raises :class:`~crawler.canonical.errors.InvalidURL` for URLs stage 1 rejects.
+    """
+    return _derive(url, rules, None)[2]
+
+
+def explain(url: str, rules: RuleSet = DEFAULT_RULES) -> KeyExplanation:
+    """:func:`dedupe_key` with its working: stage-1 form, identity and the rules that fired."""
+    fired: list[str] = []
+    canonical, identity, key = _derive(url, rules, fired)
+    return KeyExplanation(url, canonical, identity, key, tuple(dict.fromkeys(fired)))
