@@ -38,6 +38,9 @@ DUPEFILTER_CLASS = "crawler.dupefilter.BloomDupeFilter"
 SEEN_FILTER_CAPACITY = 1_000_000
 SEEN_FILTER_ERROR_RATE = 0.001
 SEEN_FILTER_EXPANSION = 2
+# Redis key of the shared RedisBloom filter (REDIS_URL set); %(spider)s is the spider's name,
+# so every worker of one spider shares one filter.
+SEEN_FILTER_KEY = "%(spider)s:seen"
 
 # --- Shared frontier ---------------------------------------------------------------------
 # redis://[:password@]host:port/db or rediss:// for TLS. Unset: embedded, single-process crawl.

@@ -1,0 +1,73 @@
+"""Redis connections for workers: one helper so every component connects the same way.
+
+Workers must outlive a Redis restart, so clients retry connection errors and timeouts with
+exponential backoff (about 15 s in all before giving up) and check idle connections before use.
+"""
+
+from __future__ import annotations
+
+import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
+
+#: Seconds to wait for a reply; generous because one batch command may carry thousands of keys.
+SOCKET_TIMEOUT = 10.0
+SOCKET_CONNECT_TIMEOUT = 5.0
+#: Idle connections older than this many seconds are PINGed before being reused.
+HEALTH_CHECK_INTERVAL = 15
+#: Retries after a ConnectionError/TimeoutError, waiting 0.05 s, 0.1 s, ... up to 2 s each.
+RETRIES = 12
+BACKOFF_BASE = 0.05
+BACKOFF_CAP = 2.0
+
+
+class RedisSetupError(RuntimeError):
+    """Redis is reachable but cannot serve the crawl (e.g. no Bloom module); says the fix."""
+
+
+def redis_from_url(url: str, **options: object) -> redis.Redis:
+    """A client for ``redis://[[user]:password@]host:port/db`` or ``rediss://`` (TLS).
+
+    Passwords may be percent-encoded in the URL; TLS options can be given as URL query
+    arguments (``?ssl_cert_reqs=none``, ``?ssl_ca_certs=/path/ca.pem``) or ``options``,
+    which override the defaults here.
+    """
+    defaults: dict[str, object] = {
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT,
+        "socket_keepalive": True,
+        "health_check_interval": HEALTH_CHECK_INTERVAL,
+        "retry": Retry(
+            ExponentialWithJitterBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE),
+            RETRIES,
+            supported_errors=(redis.ConnectionError, redis.TimeoutError, TimeoutError),
+        ),
+        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+    }
+    return redis.Redis.from_url(url, **{**defaults, **options})
+
+
+def describe(client: redis.Redis) -> str:
+    """``scheme://host:port/db`` of a client, for messages (never the password)."""
+    kwargs = client.connection_pool.connection_kwargs
+    scheme = "rediss" if client.connection_pool.connection_class is redis.SSLConnection else "redis"
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    host, port, db = kwargs.get("host", "localhost"), kwargs.get("port", 6379), kwargs.get("db", 0)
+    return f"{scheme}://{host}:{port}/{db}"
+
+
+def require_bloom(client: redis.Redis) -> None:
+    """Raise :class:`RedisSetupError` naming the fix if the server has no ``BF.*`` commands."""
+    try:
+        # BF.EXISTS on a key that does not exist answers 0 and creates nothing.
+        client.execute_command("BF.EXISTS", "crawler:bloom-probe", "probe")
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise RedisSetupError(f"cannot reach Redis at {describe(client)}: {exc}") from None
+    except redis.ResponseError as exc:
+        if "unknown command" not in str(exc).lower():
+            raise
+        raise RedisSetupError(
+            f"Redis at {describe(client)} has no Bloom module: use Redis 8, Redis Stack, or "
+            "start redis-server with --loadmodule /path/redisbloom.so"
+        ) from None

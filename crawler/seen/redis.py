@@ -1,0 +1,213 @@
+"""RedisBloom seen filter: one scalable Bloom filter in Redis, shared by every worker."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import redis
+
+from crawler.redis_client import RedisSetupError, describe, redis_from_url, require_bloom
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a batch's answer is kept so that a retried batch gets the same answer.
+REPLY_TTL = 120
+
+# Creates the filter and records its parameters next to it, atomically, unless it exists.
+# Returns 1 if created, else the recorded parameters (false if the creator left none).
+_RESERVE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.call('GET', KEYS[2])
+end
+redis.call('BF.RESERVE', KEYS[1], ARGV[2], ARGV[1], 'EXPANSION', ARGV[3])
+redis.call('SET', KEYS[2], ARGV[4])
+return 1
+"""
+
+# BF.INSERT (BF.MADD that recreates a lost filter with the configured parameters rather than
+# RedisBloom's defaults), answering "1"/"0" per key. The answer is stored under the batch's
+# reply key: if the reply is lost after Redis applied the batch, the client's retry reads the
+# stored answer instead of hearing "seen" for keys it never got to schedule.
+_ADD_ONCE = """
+local done = redis.call('GET', KEYS[2])
+if done then return done end
+local flags = {}
+local chunk = 1000  -- unpack() is limited by Lua's stack
+for first = 5, #ARGV, chunk do
+  local added = redis.call('BF.INSERT', KEYS[1], 'CAPACITY', ARGV[1], 'ERROR', ARGV[2],
+    'EXPANSION', ARGV[3], 'ITEMS', unpack(ARGV, first, math.min(first + chunk - 1, #ARGV)))
+  for i = 1, #added do flags[#flags + 1] = added[i] == 1 and '1' or '0' end
+end
+local reply = table.concat(flags)
+redis.call('SET', KEYS[2], reply, 'EX', ARGV[4])
+return reply
+"""
+
+
+def _text(reply: bytes | str) -> str:
+    """A reply as text, whether or not the client decodes responses."""
+    return reply.decode() if isinstance(reply, bytes) else reply
+
+
+@dataclass(frozen=True)
+class BloomInfo:
+    """``BF.INFO`` of the filter, for status reports."""
+
+    capacity: int
+    size_bytes: int
+    items_inserted: int
+    filters: int
+    expansion: int | None
+
+
+class RedisBloomSeenFilter:
+    """A RedisBloom scalable Bloom filter at ``key``.
+
+    Reserved on first use with ``capacity`` and ``error_rate``; when full, RedisBloom adds a
+    sub-filter ``expansion`` times larger with a tighter rate, so the false-positive rate stays
+    below ``error_rate``. Each :meth:`add_many` is one round trip, atomic in Redis, so
+    concurrent workers adding the same key get exactly one "new" between them.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        key: str,
+        capacity: int,
+        error_rate: float,
+        expansion: int = 2,
+        *,
+        owns_client: bool = False,
+    ) -> None:
+        if capacity < 1 or not 0 < error_rate < 1 or expansion < 1:
+            raise ValueError(
+                f"bad seen-filter parameters: capacity={capacity} error_rate={error_rate} "
+                f"expansion={expansion}"
+            )
+        self.client = client
+        self.key = key
+        self.capacity = capacity
+        self.error_rate = error_rate
+        self.expansion = expansion
+        self._owns_client = owns_client
+        self._params_key = f"{key}:params"
+        self._add_once = client.register_script(_ADD_ONCE)
+        self._reserve()
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings, spider_name: str) -> Self:
+        """The filter named by ``SEEN_FILTER_KEY`` at ``REDIS_URL``, on its own connection."""
+        client = redis_from_url(settings["REDIS_URL"])
+        try:
+            require_bloom(client)
+            return cls(
+                client,
+                settings["SEEN_FILTER_KEY"] % {"spider": spider_name},
+                capacity=settings.getint("SEEN_FILTER_CAPACITY"),
+                error_rate=settings.getfloat("SEEN_FILTER_ERROR_RATE"),
+                expansion=settings.getint("SEEN_FILTER_EXPANSION"),
+                owns_client=True,
+            )
+        except BaseException:
+            client.close()
+            raise
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        assert crawler.spidercls is not None
+        return cls.from_settings(crawler.settings, crawler.spidercls.name)
+
+    @property
+    def parameters(self) -> dict[str, float]:
+        return {
+            "capacity": self.capacity,
+            "error_rate": self.error_rate,
+            "expansion": self.expansion,
+        }
+
+    def _reserve(self) -> None:
+        """Create the filter, or warn if the existing one was made with other parameters."""
+        key_type = _text(self.client.type(self.key))
+        if key_type not in ("none", "MBbloom--"):
+            raise RedisSetupError(
+                f"key {self.key!r} at {describe(self.client)} holds a {key_type}, not a "
+                "Bloom filter: set SEEN_FILTER_KEY to another name"
+            )
+        recorded = self.client.eval(
+            _RESERVE,
+            2,
+            self.key,
+            self._params_key,
+            self.capacity,
+            self.error_rate,
+            self.expansion,
+            json.dumps(self.parameters),
+        )
+        if recorded == 1:
+            logger.info("Reserved seen filter %s: %s", self.key, self.parameters)
+            return
+        if recorded is None:
+            logger.warning(
+                "Seen filter %s exists without recorded parameters; cannot check that its "
+                "error rate is %s",
+                self.key,
+                self.error_rate,
+            )
+            return
+        existing = json.loads(recorded)
+        differing = {
+            name: (existing.get(name), value)
+            for name, value in self.parameters.items()
+            if existing.get(name) != value
+        }
+        if differing:
+            logger.warning(
+                "Seen filter %s was reserved with %s; settings say %s. Keeping the existing "
+                "filter (delete keys %s and %s to start over with the new settings).",
+                self.key,
+                {name: old for name, (old, _new) in differing.items()},
+                {name: new for name, (_old, new) in differing.items()},
+                self.key,
+                self._params_key,
+            )
+
+    def add_many(self, keys: Sequence[str]) -> list[bool]:
+        if not keys:
+            return []
+        reply_key = f"{self.key}:reply:{uuid.uuid4().hex}"
+        reply = self._add_once(
+            keys=[self.key, reply_key],
+            args=[self.capacity, self.error_rate, self.expansion, REPLY_TTL, *keys],
+        )
+        return [flag == "1" for flag in _text(reply)]
+
+    def info(self) -> BloomInfo | None:
+        """Size and fill of the filter; None if it does not exist (yet)."""
+        try:
+            raw = self.client.bf().info(self.key)
+        except redis.ResponseError as exc:
+            if "not found" in str(exc).lower():
+                return None
+            raise
+        return BloomInfo(
+            capacity=raw.capacity,
+            size_bytes=raw.size,
+            items_inserted=raw.insertedNum,
+            filters=raw.filterNum,
+            expansion=raw.expansionRate,
+        )
+
+    def close(self) -> None:
+        if self._owns_client:
+            self.client.close()
