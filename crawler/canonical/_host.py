@@ -1,0 +1,169 @@
+"""Host normalization shared by :func:`canonicalize` and :func:`resolve_link`.
+
+Follows the WHATWG URL Standard's host parser (percent-decode, UTS #46 ToASCII with the
+``idna`` package's tables, forbidden code points, IPv4 in every legacy spelling, bracketed
+IPv6) and adds the DNS length limits that WHATWG leaves off (a host no resolver accepts cannot
+be fetched, so it gets no key). Results are cached: hosts repeat far more than URLs do.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from functools import lru_cache
+from urllib.parse import unquote_to_bytes
+
+import idna
+
+#: WHATWG "forbidden domain code point": forbidden host code points, C0 controls, % and DEL.
+_FORBIDDEN_DOMAIN = re.compile(r"[\x00-\x20#%/:<>?@\[\\\]^|\x7f]")
+_DECIMAL = re.compile(r"[0-9]+")
+_OCTAL = re.compile(r"[0-7]*")
+_HEX = re.compile(r"[0-9A-Fa-f]*")
+_JOINERS = ("\u200c", "\u200d")
+MAX_LABEL_LENGTH = 63
+MAX_HOST_LENGTH = 253
+
+
+class HostError(ValueError):
+    """A host that cannot be normalized; the message says why."""
+
+
+def _ipv4_number(part: str) -> int | None:
+    """Parse one dotted part the WHATWG way: ``0x`` hex, leading-zero octal, else decimal."""
+    if part[:2] in ("0x", "0X"):
+        digits, pattern, radix = part[2:], _HEX, 16
+    elif len(part) > 1 and part[0] == "0":
+        digits, pattern, radix = part[1:], _OCTAL, 8
+    else:
+        digits, pattern, radix = part, _DECIMAL, 10
+    if not pattern.fullmatch(digits):
+        return None
+    return int(digits, radix) if digits else 0
+
+
+def _ends_in_number(host: str) -> bool:
+    """WHATWG "ends in a number": the last non-empty label decides whether this is IPv4."""
+    parts = host.split(".")
+    if parts[-1] == "":
+        if len(parts) == 1:
+            return False
+        parts.pop()
+    last = parts[-1]
+    return bool(last) and ((last.isascii() and last.isdigit()) or _ipv4_number(last) is not None)
+
+
+def _parse_ipv4(host: str) -> str:
+    """WHATWG IPv4 parser: ``2130706433``, ``0x7f.1`` and ``0177.0.0.1`` all mean 127.0.0.1."""
+    parts = host.split(".")
+    if parts[-1] == "" and len(parts) > 1:
+        parts.pop()
+    if len(parts) > 4 or "" in parts:
+        raise HostError("malformed IPv4 address")
+    numbers = [_ipv4_number(part) for part in parts]
+    if None in numbers:
+        raise HostError("malformed IPv4 address")
+    *leading, last = numbers
+    if any(n > 255 for n in leading) or last >= 256 ** (5 - len(numbers)):  # type: ignore[operator]
+        raise HostError("IPv4 address out of range")
+    value = last
+    for index, number in enumerate(leading):
+        value += number * 256 ** (3 - index)  # type: ignore[operator]
+    return str(ipaddress.IPv4Address(value))
+
+
+def _parse_ipv6(literal: str) -> str:
+    """Bracketed IPv6 in compressed lowercase form; zone ids and IPvFuture are refused."""
+    inner = literal[1:-1]
+    if not inner.isascii() or "%" in inner:
+        raise HostError("IPv6 zone ids and non-ASCII are not allowed")
+    try:
+        return f"[{ipaddress.IPv6Address(inner).compressed}]"
+    except ValueError as error:
+        raise HostError(f"bad IPv6 address: {error}") from None
+
+
+def _check_punycode(label: str) -> None:
+    """An ``xn--`` label must decode as Punycode, or no resolver will ever match it."""
+    try:
+        decoded = label[4:].encode("ascii").decode("punycode")
+    except (UnicodeError, ValueError, IndexError):
+        raise HostError(f"invalid Punycode label {label!r}") from None
+    if not decoded:
+        raise HostError(f"empty Punycode label {label!r}")
+
+
+def _to_ascii_label(label: str) -> str:
+    """UTS #46 validity criteria (WHATWG flags) for one mapped non-ASCII label, then Punycode."""
+    if label.startswith("xn--"):
+        raise HostError(f"non-ASCII label with an xn-- prefix {label!r}")
+    try:
+        idna.check_nfc(label)
+        idna.check_initial_combiner(label)
+        for position, char in enumerate(label):
+            if char in _JOINERS and not idna.valid_contextj(label, position):
+                raise HostError(f"joiner not allowed in {label!r}")
+        idna.check_bidi(label)
+        return "xn--" + label.encode("punycode").decode("ascii")
+    except (idna.IDNAError, UnicodeError, ValueError) as error:
+        raise HostError(f"label {label!r}: {error}") from None
+
+
+def _domain_to_ascii(domain: str) -> str:
+    """WHATWG domain to ASCII: ASCII domains are only lowercased, others go through UTS #46."""
+    if domain.isascii():
+        ascii_domain = domain.lower()
+        labels = ascii_domain.split(".")
+    else:
+        try:
+            mapped = idna.uts46_remap(domain, std3_rules=False)
+        except (idna.IDNAError, UnicodeError, ValueError) as error:
+            raise HostError(f"UTS #46 mapping failed: {error}") from None
+        labels = [
+            label if label.isascii() else _to_ascii_label(label) for label in mapped.split(".")
+        ]
+        ascii_domain = ".".join(labels)
+    for label in labels:
+        if label[:4] == "xn--":
+            _check_punycode(label)
+    return ascii_domain
+
+
+def _check_dns_lengths(domain: str) -> None:
+    """Labels of 1..63 octets and at most 253 in all (a trailing root dot is allowed)."""
+    name = domain[:-1] if domain.endswith(".") else domain
+    if len(name) > MAX_HOST_LENGTH:
+        raise HostError("host longer than 253 characters")
+    for label in name.split("."):
+        if not 0 < len(label) <= MAX_LABEL_LENGTH:
+            raise HostError("empty label or label longer than 63 characters")
+
+
+@lru_cache(maxsize=65536)
+def normalize_host(host: str) -> str:
+    """Return the canonical spelling of ``host`` (as found between ``//``/``@`` and ``:port``).
+
+    Raises :class:`HostError` when the host is empty, contains forbidden code points, fails
+    UTS #46, is a malformed IP literal or breaks DNS length limits.
+    """
+    if not host:
+        raise HostError("empty host")
+    if host[0] == "[":
+        if host[-1] != "]":
+            raise HostError("unterminated IPv6 literal")
+        return _parse_ipv6(host)
+    if "%" in host:
+        try:
+            host = unquote_to_bytes(host).decode("utf-8")
+        except UnicodeDecodeError:
+            raise HostError("percent-escapes in host are not UTF-8") from None
+    host = _domain_to_ascii(host)
+    if not host or _FORBIDDEN_DOMAIN.search(host):
+        raise HostError("empty host or forbidden code point in host")
+    if _ends_in_number(host):
+        return _parse_ipv4(host)
+    _check_dns_lengths(host)
+    return host
+
+
+__all__ = ["HostError", "normalize_host"]

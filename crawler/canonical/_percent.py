@@ -1,0 +1,64 @@
+"""Percent-encoding helpers (RFC 3986 §2.1, §2.4, §6.2.2.2) as precompiled regex substitutions.
+
+Encoding is always UTF-8; a lone surrogate cannot be encoded and raises ``UnicodeEncodeError``
+for the caller to turn into its own error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_HEX_UPPER = tuple(f"%{byte:02X}" for byte in range(256))
+_UNRESERVED_ESCAPES = {f"%{ord(char):02X}": char for char in UNRESERVED}
+_UNRESERVED_ESCAPES.update({key.lower(): char for key, char in _UNRESERVED_ESCAPES.items()})
+
+_SUB_DELIMS = r"!$&'()*+,;="
+_USERINFO_SAFE = r"A-Za-z0-9\-._~" + _SUB_DELIMS + ":"
+_PATH_SAFE = _USERINFO_SAFE + "@/"
+_QUERY_SAFE = _PATH_SAFE + "?"
+#: Everything RFC 3986 allows anywhere in a URI (unreserved, reserved, and ``%``).
+_URI_SAFE = _QUERY_SAFE + r"#\[\]%"
+
+
+def percent_encode(char: str) -> str:
+    """``é`` -> ``%C3%A9``: the UTF-8 octets of one character, uppercase hex."""
+    return "".join(_HEX_UPPER[byte] for byte in char.encode("utf-8"))
+
+
+def _normalize_match(match: re.Match[str]) -> str:
+    escape = match.group(1)
+    if escape is None:
+        return percent_encode(match.group())
+    return _UNRESERVED_ESCAPES.get(escape) or escape.upper()
+
+
+def _normalizer(safe: str) -> Callable[[str], str]:
+    """Build ``text -> normalized text`` for a component whose raw-allowed set is ``safe``.
+
+    Escapes of unreserved octets are decoded, other escapes get uppercase hex, a ``%`` not
+    starting an escape becomes ``%25`` and every other disallowed character is encoded.
+    """
+    pattern = re.compile(rf"(%[0-9A-Fa-f]{{2}})|[^{safe}]")
+    substitute = pattern.sub
+
+    def normalize(text: str) -> str:
+        return substitute(_normalize_match, text)
+
+    return normalize
+
+
+normalize_userinfo = _normalizer(_USERINFO_SAFE)
+normalize_path = _normalizer(_PATH_SAFE)
+normalize_query = _normalizer(_QUERY_SAFE)
+
+_UNSAFE = re.compile(rf"%(?![0-9A-Fa-f]{{2}})|[^{_URI_SAFE}]")
+
+
+def encode_unsafe(text: str) -> str:
+    """Encode only what no URI may contain (spaces, non-ASCII, ``"<>^`{|}``, stray ``%``).
+
+    Valid escapes and reserved characters are left exactly as written.
+    """
+    return _UNSAFE.sub(lambda match: percent_encode(match.group()), text)

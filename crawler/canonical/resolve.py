@@ -1,0 +1,129 @@
+"""Turn an ``href`` found on a page into the URL to fetch, or ``None`` for junk.
+
+Resolution is RFC 3986 §5.2 with the "non-strict" reading of §5.4.2 that browsers use:
+``http:g`` against an ``http`` base is relative (``http://a/b/c/g``). Like the WHATWG URL
+parser for http(s), backslashes before the query count as slashes and ``https:example.com``
+against a base of another scheme means ``https://example.com``. The fetch URL otherwise keeps
+what the site wrote (no case folding of the path, no sorting, no parameter removal); only
+characters no URI may contain are percent-encoded (UTF-8) and a non-ASCII host is IDNA-encoded,
+which is what Scrapy would do anyway. The fragment is dropped: it is never sent.
+"""
+
+from __future__ import annotations
+
+import re
+
+from crawler.canonical._host import HostError, normalize_host
+from crawler.canonical._percent import encode_unsafe
+from crawler.canonical.structural import clean_input, remove_dot_segments
+
+FETCHABLE_SCHEMES = frozenset({"http", "https"})
+
+#: RFC 3986 Appendix B, with the scheme restricted to its real syntax (so ``a b:c`` is a path).
+_REFERENCE = re.compile(
+    r"(?:([A-Za-z][A-Za-z0-9+.\-]*):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?", re.DOTALL
+)
+_PATH_END = re.compile(r"[?#]")
+
+
+def _slashes_for_backslashes(href: str) -> str:
+    """Browsers read ``\\`` as ``/`` in the authority and path of http(s) URLs."""
+    if "\\" not in href:
+        return href
+    end = _PATH_END.search(href)
+    cut = end.start() if end else len(href)
+    return href[:cut].replace("\\", "/") + href[cut:]
+
+
+def _merge(base_authority: str | None, base_path: str, path: str) -> str:
+    """RFC 3986 §5.2.3: append a relative path to the base path's directory."""
+    if base_authority is not None and not base_path:
+        return "/" + path
+    return base_path[: base_path.rfind("/") + 1] + path
+
+
+def _fetchable_authority(authority: str) -> str | None:
+    """Keep the authority as written, IDNA-encoding a non-ASCII host; ``None`` if unusable."""
+    userinfo, at, hostport = authority.rpartition("@")
+    if not hostport or hostport[0] in ":":
+        return None
+    if not hostport.isascii():
+        host, colon, port = hostport.rpartition(":")
+        if not colon or not port.isdigit():
+            host, colon, port = hostport, "", ""
+        try:
+            hostport = normalize_host(host) + colon + port
+        except HostError:
+            return None
+    return f"{encode_unsafe(userinfo)}@{hostport}" if at else encode_unsafe(hostport)
+
+
+def _resolve(base_url: str, href: str) -> str | None:
+    href = clean_input(href)
+    if not href:
+        return None
+    match = _REFERENCE.match(href)
+    scheme = match.group(1).lower() if match.group(1) else None
+    if scheme is not None and scheme not in FETCHABLE_SCHEMES:
+        return None
+    if "\\" in href:
+        match = _REFERENCE.match(_slashes_for_backslashes(href))
+    _, authority, path, query = match.groups()
+
+    base = _REFERENCE.match(_slashes_for_backslashes(clean_input(base_url)))
+    base_scheme, base_authority, base_path, base_query = base.groups()
+    base_scheme = base_scheme.lower() if base_scheme else None
+
+    if scheme is not None and scheme == base_scheme:
+        scheme = None  # RFC 3986 §5.4.2 non-strict reading: "http:g" is relative
+    if scheme is not None:
+        if authority is None:  # WHATWG: "https:example.com" means "https://example.com"
+            rest = href[len(scheme) + 1 :].lstrip("/\\")
+            return _resolve(base_url, f"{scheme}://{rest}")
+        target_path = remove_dot_segments(path)
+        target_authority, target_query = authority, query
+    elif base_scheme not in FETCHABLE_SCHEMES or base_authority is None:
+        return None
+    else:
+        scheme = base_scheme
+        if authority is not None:
+            target_authority, target_path, target_query = (
+                authority,
+                remove_dot_segments(path),
+                query,
+            )
+        elif not path:
+            target_authority, target_path = base_authority, base_path
+            target_query = query if query is not None else base_query
+        else:
+            if not path.startswith("/"):
+                path = _merge(base_authority, base_path, path)
+            target_authority, target_path, target_query = (
+                base_authority,
+                remove_dot_segments(path),
+                query,
+            )
+    fetch_authority = _fetchable_authority(target_authority)
+    if fetch_authority is None:
+        return None
+    target_path = encode_unsafe(target_path) if target_path else "/"
+    if target_query is None:
+        return f"{scheme}://{fetch_authority}{target_path}"
+    return f"{scheme}://{fetch_authority}{target_path}?{encode_unsafe(target_query)}"
+
+
+def resolve_link(base_url: str, href: str) -> str | None:
+    """Absolute http(s) fetch URL for ``href`` found on ``base_url``, or ``None`` for junk.
+
+    Junk is ``javascript:``, ``mailto:``, ``tel:``, ``data:`` and every other non-http(s)
+    result, an empty or blank ``href``, and anything that cannot be resolved. Never raises.
+
+    >>> resolve_link("http://a/b/c/d;p?q", " ../g?x#frag")
+    'http://a/b/g?x'
+    """
+    if not isinstance(base_url, str) or not isinstance(href, str):
+        return None
+    try:
+        return _resolve(base_url, href)
+    except (ValueError, UnicodeError):
+        return None

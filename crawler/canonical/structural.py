@@ -1,0 +1,154 @@
+"""Stage 1: structural, provider-agnostic normalization (RFC 3986 §6.2.2-6.2.3).
+
+:func:`canonicalize` only applies rewrites that never change which resource a URL names for
+any HTTP server, plus two documented policy choices (query parameters sorted stably by key;
+a bare ``?`` dropped). Anything it cannot vouch for raises :class:`InvalidURL`.
+
+Rules, in order:
+
+* surrounding C0 controls/spaces stripped, tab/CR/LF removed (as browsers do); fragment dropped;
+* at most :data:`MAX_URL_LENGTH` characters (without fragment), else ``too-long``;
+* scheme lowercased, only ``http``/``https`` (``unsupported-scheme``); ``//authority``
+  required (``not-absolute``);
+* host per WHATWG: percent-decoded, UTS #46 ToASCII via ``idna``, IPv4 in any legacy
+  spelling -> dotted quad, IPv6 compressed, plus DNS length limits (``bad-host``);
+* port digits only, 0..65535 (``bad-port``); empty and default ports removed;
+* userinfo kept (empty user and password dropped);
+* percent-escapes: unreserved octets decoded, hex uppercased, stray ``%`` -> ``%25``, characters
+  not allowed raw in the component encoded as UTF-8; reserved escapes (``%2F``...) kept;
+* dot-segments removed (RFC 3986 §5.2.4), empty path -> ``/``;
+* query split on ``&``, empty parameters dropped, parameters sorted stably by key (repeated
+  keys keep their order; ``a`` and ``a=`` stay distinct; ``+`` untouched); an empty query
+  loses its ``?`` (RFC 3986 §6.2.3 calls ``/?`` and ``/`` different, but no server we know
+  serves different content, and crawl keys should not split on it).
+"""
+
+from __future__ import annotations
+
+import re
+
+from crawler.canonical._host import HostError, normalize_host
+from crawler.canonical._percent import normalize_path, normalize_query, normalize_userinfo
+from crawler.canonical.errors import InvalidURL
+
+#: Longest accepted URL (without its fragment), before and after normalization: 8 KiB, the
+#: request-line limit of common servers (nginx, Apache); longer URLs rarely fetch anyway.
+MAX_URL_LENGTH = 8192
+DEFAULT_PORTS = {"http": "80", "https": "443"}
+
+_STRIP = "".join(map(chr, range(0x21)))
+_TAB_NEWLINE = str.maketrans("", "", "\t\n\r")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
+_AUTHORITY_END = re.compile(r"[/?]")
+
+
+def clean_input(url: str) -> str:
+    """Strip C0 controls and spaces around ``url`` and drop tabs/newlines inside, like browsers."""
+    url = url.strip(_STRIP)
+    if "\t" in url or "\n" in url or "\r" in url:
+        url = url.translate(_TAB_NEWLINE)
+    return url
+
+
+def remove_dot_segments(path: str) -> str:
+    """RFC 3986 §5.2.4: resolve ``.`` and ``..`` segments (``/a/./b/../c`` -> ``/a/c``)."""
+    segments = path.split("/")
+    output: list[str] = []
+    for segment in segments:
+        if segment == "..":
+            if output:
+                output.pop()
+        elif segment != ".":
+            output.append(segment)
+    if path.startswith("/") and (not output or output[0]):
+        output.insert(0, "")
+    if segments[-1] in (".", ".."):
+        output.append("")
+    return "/".join(output)
+
+
+def _param_key(param: str) -> str:
+    return param.partition("=")[0]
+
+
+def _normalize_authority(authority: str, scheme: str, url: str) -> str:
+    userinfo, at, hostport = authority.rpartition("@")
+    if hostport.startswith("["):
+        end = hostport.find("]") + 1
+        host, port = hostport[:end], hostport[end:]
+        if not end or (port and port[0] != ":"):
+            raise InvalidURL("bad-host", url, "malformed IPv6 literal")
+        port = port[1:]
+    else:
+        host, _, port = hostport.partition(":")
+    if port:
+        if not (port.isascii() and port.isdigit()) or int(port) > 65535:
+            raise InvalidURL("bad-port", url, f"port {port[:20]!r}")
+        port = str(int(port))
+    try:
+        host = normalize_host(host)
+    except HostError as error:
+        raise InvalidURL("bad-host", url, str(error)) from None
+    if port and port != DEFAULT_PORTS[scheme]:
+        host = f"{host}:{port}"
+    if at:
+        user, _, password = normalize_userinfo(userinfo).partition(":")
+        if password:
+            return f"{user}:{password}@{host}"
+        if user:
+            return f"{user}@{host}"
+    return host
+
+
+def _normalize_query(query: str) -> str:
+    params = [param for param in normalize_query(query).split("&") if param]
+    if len(params) > 1:
+        params.sort(key=_param_key)
+    return "&".join(params)
+
+
+def canonicalize(url: str) -> str:
+    """Return the stage-1 canonical form of an absolute http(s) URL.
+
+    >>> canonicalize("HTTP://Example.COM:80/a/./b/../%7euser?b=2&a=1#top")
+    'http://example.com/a/~user?a=1&b=2'
+
+    Raises :class:`InvalidURL` (``reason`` = ``bad-host``, ``bad-port``, ``unsupported-scheme``,
+    ``too-long``, ``not-absolute``, ``bad-url``). Idempotent.
+    """
+    if not isinstance(url, str):
+        raise InvalidURL("bad-url", repr(url), "not a string")
+    url = clean_input(url)
+    hash_index = url.find("#")
+    if hash_index >= 0:
+        url = url[:hash_index]
+    if len(url) > MAX_URL_LENGTH:
+        raise InvalidURL("too-long", url, f"more than {MAX_URL_LENGTH} characters")
+    match = _SCHEME.match(url)
+    if match is None:
+        raise InvalidURL("not-absolute", url, "no scheme")
+    scheme = match.group(1).lower()
+    if scheme not in DEFAULT_PORTS:
+        raise InvalidURL("unsupported-scheme", url, scheme)
+    start = match.end()
+    if url[start : start + 2] != "//":
+        raise InvalidURL("not-absolute", url, "no //authority")
+    start += 2
+    authority_end = _AUTHORITY_END.search(url, start)
+    end = authority_end.start() if authority_end else len(url)
+    authority = _normalize_authority(url[start:end], scheme, url)
+    path, question, query = url[end:].partition("?")
+    try:
+        if path:
+            path = normalize_path(path)
+            if "/." in path:
+                path = remove_dot_segments(path)
+        else:
+            path = "/"
+        query = _normalize_query(query) if question else ""
+    except UnicodeEncodeError:
+        raise InvalidURL("bad-url", url, "lone surrogate") from None
+    result = f"{scheme}://{authority}{path}?{query}" if query else f"{scheme}://{authority}{path}"
+    if len(result) > MAX_URL_LENGTH:
+        raise InvalidURL("too-long", url, f"more than {MAX_URL_LENGTH} characters once encoded")
+    return result
