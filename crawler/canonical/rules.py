@@ -177,9 +177,13 @@ class RuleSet:
     def drop_reason(self, name: str, rule: HostRule | None) -> str | None:
         """The rule that removes query parameter ``name`` under ``rule``, or None to keep it."""
         lowered = name.lower()
-        if rule is not None and rule.keep_only is not None and name not in rule.keep_only:
-            if not rule.is_off("allowlist", rule.scope):
-                return f"allowlist:{rule.scope}"
+        if (
+            rule is not None
+            and rule.keep_only is not None
+            and name not in rule.keep_only
+            and not rule.is_off("allowlist", rule.scope)
+        ):
+            return f"allowlist:{rule.scope}"
         if (
             lowered in self.tracking
             or lowered.startswith(self.tracking_prefixes)
