@@ -41,6 +41,19 @@ SEEN_FILTER_EXPANSION = 2
 # Redis key of the shared RedisBloom filter (REDIS_URL set); %(spider)s is the spider's name,
 # so every worker of one spider shares one filter.
 SEEN_FILTER_KEY = "%(spider)s:seen"
+# Per-host dedupe-key rules on top of the built-in ones (crawler.canonical.rules, lists in
+# crawler.canonical.tracking). Keys: a host (applies to its subdomains too), "host/path" (one
+# page) or "*" (every host). Values, all optional:
+#   "strip": [names]      extra tracking parameters removed there (case-insensitive)
+#   "keep_only": [names]  allowlist: every other parameter removed there
+#   "disable": [rules]    rules switched off there: "tracking", "session", "slashes",
+#                         "identity", "allowlist", or one rule as "tracking:utm_source",
+#                         "identity:youtube" (the names `scrapy canon` prints)
+# e.g. {"forum.example.org": {"strip": ["sid"]}, "example.com/search": {"keep_only": ["q"]},
+#       "wiki.example.net": {"disable": ["slashes"]}}.
+# Any customization changes the keys' version prefix ("r1+<hash>"), so keys made under other
+# rules never collide silently with a filter filled under these.
+CANON_HOST_RULES: dict[str, dict[str, list[str]]] = {}
 
 # --- Shared frontier ---------------------------------------------------------------------
 # redis://[:password@]host:port/db or rediss:// for TLS. Unset: embedded, single-process crawl.
