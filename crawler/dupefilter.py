@@ -10,9 +10,10 @@ from crawler.frontier import frontier_for
 from crawler.frontier.keys import was_checked
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
-    from typing_extensions import Self
 
     from crawler.frontier import Frontier
 

@@ -27,7 +27,9 @@ AUTOTHROTTLE_ENABLED = False
 AUTOTHROTTLE_TARGET_CONCURRENCY = 2.0
 DOWNLOAD_TIMEOUT = 30
 RETRY_TIMES = 2
+# No listening ports on a crawler worker.
 TELNETCONSOLE_ENABLED = False
+REMOTE_CONTROL_ENABLED = False
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
 
 # --- Dedup -------------------------------------------------------------------------------

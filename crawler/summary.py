@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 from scrapy import Spider, signals
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
-    from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +35,12 @@ def summarize(stats: dict[str, object], elapsed: float) -> str:
     if count("links/junk"):
         rejected["junk-scheme"] = count("links/junk")
     statuses = prefixed("downloader/response_status_count/")
+    documents = statuses.get("200", 0) - count("robotstxt/response_status_count/200")
     redirects = sum(n for status, n in statuses.items() if status.startswith("3"))
     lines = [
         "Crawl summary",
-        f"  documents fetched:      {statuses.get('200', 0)}",
-        f"  responses by status:    "
+        f"  documents fetched:      {documents}",
+        "  responses by status:    "
         + (", ".join(f"{s}: {n}" for s, n in statuses.items()) or "none"),
         f"  redirects followed:     {redirects}",
         f"  links filtered as seen: {count('dupefilter/filtered')}",
@@ -71,4 +73,6 @@ class CrawlSummary:
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
         elapsed = time.monotonic() - self.started
-        logger.info("%s\n  finish reason:          %s", summarize(self.stats.get_stats(), elapsed), reason)
+        logger.info(
+            "%s\n  finish reason:          %s", summarize(self.stats.get_stats(), elapsed), reason
+        )

@@ -10,9 +10,10 @@ from scrapy import Request
 from crawler.frontier import frontier_for
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-    from typing_extensions import Self
 
     from crawler.frontier import Frontier
 
@@ -40,9 +41,7 @@ class BatchDedupeMiddleware:
     def frontier(self) -> Frontier:
         return frontier_for(self.crawler)
 
-    def process_spider_output(
-        self, response: Response, result: Iterable[Any]
-    ) -> Iterable[Any]:
+    def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterable[Any]:
         batch: list[Request] = []
         try:
             for output in result:

@@ -39,9 +39,7 @@ def test_saved_to_jobdir_and_resumed(tmp_path) -> None:
     assert resumed.add_many(["k0", "k49", "new"]) == [False, False, True]
 
 
-@pytest.mark.parametrize(
-    ("capacity", "error_rate"), [(0, 0.01), (10, 0.0), (10, 1.0)]
-)
+@pytest.mark.parametrize(("capacity", "error_rate"), [(0, 0.01), (10, 0.0), (10, 1.0)])
 def test_rejects_parameters_that_cannot_work(capacity: int, error_rate: float) -> None:
     with pytest.raises(ValueError, match="seen-filter parameters"):
         MemoryBloomSeenFilter(capacity=capacity, error_rate=error_rate)

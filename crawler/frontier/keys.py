@@ -47,7 +47,9 @@ class RequestKeyer:
             pairs.append((request, key))
         return pairs
 
-    def verdicts(self, pairs: Sequence[tuple[Request, str]], fresh: Sequence[bool]) -> list[Request]:
+    def verdicts(
+        self, pairs: Sequence[tuple[Request, str]], fresh: Sequence[bool]
+    ) -> list[Request]:
         """Mark the new requests as checked and count both kinds; return the new ones."""
         admitted = []
         for (request, key), is_new in zip(pairs, fresh, strict=True):

@@ -13,9 +13,10 @@ from crawler.frontier.keys import RequestKeyer
 from crawler.seen.memory import MemoryBloomSeenFilter
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from scrapy import Request
     from scrapy.crawler import Crawler
-    from typing_extensions import Self
 
     from crawler.seen import SeenFilter
 

@@ -14,8 +14,9 @@ import xxhash
 from rbloom import Bloom
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from scrapy.settings import BaseSettings
-    from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
