@@ -83,50 +83,70 @@ def _parse_ipv6(literal: str) -> str:
         raise HostError(f"bad IPv6 address: {error}") from None
 
 
-def _check_punycode(label: str) -> None:
-    """An ``xn--`` label must decode as Punycode, or no resolver will ever match it."""
+def _decode_punycode(label: str) -> str:
+    """The Unicode behind an ``xn--`` label; invalid Punycode can never match a registered name."""
     try:
         decoded = label[4:].encode("ascii").decode("punycode")
     except (UnicodeError, ValueError, IndexError):
         raise HostError(f"invalid Punycode label {label!r}") from None
     if not decoded:
         raise HostError(f"empty Punycode label {label!r}")
+    return decoded
 
 
-def _to_ascii_label(label: str) -> str:
-    """UTS #46 validity criteria (WHATWG flags) for one mapped non-ASCII label, then Punycode."""
-    if label.startswith("xn--"):
-        raise HostError(f"non-ASCII label with an xn-- prefix {label!r}")
+def _check_uts46_label(label: str) -> None:
+    """UTS #46 validity criteria with WHATWG's flags (CheckHyphens off, joiners and bidi on)."""
     try:
         idna.check_nfc(label)
         idna.check_initial_combiner(label)
-        for position, char in enumerate(label):
-            if char in _JOINERS and not idna.valid_contextj(label, position):
-                raise HostError(f"joiner not allowed in {label!r}")
+        joiners_ok = all(
+            idna.valid_contextj(label, position)
+            for position, char in enumerate(label)
+            if char in _JOINERS
+        )
         idna.check_bidi(label)
-        return "xn--" + label.encode("punycode").decode("ascii")
     except (idna.IDNAError, UnicodeError, ValueError) as error:
         raise HostError(f"label {label!r}: {error}") from None
+    if not joiners_ok:
+        raise HostError(f"label {label!r}: joiner not allowed here")
+
+
+def _uts46_map(text: str) -> str:
+    """UTS #46 mapping (case folding, width, ignored code points); disallowed ones fail."""
+    try:
+        return idna.uts46_remap(text, std3_rules=False)
+    except (idna.IDNAError, UnicodeError, ValueError) as error:
+        raise HostError(f"UTS #46 mapping failed: {error}") from None
+
+
+def _uts46_label_to_ascii(label: str) -> str:
+    """One label after UTS #46 mapping -> its ASCII form, validating what UTS #46 validates."""
+    if label.isascii():
+        if label[:4] != "xn--":
+            return label
+        decoded = _decode_punycode(label)
+        if decoded.isascii() or _uts46_map(decoded) != decoded:
+            raise HostError(f"Punycode label {label!r} decodes to a label UTS #46 rejects")
+        _check_uts46_label(decoded)
+        return label
+    if label[:4] == "xn--":
+        raise HostError(f"non-ASCII label with an xn-- prefix {label!r}")
+    _check_uts46_label(label)
+    return "xn--" + label.encode("punycode").decode("ascii")
 
 
 def _domain_to_ascii(domain: str) -> str:
-    """WHATWG domain to ASCII: ASCII domains are only lowercased, others go through UTS #46."""
+    """WHATWG domain to ASCII: ASCII domains are only lowercased, others go through UTS #46.
+
+    Unlike WHATWG, an ``xn--`` label of an ASCII domain must at least be valid Punycode.
+    """
     if domain.isascii():
         ascii_domain = domain.lower()
-        labels = ascii_domain.split(".")
-    else:
-        try:
-            mapped = idna.uts46_remap(domain, std3_rules=False)
-        except (idna.IDNAError, UnicodeError, ValueError) as error:
-            raise HostError(f"UTS #46 mapping failed: {error}") from None
-        labels = [
-            label if label.isascii() else _to_ascii_label(label) for label in mapped.split(".")
-        ]
-        ascii_domain = ".".join(labels)
-    for label in labels:
-        if label[:4] == "xn--":
-            _check_punycode(label)
-    return ascii_domain
+        for label in ascii_domain.split("."):
+            if label[:4] == "xn--":
+                _decode_punycode(label)
+        return ascii_domain
+    return ".".join(_uts46_label_to_ascii(label) for label in _uts46_map(domain).split("."))
 
 
 def _check_dns_lengths(domain: str) -> None:

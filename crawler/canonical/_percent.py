@@ -14,12 +14,14 @@ _HEX_UPPER = tuple(f"%{byte:02X}" for byte in range(256))
 _UNRESERVED_ESCAPES = {f"%{ord(char):02X}": char for char in UNRESERVED}
 _UNRESERVED_ESCAPES.update({key.lower(): char for key, char in _UNRESERVED_ESCAPES.items()})
 
-_SUB_DELIMS = r"!$&'()*+,;="
-_USERINFO_SAFE = r"A-Za-z0-9\-._~" + _SUB_DELIMS + ":"
+_SUB_DELIMS_BUT_QUOTE = r"!$&()*+,;="
+_USERINFO_SAFE = r"A-Za-z0-9\-._~'" + _SUB_DELIMS_BUT_QUOTE + ":"
 _PATH_SAFE = _USERINFO_SAFE + "@/"
-_QUERY_SAFE = _PATH_SAFE + "?"
+#: ``'`` is a sub-delim, but browsers and Scrapy (w3lib) send it as ``%27`` in a query, so the
+#: two spellings are the same request.
+_QUERY_SAFE = r"A-Za-z0-9\-._~" + _SUB_DELIMS_BUT_QUOTE + ":@/?"
 #: Everything RFC 3986 allows anywhere in a URI (unreserved, reserved, and ``%``).
-_URI_SAFE = _QUERY_SAFE + r"#\[\]%"
+_URI_SAFE = _PATH_SAFE + r"?#\[\]%"
 
 
 def percent_encode(char: str) -> str:

@@ -15,7 +15,7 @@ import re
 
 from crawler.canonical._host import HostError, normalize_host
 from crawler.canonical._percent import encode_unsafe
-from crawler.canonical.structural import clean_input, remove_dot_segments
+from crawler.canonical.structural import SCHEME, clean_input, remove_dot_segments
 
 FETCHABLE_SCHEMES = frozenset({"http", "https"})
 
@@ -62,54 +62,45 @@ def _resolve(base_url: str, href: str) -> str | None:
     href = clean_input(href)
     if not href:
         return None
-    match = _REFERENCE.match(href)
-    scheme = match.group(1).lower() if match.group(1) else None
+    scheme_match = SCHEME.match(href)
+    scheme = scheme_match.group(1).lower() if scheme_match else None
     if scheme is not None and scheme not in FETCHABLE_SCHEMES:
         return None
-    if "\\" in href:
-        match = _REFERENCE.match(_slashes_for_backslashes(href))
-    _, authority, path, query = match.groups()
-
+    href = _slashes_for_backslashes(href)
     base = _REFERENCE.match(_slashes_for_backslashes(clean_input(base_url)))
     base_scheme, base_authority, base_path, base_query = base.groups()
     base_scheme = base_scheme.lower() if base_scheme else None
 
-    if scheme is not None and scheme == base_scheme:
-        scheme = None  # RFC 3986 §5.4.2 non-strict reading: "http:g" is relative
     if scheme is not None:
-        if authority is None:  # WHATWG: "https:example.com" means "https://example.com"
-            rest = href[len(scheme) + 1 :].lstrip("/\\")
-            return _resolve(base_url, f"{scheme}://{rest}")
-        target_path = remove_dot_segments(path)
-        target_authority, target_query = authority, query
+        rest = href[len(scheme) + 1 :]
+        if scheme == base_scheme and base_authority is not None and rest[:2] != "//":
+            href = rest  # "http:g" is relative to an http page (RFC 3986 §5.4.2 non-strict)
+        else:
+            href = "//" + rest  # "https:example.com" means "https://example.com" (WHATWG)
+    if href[:2] == "//":
+        href = "//" + href.lstrip("/")  # "///host" is "//host" to browsers
+    _, authority, path, query = _REFERENCE.match(href).groups()
+
+    if authority is not None:
+        target_authority, target_path, target_query = authority, remove_dot_segments(path), query
     elif base_scheme not in FETCHABLE_SCHEMES or base_authority is None:
         return None
+    elif not path:
+        target_authority, target_path = base_authority, base_path
+        target_query = query if query is not None else base_query
     else:
-        scheme = base_scheme
-        if authority is not None:
-            target_authority, target_path, target_query = (
-                authority,
-                remove_dot_segments(path),
-                query,
-            )
-        elif not path:
-            target_authority, target_path = base_authority, base_path
-            target_query = query if query is not None else base_query
-        else:
-            if not path.startswith("/"):
-                path = _merge(base_authority, base_path, path)
-            target_authority, target_path, target_query = (
-                base_authority,
-                remove_dot_segments(path),
-                query,
-            )
+        if path[0] != "/":
+            path = _merge(base_authority, base_path, path)
+        target_authority, target_path, target_query = (
+            base_authority,
+            remove_dot_segments(path),
+            query,
+        )
     fetch_authority = _fetchable_authority(target_authority)
     if fetch_authority is None:
         return None
-    target_path = encode_unsafe(target_path) if target_path else "/"
-    if target_query is None:
-        return f"{scheme}://{fetch_authority}{target_path}"
-    return f"{scheme}://{fetch_authority}{target_path}?{encode_unsafe(target_query)}"
+    fetch_url = f"{scheme or base_scheme}://{fetch_authority}{encode_unsafe(target_path) or '/'}"
+    return fetch_url if target_query is None else f"{fetch_url}?{encode_unsafe(target_query)}"
 
 
 def resolve_link(base_url: str, href: str) -> str | None:

@@ -13,7 +13,7 @@ Rules, in order:
 * host per WHATWG: percent-decoded, UTS #46 ToASCII via ``idna``, IPv4 in any legacy
   spelling -> dotted quad, IPv6 compressed, plus DNS length limits (``bad-host``);
 * port digits only, 0..65535 (``bad-port``); empty and default ports removed;
-* userinfo kept (empty user and password dropped);
+* userinfo kept (empty user and password dropped, ``:`` inside the password encoded);
 * percent-escapes: unreserved octets decoded, hex uppercased, stray ``%`` -> ``%25``, characters
   not allowed raw in the component encoded as UTF-8; reserved escapes (``%2F``...) kept;
 * dot-segments removed (RFC 3986 §5.2.4), empty path -> ``/``;
@@ -38,7 +38,7 @@ DEFAULT_PORTS = {"http": "80", "https": "443"}
 
 _STRIP = "".join(map(chr, range(0x21)))
 _TAB_NEWLINE = str.maketrans("", "", "\t\n\r")
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
+SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _AUTHORITY_END = re.compile(r"[/?]")
 
 
@@ -93,8 +93,8 @@ def _normalize_authority(authority: str, scheme: str, url: str) -> str:
         host = f"{host}:{port}"
     if at:
         user, _, password = normalize_userinfo(userinfo).partition(":")
-        if password:
-            return f"{user}:{password}@{host}"
+        if password:  # only the first ":" separates; the password's own are data (as WHATWG)
+            return f"{user}:{password.replace(':', '%3A')}@{host}"
         if user:
             return f"{user}@{host}"
     return host
@@ -124,7 +124,7 @@ def canonicalize(url: str) -> str:
         url = url[:hash_index]
     if len(url) > MAX_URL_LENGTH:
         raise InvalidURL("too-long", url, f"more than {MAX_URL_LENGTH} characters")
-    match = _SCHEME.match(url)
+    match = SCHEME.match(url)
     if match is None:
         raise InvalidURL("not-absolute", url, "no scheme")
     scheme = match.group(1).lower()
