@@ -77,6 +77,7 @@ EXTENSIONS = {
 
 # Scrapy's JOBDIR queues pickle requests by default; ours are JSON.
 SCHEDULER_DISK_QUEUE = "crawler.frontier.diskqueue.JsonLifoDiskQueue"
+SCHEDULER_START_DISK_QUEUE = "crawler.frontier.diskqueue.JsonFifoDiskQueue"
 
 REQUEST_FINGERPRINTER_IMPLEMENTATION = "2.7"
 TWISTED_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
