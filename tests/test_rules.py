@@ -205,7 +205,15 @@ def test_youtube_variants_share_the_identity_key() -> None:
     for explanation in explanations:
         assert explanation.identity is not None
         assert explanation.identity.key == "youtube:kJQP7kiw5Fk"
-        assert explanation.rules_fired == ("identity:youtube",)
+        assert explanation.rules_fired[-1] == "identity:youtube"
+    assert explanations[0].rules_fired == ("identity:youtube",)
+    assert explanations[2].rules_fired == ("tracking:si", "identity:youtube")
+
+
+def test_identity_is_read_after_the_rules() -> None:
+    explanation = explain("https://www.youtube.com//watch;jsessionid=A1?v=kJQP7kiw5Fk")
+    assert explanation.key == f"{RULES_VERSION}|youtube:kJQP7kiw5Fk"
+    assert explanation.rules_fired == ("session:jsessionid", "slashes", "identity:youtube")
 
 
 def test_variants_of_one_page_share_a_key() -> None:

@@ -297,27 +297,8 @@ class KeyExplanation:
     rules_fired: tuple[str, ...]
 
 
-def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Identity | None, str]:
-    """(stage-1 form, identity, key) of ``url``; rule names appended to ``fired`` if given."""
-    canonical = canonicalize(url)
-    authority_start = canonical.index("://") + 3
-    path_start = canonical.index("/", authority_start)
-    host = canonical[authority_start:path_start].rpartition("@")[2]
-    if not host.startswith("["):
-        host = host.partition(":")[0]
-    path, question, query = canonical[path_start:].partition("?")
-    rule = rules.host_rule(host, path)
-
-    if rule is None or not rule.is_off("identity"):
-        identity = identify(canonical)
-        if identity is not None and (
-            rule is None or not rule.is_off("identity", identity.provider)
-        ):
-            if fired is not None:
-                fired.append(f"identity:{identity.provider}")
-            return canonical, identity, f"{rules.version}|{identity.key}"
-
-    new_path = path
+def _rewrite_path(path: str, rules: RuleSet, rule: HostRule | None, fired: list[str] | None) -> str:
+    """``path`` without session path parameters and slash runs."""
     if ";" in path and rules._path_session is not None:
 
         def drop_session(match: re.Match[str]) -> str:
@@ -328,37 +309,73 @@ def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Ide
                 fired.append(f"session:{name}")
             return ""
 
-        new_path = rules._path_session.sub(drop_session, path)
-    if "//" in new_path and (rule is None or not rule.is_off("slashes")):
-        new_path = _SLASH_RUN.sub("/", new_path)
+        # Repeat: removing ";jsessionid=1" from ";jsess;jsessionid=1ionid=2" makes a new one.
+        previous = None
+        while path != previous:
+            previous, path = path, rules._path_session.sub(drop_session, path)
+    if "//" in path and (rule is None or not rule.is_off("slashes")):
+        path = _SLASH_RUN.sub("/", path)
         if fired is not None:
             fired.append("slashes")
+    return path
 
-    new_query = query
-    if question:
-        params = query.split("&")
-        kept = []
-        for param in params:
-            name = param.partition("=")[0]
-            if rule is None:
-                lowered = name.lower()
-                if lowered not in rules._droppable and not lowered.startswith(
-                    rules._droppable_prefixes
-                ):
-                    kept.append(param)
-                    continue
-            reason = rules.drop_reason(name, rule)
-            if reason is None:
+
+def _rewrite_query(
+    query: str, rules: RuleSet, rule: HostRule | None, fired: list[str] | None
+) -> str:
+    """``query`` without the parameters the rules drop (``query`` itself if none)."""
+    params = query.split("&")
+    kept = []
+    for param in params:
+        name = param.partition("=")[0]
+        if rule is None:  # fast path: only the global lists can drop it
+            lowered = name.lower()
+            if lowered not in rules._droppable and not lowered.startswith(
+                rules._droppable_prefixes
+            ):
                 kept.append(param)
-            elif fired is not None:
-                fired.append(reason)
-        if len(kept) != len(params):
-            new_query = "&".join(kept)
+                continue
+        reason = rules.drop_reason(name, rule)
+        if reason is None:
+            kept.append(param)
+        elif fired is not None:
+            fired.append(reason)
+    return query if len(kept) == len(params) else "&".join(kept)
 
+
+def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Identity | None, str]:
+    """(stage-1 form, identity, key) of ``url``; rule names appended to ``fired`` if given.
+
+    The provider identity is read from the rewritten URL, so that a URL the rules make equal
+    to a video's URL gets the video's key, and a key's URL is its own key.
+    """
+    canonical = canonicalize(url)
+    authority_start = canonical.index("://") + 3
+    path_start = canonical.index("/", authority_start)
+    host = canonical[authority_start:path_start].rpartition("@")[2]
+    if not host.startswith("["):
+        host = host.partition(":")[0]
+    path, question, query = canonical[path_start:].partition("?")
+    rule = rules.host_rule(host, path)
+
+    new_path = _rewrite_path(path, rules, rule, fired)
+    if new_path != path:
+        rule = rules.host_rule(host, new_path)
+    new_query = _rewrite_query(query, rules, rule, fired) if question else query
     if new_path == path and new_query is query:
-        return canonical, None, f"{rules.version}|{canonical}"
-    prefix = canonical[:path_start]
-    rewritten = f"{prefix}{new_path}?{new_query}" if new_query else f"{prefix}{new_path}"
+        rewritten = canonical
+    else:
+        prefix = canonical[:path_start]
+        rewritten = f"{prefix}{new_path}?{new_query}" if new_query else f"{prefix}{new_path}"
+
+    if rule is None or not rule.is_off("identity"):
+        identity = identify(rewritten)
+        if identity is not None and (
+            rule is None or not rule.is_off("identity", identity.provider)
+        ):
+            if fired is not None:
+                fired.append(f"identity:{identity.provider}")
+            return canonical, identity, f"{rules.version}|{identity.key}"
     return canonical, None, f"{rules.version}|{rewritten}"
 
 
