@@ -67,6 +67,8 @@ _AUTHORITY = re.compile(
 )
 _DEFAULT_PORTS = frozenset({None, "", "80", "443"})
 _URL_JUNK = "".join(map(chr, range(0x21)))
+# Browsers drop tabs and newlines anywhere in a URL and read "\\" as "/" in http(s) paths.
+_BROWSER_CLEANUP = str.maketrans({"\t": None, "\n": None, "\r": None, "\\": "/"})
 
 # --- YouTube ---------------------------------------------------------------------------------
 
@@ -385,7 +387,8 @@ def _locate(url: str) -> tuple[str, Parser, str] | None:
 
 
 def _read(provider: str, parse: Parser, rest: str, *, unwrap: bool) -> Identity | None:
-    path, _, query = rest.partition("#")[0].rstrip(_URL_JUNK).replace("\\", "/").partition("?")
+    rest = rest.partition("#")[0].rstrip(_URL_JUNK).translate(_BROWSER_CLEANUP)
+    path, _, query = rest.partition("?")
     result = parse(_path_segments(path), _parse_query(query) if query else {})
     if not isinstance(result, str):
         return result
