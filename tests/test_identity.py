@@ -371,3 +371,44 @@ def test_raw_and_stage1_canonical_urls_give_the_same_identity() -> None:
         assert identify(canonical) == identify(row["url"]), (row["url"], canonical)
         checked += 1
     assert checked > 400
+
+
+SPELLED_VIDEOS = {
+    "https://www.youtube.com/watch?v=kJQP7kiw5Fk&list=RDkJQP7kiw5Fk": "youtube:kJQP7kiw5Fk",
+    "https://youtu.be/kJQP7kiw5Fk?t=42": "youtube:kJQP7kiw5Fk",
+    "https://vimeo.com/channels/staffpicks/143603739": "vimeo:143603739",
+    "https://player.vimeo.com/video/36881035?h=f9ad567296": "vimeo:36881035",
+    "https://www.dailymotion.com/video/x82nygx?playlist=x5nmbq": "dailymotion:x82nygx",
+    "https://www.bilibili.com/video/BV1ms411Q7vw/?p=4": "bilibili:BV1ms411Q7vw:p4",
+    "https://www.bilibili.com/video/av1074402/": "bilibili:BV11x411K7CN",
+}
+
+
+@st.composite
+def respelled(draw: st.DrawFn) -> tuple[str, str]:
+    """A video URL spelled differently: host case, percent-escapes, extra params, fragment."""
+    url, key = draw(st.sampled_from(sorted(SPELLED_VIDEOS.items())))
+    scheme, _, rest = url.partition("://")
+    host, _, tail = rest.partition("/")
+    host = "".join(c.upper() if draw(st.booleans()) else c for c in host)
+    tail = "".join(
+        f"%{ord(c):02X}" if c.isalnum() and draw(st.integers(0, 9)) == 0 else c for c in tail
+    )
+    path, _, query = tail.partition("?")
+    params = [p for p in query.split("&") if p]
+    extra = draw(st.lists(st.sampled_from(["utm_source=x", "si=9xQd1Kk2", "feature=share", ""])))
+    params = draw(st.permutations(params + extra))
+    fragment = draw(st.sampled_from(["", "#", "#t=42", "#video=x1e2b95"]))
+    query = f"?{'&'.join(params)}" if params else ""
+    return (
+        f"{scheme.upper() if draw(st.booleans()) else scheme}://{host}/{path}{query}{fragment}",
+        key,
+    )
+
+
+@given(respelled())
+def test_respelled_videos_keep_their_key_raw_and_canonical(case: tuple[str, str]) -> None:
+    url, key = case
+    raw = identify(url)
+    assert raw is not None and raw.key == key, url
+    assert identify(canonicalize(url)) == raw

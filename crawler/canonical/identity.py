@@ -215,17 +215,8 @@ def _dailymotion_short(segments: list[str], query: Query) -> Identity | None:
 
 _BV_ALPHABET = "FcwAPNKTMug3GV5Lj7EJnHpWsx4tb8haYeviqBz6rkCy12mUSDQX9RdoZf"
 _BV_DIGIT = {char: value for value, char in enumerate(_BV_ALPHABET)}
-_BV_POSITIONS = (
-    8,
-    7,
-    0,
-    5,
-    1,
-    3,
-    2,
-    4,
-    6,
-)  # where each base-58 digit goes, least significant first
+# Where each base-58 digit goes among the 9 characters after "BV1", least significant first.
+_BV_POSITIONS = (8, 7, 0, 5, 1, 3, 2, 4, 6)
 _BV_XOR = 23442827791579
 _AV_LIMIT = 1 << 51
 _AV = re.compile(r"av([1-9][0-9]{0,15})")
