@@ -33,7 +33,11 @@ PROVIDERS = frozenset({"youtube", "vimeo", "dailymotion", "bilibili"})
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """One provider video; ``part`` is a Bilibili page number >= 2 (part 1 is the video itself)."""
+    """One provider video.
+
+    ``id`` is the provider's own id in one canonical form (Bilibili: the BV id, also for ``av``
+    links); ``part`` is a Bilibili page number >= 2, since part 1 is the video itself.
+    """
 
     provider: str
     id: str
