@@ -16,12 +16,12 @@ _UNRESERVED_ESCAPES.update({key.lower(): char for key, char in _UNRESERVED_ESCAP
 
 _SUB_DELIMS_BUT_QUOTE = r"!$&()*+,;="
 _USERINFO_SAFE = r"A-Za-z0-9\-._~'" + _SUB_DELIMS_BUT_QUOTE + ":"
-_PATH_SAFE = _USERINFO_SAFE + "@/"
+PATH_SAFE = _USERINFO_SAFE + "@/"
 #: ``'`` is a sub-delim, but browsers and Scrapy (w3lib) send it as ``%27`` in a query, so the
 #: two spellings are the same request.
-_QUERY_SAFE = r"A-Za-z0-9\-._~" + _SUB_DELIMS_BUT_QUOTE + ":@/?"
+QUERY_SAFE = r"A-Za-z0-9\-._~" + _SUB_DELIMS_BUT_QUOTE + ":@/?"
 #: Everything RFC 3986 allows anywhere in a URI (unreserved, reserved, and ``%``).
-_URI_SAFE = _PATH_SAFE + r"?#\[\]%"
+_URI_SAFE = PATH_SAFE + r"?#\[\]%"
 
 
 def percent_encode(char: str) -> str:
@@ -52,8 +52,8 @@ def _normalizer(safe: str) -> Callable[[str], str]:
 
 
 normalize_userinfo = _normalizer(_USERINFO_SAFE)
-normalize_path = _normalizer(_PATH_SAFE)
-normalize_query = _normalizer(_QUERY_SAFE)
+normalize_path = _normalizer(PATH_SAFE)
+normalize_query = _normalizer(QUERY_SAFE)
 
 _UNSAFE = re.compile(rf"%(?![0-9A-Fa-f]{{2}})|[^{_URI_SAFE}]")
 

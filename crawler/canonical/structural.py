@@ -28,7 +28,13 @@ from __future__ import annotations
 import re
 
 from crawler.canonical._host import HostError, normalize_host
-from crawler.canonical._percent import normalize_path, normalize_query, normalize_userinfo
+from crawler.canonical._percent import (
+    PATH_SAFE,
+    QUERY_SAFE,
+    normalize_path,
+    normalize_query,
+    normalize_userinfo,
+)
 from crawler.canonical.errors import InvalidURL
 
 #: Longest accepted URL (without its fragment), before and after normalization: 8 KiB, the
@@ -40,6 +46,13 @@ _STRIP = "".join(map(chr, range(0x21)))
 _TAB_NEWLINE = str.maketrans("", "", "\t\n\r")
 SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _AUTHORITY_END = re.compile(r"[/?]")
+#: An already clean URL (lowercase scheme, plain host, no userinfo, nothing to percent-encode or
+#: decode in path and query) skips cleaning and percent-normalization: the common case, fast.
+_CLEAN_URL = re.compile(
+    rf"(https?)://([A-Za-z0-9.\-_]+)(?::([0-9]*))?"
+    rf"(/[{PATH_SAFE}]*)?(?:\?([{QUERY_SAFE}]*))?(?:#.*)?",
+    re.DOTALL,
+)
 
 
 def clean_input(url: str) -> str:
@@ -67,8 +80,18 @@ def remove_dot_segments(path: str) -> str:
     return "/".join(output)
 
 
-def _param_key(param: str) -> str:
-    return param.partition("=")[0]
+def _host_port(host: str, port: str | None, scheme: str, url: str) -> str:
+    """Canonical ``host[:port]``: host via the cached WHATWG parser, default/empty port dropped."""
+    try:
+        host = normalize_host(host)
+    except HostError as error:
+        raise InvalidURL("bad-host", url, str(error)) from None
+    if not port:
+        return host
+    if not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise InvalidURL("bad-port", url, f"port {port[:20]!r}")
+    port = str(int(port))
+    return host if port == DEFAULT_PORTS[scheme] else f"{host}:{port}"
 
 
 def _normalize_authority(authority: str, scheme: str, url: str) -> str:
@@ -81,16 +104,7 @@ def _normalize_authority(authority: str, scheme: str, url: str) -> str:
         port = port[1:]
     else:
         host, _, port = hostport.partition(":")
-    if port:
-        if not (port.isascii() and port.isdigit()) or int(port) > 65535:
-            raise InvalidURL("bad-port", url, f"port {port[:20]!r}")
-        port = str(int(port))
-    try:
-        host = normalize_host(host)
-    except HostError as error:
-        raise InvalidURL("bad-host", url, str(error)) from None
-    if port and port != DEFAULT_PORTS[scheme]:
-        host = f"{host}:{port}"
+    host = _host_port(host, port, scheme, url)
     if at:
         user, _, password = normalize_userinfo(userinfo).partition(":")
         if password:  # only the first ":" separates; the password's own are data (as WHATWG)
@@ -100,24 +114,14 @@ def _normalize_authority(authority: str, scheme: str, url: str) -> str:
     return host
 
 
-def _normalize_query(query: str) -> str:
-    params = [param for param in normalize_query(query).split("&") if param]
-    if len(params) > 1:
-        params.sort(key=_param_key)
-    return "&".join(params)
+def _split_clean(match: re.Match[str]) -> tuple[str, str, str, str]:
+    """Fast path: a URL :data:`_CLEAN_URL` matched needs no cleaning or percent-normalization."""
+    scheme, host, port, path, query = match.groups()
+    return scheme, _host_port(host, port, scheme, match.string), path or "/", query or ""
 
 
-def canonicalize(url: str) -> str:
-    """Return the stage-1 canonical form of an absolute http(s) URL.
-
-    >>> canonicalize("HTTP://Example.COM:80/a/./b/../%7euser?b=2&a=1#top")
-    'http://example.com/a/~user?a=1&b=2'
-
-    Raises :class:`InvalidURL` (``reason`` = ``bad-host``, ``bad-port``, ``unsupported-scheme``,
-    ``too-long``, ``not-absolute``, ``bad-url``). Idempotent.
-    """
-    if not isinstance(url, str):
-        raise InvalidURL("bad-url", repr(url), "not a string")
+def _split_any(url: str) -> tuple[str, str, str, str]:
+    """General path: clean, parse and percent-normalize; query parameters not yet sorted."""
     url = clean_input(url)
     hash_index = url.find("#")
     if hash_index >= 0:
@@ -136,18 +140,45 @@ def canonicalize(url: str) -> str:
     start += 2
     authority_end = _AUTHORITY_END.search(url, start)
     end = authority_end.start() if authority_end else len(url)
-    authority = _normalize_authority(url[start:end], scheme, url)
-    path, question, query = url[end:].partition("?")
+    path, _, query = url[end:].partition("?")
     try:
-        if path:
-            path = normalize_path(path)
-            if "/." in path:
-                path = remove_dot_segments(path)
-        else:
-            path = "/"
-        query = _normalize_query(query) if question else ""
+        authority = _normalize_authority(url[start:end], scheme, url)
+        return scheme, authority, normalize_path(path) or "/", normalize_query(query)
     except UnicodeEncodeError:
         raise InvalidURL("bad-url", url, "lone surrogate") from None
+
+
+def _sort_query(query: str) -> str:
+    """Drop empty parameters and sort the rest stably by key (repeated keys keep their order)."""
+    params = query.split("&")
+    if "" in params:
+        params = [param for param in params if param]
+    if len(params) < 2:
+        return "&".join(params)
+    keys = [param.partition("=")[0] for param in params]
+    if keys == sorted(keys):
+        return "&".join(params)
+    order = sorted(range(len(params)), key=keys.__getitem__)  # sorted() is stable
+    return "&".join([params[index] for index in order])
+
+
+def canonicalize(url: str) -> str:
+    """Return the stage-1 canonical form of an absolute http(s) URL.
+
+    >>> canonicalize("HTTP://Example.COM:80/a/./b/../%7euser?b=2&a=1#top")
+    'http://example.com/a/~user?a=1&b=2'
+
+    Raises :class:`InvalidURL` (``reason`` = ``bad-host``, ``bad-port``, ``unsupported-scheme``,
+    ``too-long``, ``not-absolute``, ``bad-url``). Idempotent.
+    """
+    if not isinstance(url, str):
+        raise InvalidURL("bad-url", repr(url), "not a string")
+    clean = _CLEAN_URL.fullmatch(url) if len(url) <= MAX_URL_LENGTH else None
+    scheme, authority, path, query = _split_clean(clean) if clean else _split_any(url)
+    if "/." in path:
+        path = remove_dot_segments(path)
+    if query:
+        query = _sort_query(query)
     result = f"{scheme}://{authority}{path}?{query}" if query else f"{scheme}://{authority}{path}"
     if len(result) > MAX_URL_LENGTH:
         raise InvalidURL("too-long", url, f"more than {MAX_URL_LENGTH} characters once encoded")
