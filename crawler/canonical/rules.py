@@ -55,6 +55,9 @@ RULE_FAMILIES = frozenset({"identity", "tracking", "session", "slashes", "allowl
 #: Scope of a host rule that applies to every host.
 ANY_HOST = "*"
 
+#: Hosts whose rule lookup a ruleset remembers (the cache is emptied when full).
+HOST_CACHE_SIZE = 50_000
+
 _SLASH_RUN = re.compile(r"/{2,}")
 _EMPTY: frozenset[str] = frozenset()
 
@@ -111,6 +114,9 @@ class RuleSet:
     _droppable_prefixes: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _path_session: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     _hosts_with_pages: frozenset[str] = field(init=False, repr=False, compare=False)
+    _host_cache: dict[str, tuple[HostRule | None, str | None]] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not self.version or "|" in self.version:
@@ -127,6 +133,7 @@ class RuleSet:
             "_hosts_with_pages": frozenset(
                 scope.partition("/")[0] for scope in self.hosts if "/" in scope
             ),
+            "_host_cache": {},
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
@@ -158,14 +165,36 @@ class RuleSet:
             hosts=MappingProxyType(hosts),
         )
 
-    def host_rule(self, host: str, path: str) -> HostRule | None:
-        """The rules for ``path`` on ``host`` (stage-1 forms): entries for the host, its parent
-        domains, ``host/path`` pages and :data:`ANY_HOST` combined, the most specific
-        allowlist winning. None when no entry applies (the common case)."""
+    def rule_for(self, authority: str, path: str) -> HostRule | None:
+        """The rules for ``path`` on the host of ``authority`` (stage-1 forms): entries for
+        the host, its parent domains, ``host/path`` pages and :data:`ANY_HOST` combined, the
+        most specific allowlist winning. None when no entry applies (the common case).
+
+        Hosts repeat far more than URLs, so the answer per authority is cached (bounded);
+        hosts with page entries are looked up with their path each time.
+        """
+        cached = self._host_cache.get(authority)
+        if cached is None:
+            host = authority.rpartition("@")[2]
+            if not host.startswith("["):
+                host = host.partition(":")[0]
+            cached = (self._lookup(host, None), host if self._has_pages(host) else None)
+            if len(self._host_cache) >= HOST_CACHE_SIZE:
+                self._host_cache.clear()
+            self._host_cache[authority] = cached
+        return cached[0] if cached[1] is None else self._lookup(cached[1], path)
+
+    def _has_pages(self, host: str) -> bool:
+        return bool(self._hosts_with_pages) and any(
+            host == name or host.endswith("." + name) for name in self._hosts_with_pages
+        )
+
+    def _lookup(self, host: str, path: str | None) -> HostRule | None:
+        """Walk ``host`` and its parent domains, most specific first; pages if ``path``."""
         found: HostRule | None = None
         name = host
         while True:
-            if name in self._hosts_with_pages:
+            if path is not None and name in self._hosts_with_pages:
                 found = _more_general(found, self.hosts.get(name + path))
             found = _more_general(found, self.hosts.get(name))
             dot = name.find(".")
@@ -326,13 +355,12 @@ def _rewrite_query(
     """``query`` without the parameters the rules drop (``query`` itself if none)."""
     params = query.split("&")
     kept = []
+    droppable, droppable_prefixes = rules._droppable, rules._droppable_prefixes
     for param in params:
         name = param.partition("=")[0]
         if rule is None:  # fast path: only the global lists can drop it
             lowered = name.lower()
-            if lowered not in rules._droppable and not lowered.startswith(
-                rules._droppable_prefixes
-            ):
+            if lowered not in droppable and not lowered.startswith(droppable_prefixes):
                 kept.append(param)
                 continue
         reason = rules.drop_reason(name, rule)
@@ -350,17 +378,15 @@ def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Ide
     to a video's URL gets the video's key, and a key's URL is its own key.
     """
     canonical = canonicalize(url)
-    authority_start = canonical.index("://") + 3
+    authority_start = canonical.index("//") + 2
     path_start = canonical.index("/", authority_start)
-    host = canonical[authority_start:path_start].rpartition("@")[2]
-    if not host.startswith("["):
-        host = host.partition(":")[0]
+    authority = canonical[authority_start:path_start]
     path, question, query = canonical[path_start:].partition("?")
-    rule = rules.host_rule(host, path)
+    rule = rules.rule_for(authority, path)
 
-    new_path = _rewrite_path(path, rules, rule, fired)
+    new_path = _rewrite_path(path, rules, rule, fired) if ";" in path or "//" in path else path
     if new_path != path:
-        rule = rules.host_rule(host, new_path)
+        rule = rules.rule_for(authority, new_path)
     new_query = _rewrite_query(query, rules, rule, fired) if question else query
     if new_path == path and new_query is query:
         rewritten = canonical
