@@ -60,6 +60,20 @@ CANON_HOST_RULES: dict[str, dict[str, list[str]]] = {}
 # --- Shared frontier ---------------------------------------------------------------------
 # redis://[:password@]host:port/db or rediss:// for TLS. Unset: embedded, single-process crawl.
 REDIS_URL = os.environ.get("REDIS_URL") or None
+# Prefix of the crawl's keys in Redis; %(spider)s is the spider's name. Workers sharing it share
+# one crawl: the queue (<prefix>:queue), the seen filter (<prefix>:seen), leases and failures.
+# Keep the {braces}: the hash tag puts every key of a crawl on one Redis Cluster slot, which
+# the frontier's atomic Lua scripts need. Use another prefix to start a separate crawl.
+FRONTIER_KEY_PREFIX = "{%(spider)s}"
+# Seconds a worker holds a request it fetches before others may take it over (on the Redis
+# server's clock). A live worker extends its leases every third of this, so it only bounds
+# how long a killed worker's pages wait; keep it well above DOWNLOAD_TIMEOUT.
+FRONTIER_LEASE_TTL = 60.0
+# Requests one worker leases at a time (a small local buffer in front of the downloader).
+FRONTIER_LEASE_BATCH = 16
+# Switches to the shared frontier's scheduler (and its lease middleware) when REDIS_URL is set,
+# including on the command line (-s REDIS_URL=...).
+ADDONS = {"crawler.frontier.addon.RedisFrontierAddon": 0}
 
 # --- Record store ------------------------------------------------------------------------
 # SQLAlchemy URL. Unset: a SQLite file in the working directory (crawl.sqlite).

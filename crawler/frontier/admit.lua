@@ -1,0 +1,41 @@
+-- Admit requests into the frontier, marking their keys seen and queueing the new ones in
+-- one atomic step; when they were produced by handling a leased request (the parent), the
+-- parent's lease is released in the same step, so a crash can never lose them.
+-- ARGV: owner, parent id ('' for none), Bloom capacity, error rate, expansion,
+--       then per request: check ('1': only if its key is new; '0': always), key, score, JSON.
+-- Returns '1'/'0' per request (queued or not), or 'refused' (nothing done) when the parent
+-- may not be released by this owner.
+local owner, parent = ARGV[1], ARGV[2]
+if parent ~= '' and finish(parent, owner) == 0 then
+  return 'refused'
+end
+
+local keys = {}
+for i = 6, #ARGV, 4 do
+  if ARGV[i] == '1' then keys[#keys + 1] = ARGV[i + 1] end
+end
+local added = {}
+local chunk = 1000  -- unpack() is limited by Lua's stack
+for first = 1, #keys, chunk do
+  -- BF.INSERT rather than BF.MADD: a lost filter comes back with the configured parameters.
+  local answers = redis.call('BF.INSERT', SEEN, 'CAPACITY', ARGV[3], 'ERROR', ARGV[4],
+    'EXPANSION', ARGV[5], 'ITEMS', unpack(keys, first, math.min(first + chunk - 1, #keys)))
+  for j = 1, #answers do added[#added + 1] = answers[j] end
+end
+
+local flags, checked = {}, 0
+for i = 6, #ARGV, 4 do
+  local queue_it = true
+  if ARGV[i] == '1' then
+    checked = checked + 1
+    queue_it = added[checked] == 1
+  end
+  if queue_it then
+    local id = string.format('%014x', redis.call('INCR', SEQ))
+    redis.call('ZADD', QUEUE, ARGV[i + 2], id)
+    redis.call('HSET', REQUESTS, id, ARGV[i + 3])
+    redis.call('HSET', SCORES, id, ARGV[i + 2])
+  end
+  flags[#flags + 1] = queue_it and '1' or '0'
+end
+return table.concat(flags)

@@ -1,0 +1,595 @@
+"""The shared frontier: a priority queue of requests in Redis, leased to workers.
+
+Every worker of one crawl (``scrapy crawl SPIDER -s REDIS_URL=...``) shares, under one key
+prefix (``FRONTIER_KEY_PREFIX``, one Redis Cluster hash tag):
+
+- a queue of serialized requests (JSON) ordered by priority, then first in, first out;
+- the RedisBloom seen filter of their dedupe keys;
+- leases: a request handed to a worker stays in Redis, owned by that worker until its
+  lease expires (``FRONTIER_LEASE_TTL`` seconds on the Redis server's clock, extended by the
+  worker's heartbeat every third of it);
+- a record of the requests that failed for good, with the reason.
+
+Each step is one Lua script, so it is atomic (``crawler/frontier/*.lua``):
+
+- **admit**: mark the new requests' keys seen and queue them, and release the lease of the
+  request whose handling produced them (the parent). A lease is released only once every
+  request it produced is in the frontier: a worker killed at any moment loses nothing, its
+  lease expires and another worker fetches the page again.
+- **lease**: requeue expired leases (``frontier/reclaimed``), then lease the best requests.
+- **heartbeat**, **fail** (record the reason, release), **release** (give back on shutdown).
+
+An answer (admit or fail) from a worker whose lease expired is still accepted if nobody has
+leased the request again; if another worker holds it, the answer is refused and dropped
+(``frontier/ack_refused``). That is safe: the other worker fetches the same page and admits
+the same links. So each page is fetched at least once, and twice only when its lease
+expired while it was being fetched (worker killed, or stalled longer than the lease).
+
+Redis being unreachable (restart, failover) never crashes the crawl nor drops an answer:
+answers wait in order in a local outbox, retried with backoff until Redis takes them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
+from scrapy import Request, signals
+
+from crawler.frontier import META_CHECKED, META_KEY
+from crawler.frontier.keys import RequestKeyer, was_checked
+from crawler.frontier.serialize import (
+    RequestNotLoadable,
+    RequestNotSerializable,
+    request_from_json,
+    request_to_json,
+)
+from crawler.redis_client import describe, redis_from_url, require_bloom
+from crawler.seen.redis import RedisBloomSeenFilter
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
+
+logger = logging.getLogger(__name__)
+
+#: ``request.meta`` key holding the id of the lease a request was handed out under.
+LEASE_META = "frontier_lease"
+#: ``request.meta`` flag: already queued in the shared frontier, the scheduler skips it.
+QUEUED_META = "frontier_queued"
+
+#: Errors that mean "Redis is not answering right now": retry later, never give up.
+REDIS_UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError)
+#: The frontier's own client retries briefly (the reactor waits meanwhile); longer outages
+#: are ridden out by the outbox and the scheduler's backoff instead.
+CLIENT_RETRY_ATTEMPTS = 2
+#: Seconds between attempts to deliver the outbox while Redis is unreachable, doubling.
+OUTBOX_RETRY_MIN, OUTBOX_RETRY_MAX = 0.05, 2.0
+#: Most expired leases one lease call puts back in the queue.
+RECLAIM_BATCH = 1000
+
+_SCRIPTS_DIR = Path(__file__).parent
+
+
+@cache
+def _script_source(name: str) -> str:
+    """``<name>.lua`` with the shared helpers of ``common.lua`` in front."""
+    common = (_SCRIPTS_DIR / "common.lua").read_text()
+    return common + "\n" + (_SCRIPTS_DIR / f"{name}.lua").read_text()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _without_lease(meta: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``meta`` without this worker's lease id (never stored nor inherited)."""
+    return {name: value for name, value in meta.items() if name != LEASE_META}
+
+
+@dataclass(frozen=True)
+class FrontierKeys:
+    """The Redis keys of one crawl's frontier, all under one prefix (and hash tag)."""
+
+    queue: str
+    requests: str
+    scores: str
+    leases: str
+    owners: str
+    seq: str
+    seen: str
+    failed: str
+
+    @classmethod
+    def for_prefix(cls, prefix: str) -> Self:
+        return cls(**{field.name: f"{prefix}:{field.name}" for field in fields(cls)})
+
+    @property
+    def all(self) -> list[str]:
+        """Every key, in the order the Lua scripts expect them as ``KEYS``."""
+        return [getattr(self, field.name) for field in fields(self)]
+
+
+def worker_id() -> str:
+    """An owner id for this process's leases: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def failure_reason(exception: BaseException) -> str:
+    """A short, readable reason for a request that failed with ``exception``."""
+    text = str(exception).strip()
+    name = type(exception).__name__
+    return f"{name}: {text}"[:300] if text else name
+
+
+@dataclass
+class _Answer:
+    """One update waiting in the outbox: a script call and what to do with its reply."""
+
+    script: str
+    args: list[Any]
+    #: Handles the reply; returns whether the update changed anything.
+    on_reply: Callable[[Any], bool]
+    #: None until delivered, then what ``on_reply`` returned.
+    outcome: bool | None = None
+
+
+class RedisFrontier:
+    """The frontier of one crawl in Redis, as seen by one worker (see the module docstring).
+
+    Implements :class:`crawler.frontier.Frontier` (``admit``, ``fail``, ``close``) and what
+    :class:`crawler.frontier.scheduler.RedisScheduler` needs: :meth:`enqueue`,
+    :meth:`lease`, :meth:`heartbeat`, :meth:`release_all`, :meth:`is_drained`.
+
+    Stats: ``frontier/queued``, ``frontier/leased``, ``frontier/reclaimed``,
+    ``frontier/acked``, ``frontier/ack_refused``, ``frontier/failed``,
+    ``frontier/unserializable``, ``frontier/unloadable``, ``frontier/lease_lost``,
+    ``frontier/released``, ``frontier/unanswered``, ``frontier/redis_unavailable``; the
+    seen-filter verdicts are counted as in the embedded frontier (``seen/new``, ...).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: FrontierKeys,
+        seen: RedisBloomSeenFilter,
+        keyer: RequestKeyer,
+        stats: StatsCollector,
+        *,
+        lease_ttl: float = 60.0,
+        spider: Spider | None = None,
+        owner: str | None = None,
+    ) -> None:
+        if lease_ttl <= 0:
+            raise ValueError(f"FRONTIER_LEASE_TTL must be positive, got {lease_ttl}")
+        self.client = client
+        self.keys = keys
+        self.seen = seen
+        self.keyer = keyer
+        self.stats = stats
+        self.lease_ttl = lease_ttl
+        self.spider = spider
+        self.owner = owner or worker_id()
+        self._scripts = {
+            name: client.register_script(_script_source(name))
+            for name in ("admit", "lease", "heartbeat", "fail", "release", "counts")
+        }
+        # Leases this worker holds, by id; the request objects are held weakly: a request
+        # dropped without an answer is noticed (see _unanswered) instead of leaking a lease.
+        self._held: dict[str, weakref.finalize] = {}
+        self._alive: weakref.WeakValueDictionary[str, Request] = weakref.WeakValueDictionary()
+        self._responded: set[str] = set()
+        self._lost: set[str] = set()
+        self._outbox: deque[_Answer] = deque()
+        self._flushing = False
+        self._retry_delay = OUTBOX_RETRY_MIN
+        self._retry_call: Any = None
+        self._logged_unserializable = False
+
+    # --- construction ----------------------------------------------------------------
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: BaseSettings,
+        spider_name: str,
+        stats: StatsCollector,
+        spider: Spider | None = None,
+    ) -> Self:
+        """The frontier of ``spider_name`` at ``REDIS_URL``, on its own connection."""
+        retry = Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), CLIENT_RETRY_ATTEMPTS)
+        prefix = settings["FRONTIER_KEY_PREFIX"] % {"spider": spider_name}
+        client = redis_from_url(settings["REDIS_URL"], retry=retry)
+        try:
+            require_bloom(client)
+            keys = FrontierKeys.for_prefix(prefix)
+            seen = RedisBloomSeenFilter(
+                client,
+                keys.seen,
+                capacity=settings.getint("SEEN_FILTER_CAPACITY"),
+                error_rate=settings.getfloat("SEEN_FILTER_ERROR_RATE"),
+                expansion=settings.getint("SEEN_FILTER_EXPANSION"),
+            )
+            keyer = RequestKeyer(stats, settings.getbool("DUPEFILTER_DEBUG"))
+            frontier = cls(
+                client,
+                keys,
+                seen,
+                keyer,
+                stats,
+                lease_ttl=settings.getfloat("FRONTIER_LEASE_TTL"),
+                spider=spider,
+            )
+        except BaseException:
+            client.close()
+            raise
+        logger.info(
+            "Shared frontier %s at %s (worker %s, leases of %ss)",
+            prefix,
+            describe(client),
+            frontier.owner,
+            frontier.lease_ttl,
+        )
+        return frontier
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        assert crawler.spidercls is not None
+        assert crawler.stats is not None
+        frontier = cls.from_settings(
+            crawler.settings, crawler.spidercls.name, crawler.stats, crawler.spider
+        )
+        crawler.signals.connect(frontier.close, signal=signals.spider_closed)
+        return frontier
+
+    # --- admitting requests ----------------------------------------------------------
+
+    def admit(self, parent: Request | None, children: Sequence[Request]) -> list[Request]:
+        """Queue the new ones among ``children`` in Redis and, in the same atomic step,
+        release ``parent``'s lease (when this worker holds it).
+
+        Returns the new ones, as the embedded frontier does, so callers learn the verdict;
+        they are already queued in Redis and marked ``meta[QUEUED_META]``, so when they are
+        handed to the engine anyway the scheduler does not queue them again. While Redis is
+        unreachable the verdict is unknown and every request is returned.
+        """
+        return self._admit(self._take_lease(parent), children)
+
+    def enqueue(self, request: Request) -> bool:
+        """Admit a request the engine scheduled directly (start requests, ``dont_filter``
+        links, and requests that replace a leased one still being downloaded: redirects,
+        retries). A replacement takes over its original's lease atomically.
+
+        Returns False if the request was dropped (a known duplicate, or no valid key)."""
+        if request.meta.get(QUEUED_META):
+            return True
+        lease = request.meta.get(LEASE_META)
+        parent = None
+        if lease in self._held and lease not in self._responded:
+            parent = self._take_lease_id(lease)
+        return bool(self._admit(parent, [request]))
+
+    def _admit(self, parent: str | None, children: Sequence[Request]) -> list[Request]:
+        """One admit script call; the new requests (all of them while Redis is away)."""
+        pairs = self.keyer.keyed(children)
+        entries: list[tuple[Request, str]] = []
+        args: list[Any] = [
+            self.owner,
+            parent or "",
+            self.seen.capacity,
+            self.seen.error_rate,
+            self.seen.expansion,
+        ]
+        for request, key in pairs:
+            try:
+                text = request_to_json(self._stored_form(request, key), self.spider)
+            except RequestNotSerializable as exc:
+                self._count_unserializable(request, exc)
+                continue
+            entries.append((request, key))
+            check = not (request.dont_filter or was_checked(request))
+            args += ["1" if check else "0", key, -request.priority, text]
+        if parent is None and not entries:
+            return []
+        admitted: list[Request] = []
+
+        def on_reply(reply: bytes | str) -> bool:
+            flags = _text(reply)
+            if flags == "refused":
+                self._count_refused(parent)
+                return False
+            if parent is not None:
+                self.stats.inc_value("frontier/acked")
+            fresh = [flag == "1" for flag in flags]
+            self.stats.inc_value("frontier/queued", sum(fresh))
+            admitted.extend(self.keyer.verdicts(entries, fresh))
+            return True
+
+        answer = _Answer("admit", args, on_reply)
+        self._send(answer)
+        if answer.outcome is None:  # waiting for Redis: the verdict is not known yet
+            admitted = [request for request, _ in entries]
+        for request in admitted:
+            request.meta[QUEUED_META] = True
+        return admitted
+
+    @staticmethod
+    def _stored_form(request: Request, key: str) -> Request:
+        """``request`` as it is stored: with its key, without this worker's lease id."""
+        meta = _without_lease(request.meta)
+        meta.pop(QUEUED_META, None)
+        meta[META_KEY] = key
+        # The URL, not True: a copy of the request with another URL is checked again.
+        meta[META_CHECKED] = request.url
+        return request.replace(meta=meta)
+
+    # --- leases ----------------------------------------------------------------------
+
+    def lease(self, count: int) -> list[Request]:
+        """Lease up to ``count`` requests (best priority first) to this worker, after
+        putting expired leases back in the queue. Raises ``REDIS_UNAVAILABLE`` errors."""
+        reply = self._scripts["lease"](
+            keys=self.keys.all,
+            args=[self.owner, count, int(self.lease_ttl * 1000), RECLAIM_BATCH],
+        )
+        reclaimed, pairs = int(reply[0]), reply[1:]
+        if reclaimed:
+            self.stats.inc_value("frontier/reclaimed", reclaimed)
+            logger.info("Requeued %d requests whose lease had expired", reclaimed)
+        leased = []
+        for lease, text in zip(pairs[::2], pairs[1::2], strict=True):
+            lease = _text(lease)
+            try:
+                request = request_from_json(text, self.spider)
+            except RequestNotLoadable as exc:
+                self.stats.inc_value("frontier/unloadable")
+                logger.error("Cannot load leased request %s: %s", lease, exc)
+                self._fail_lease(lease, f"not loadable: {exc}", url="", request_json=_text(text))
+                continue
+            request.meta[LEASE_META] = lease
+            self._hold(lease, request)
+            leased.append(request)
+        self.stats.inc_value("frontier/leased", len(leased))
+        return leased
+
+    def _hold(self, lease: str, request: Request) -> None:
+        self._alive[lease] = request
+        self._held[lease] = weakref.finalize(request, self._unanswered, lease, request.url)
+        self._held[lease].atexit = False
+
+    def _take_lease(self, request: Request | None) -> str | None:
+        """The id of ``request``'s lease if this worker holds it, now no longer held."""
+        if request is None:
+            return None
+        lease = request.meta.get(LEASE_META)
+        return self._take_lease_id(lease) if lease in self._held else None
+
+    def _take_lease_id(self, lease: str) -> str:
+        self._held.pop(lease).detach()
+        self._alive.pop(lease, None)
+        self._responded.discard(lease)
+        self._lost.discard(lease)
+        return lease
+
+    def responded(self, request: Request) -> None:
+        """A response for ``request`` reached the engine: requests scheduled from now on
+        that carry its lease id are its links, no longer its replacements."""
+        lease = request.meta.get(LEASE_META)
+        if lease in self._held:
+            self._responded.add(lease)
+
+    def _unanswered(self, lease: str, url: str) -> None:
+        """A leased request vanished without an answer (e.g. ``IgnoreRequest`` raised while
+        its response was processed): record it as failed rather than refetch it forever.
+        Runs from the garbage collector, so it only queues the update."""
+        if lease not in self._held:
+            return
+        self._take_lease_id(lease)
+        self.stats.inc_value("frontier/unanswered")
+        logger.warning("Request %s (lease %s) was dropped without an answer", url, lease)
+        self._fail_lease(lease, "dropped without an answer", url=url, request_json=None, now=False)
+
+    def heartbeat(self) -> None:
+        """Extend the leases of requests this worker is still working on."""
+        leases = [lease for lease in list(self._alive) if lease not in self._lost]
+        if not leases:
+            return
+        try:
+            lost = self._scripts["heartbeat"](
+                keys=self.keys.all, args=[self.owner, int(self.lease_ttl * 1000), *leases]
+            )
+        except REDIS_UNAVAILABLE as exc:
+            self.stats.inc_value("frontier/redis_unavailable")
+            logger.warning("Cannot extend %d leases, Redis unavailable: %s", len(leases), exc)
+            return
+        if lost:
+            self._lost.update(_text(lease) for lease in lost)
+            self.stats.inc_value("frontier/lease_lost", len(lost))
+            logger.warning(
+                "%d leases expired before their heartbeat (worker stalled or Redis away "
+                "longer than FRONTIER_LEASE_TTL); other workers may fetch them again",
+                len(lost),
+            )
+
+    def release_all(self) -> int:
+        """Give back every lease this worker holds (on shutdown), so other workers need
+        not wait for them to expire. Returns how many went back to the queue."""
+        leases = [self._take_lease_id(lease) for lease in list(self._held)]
+        if not leases:
+            return 0
+        try:
+            released = int(self._scripts["release"](keys=self.keys.all, args=[self.owner, *leases]))
+        except REDIS_UNAVAILABLE as exc:
+            logger.warning("Cannot give back %d leases (they will expire): %s", len(leases), exc)
+            return 0
+        self.stats.inc_value("frontier/released", released)
+        return released
+
+    # --- failures --------------------------------------------------------------------
+
+    def fail(self, request: Request, reason: str) -> None:
+        """``request`` failed for good: record it with ``reason`` and release its lease."""
+        lease = self._take_lease(request)
+        if lease is None:
+            return
+        try:
+            stored: str | None = request_to_json(
+                request.replace(meta=_without_lease(request.meta)), self.spider
+            )
+        except RequestNotSerializable:
+            stored = None
+        self._fail_lease(lease, reason, url=request.url, request_json=stored)
+
+    def _fail_lease(
+        self, lease: str, reason: str, *, url: str, request_json: str | None, now: bool = True
+    ) -> None:
+        record = json.dumps(
+            {
+                "url": url,
+                "reason": reason,
+                "worker": self.owner,
+                "failed_at": time.time(),
+                "request": json.loads(request_json) if request_json else None,
+            }
+        )
+
+        def on_reply(reply: int) -> bool:
+            if int(reply):
+                self.stats.inc_value("frontier/failed")
+                logger.info("Request %s failed for good: %s", url or lease, reason)
+                return True
+            self._count_refused(lease)
+            return False
+
+        self._send(_Answer("fail", [self.owner, lease, url or lease, record], on_reply), now=now)
+
+    # --- delivery of answers ---------------------------------------------------------
+
+    def _send(self, answer: _Answer, now: bool = True) -> None:
+        """Deliver ``answer`` after those already waiting; keep it if Redis is away."""
+        self._outbox.append(answer)
+        if now:
+            self.flush()
+        else:
+            self._schedule_flush(0)
+
+    def flush(self) -> bool:
+        """Deliver waiting answers in order; True when none is left waiting."""
+        if self._flushing:
+            return not self._outbox
+        self._flushing = True
+        try:
+            while self._outbox:
+                answer = self._outbox[0]
+                try:
+                    reply = self._scripts[answer.script](keys=self.keys.all, args=answer.args)
+                except REDIS_UNAVAILABLE as exc:
+                    self.stats.inc_value("frontier/redis_unavailable")
+                    if self._retry_delay == OUTBOX_RETRY_MIN:
+                        logger.warning(
+                            "Redis unavailable (%s); %d frontier updates wait and are retried",
+                            exc,
+                            len(self._outbox),
+                        )
+                    self._schedule_flush(self._retry_delay)
+                    self._retry_delay = min(self._retry_delay * 2, OUTBOX_RETRY_MAX)
+                    return False
+                except redis.RedisError:
+                    # A reply no retry can change (a bug, or a key of the wrong type):
+                    # say so loudly, keep crawling.
+                    logger.exception("Frontier update %s failed; dropped", answer.script)
+                    self.stats.inc_value("frontier/errors")
+                    self._outbox.popleft()
+                    continue
+                self._outbox.popleft()
+                answer.outcome = answer.on_reply(reply)
+            if self._retry_delay != OUTBOX_RETRY_MIN:
+                logger.info("Redis is back; frontier updates delivered")
+            self._retry_delay = OUTBOX_RETRY_MIN
+            return True
+        finally:
+            self._flushing = False
+
+    def _schedule_flush(self, delay: float) -> None:
+        if self._retry_call is not None and self._retry_call.active():
+            return
+        from twisted.internet import reactor
+
+        self._retry_call = reactor.callLater(delay, self.flush)  # type: ignore[attr-defined]
+
+    @property
+    def pending_answers(self) -> int:
+        """Answers not yet delivered to Redis."""
+        return len(self._outbox)
+
+    # --- state -----------------------------------------------------------------------
+
+    def is_drained(self) -> bool:
+        """True when the whole crawl is done: nothing queued, no lease outstanding in any
+        worker, no answer of this worker waiting. Raises ``REDIS_UNAVAILABLE`` errors."""
+        if self._outbox or self._held:
+            return False
+        queued, leased, _failed = self._scripts["counts"](keys=self.keys.all)
+        return queued == 0 and leased == 0
+
+    def counts(self) -> dict[str, int]:
+        """Sizes of the shared state: queued, leased and failed requests, keys seen."""
+        queued, leased, failed = self._scripts["counts"](keys=self.keys.all)
+        info = self.seen.info()
+        return {
+            "queued": queued,
+            "leased": leased,
+            "failed": failed,
+            "seen": info.items_inserted if info else 0,
+        }
+
+    def failures(self) -> dict[str, dict[str, Any]]:
+        """The failed requests' records, by URL."""
+        raw = self.client.hgetall(self.keys.failed)
+        return {_text(url): json.loads(record) for url, record in raw.items()}
+
+    # --- bookkeeping -----------------------------------------------------------------
+
+    def _count_refused(self, lease: str | None) -> None:
+        self.stats.inc_value("frontier/ack_refused")
+        logger.info(
+            "Answer for lease %s refused: it expired and another worker holds it now (that "
+            "worker fetches the page again; the links found here are dropped)",
+            lease,
+        )
+
+    def _count_unserializable(self, request: Request, exc: RequestNotSerializable) -> None:
+        self.stats.inc_value("frontier/unserializable")
+        level = logging.DEBUG if self._logged_unserializable else logging.WARNING
+        self._logged_unserializable = True
+        logger.log(level, "Request %s cannot be queued (dropped): %s", request, exc.reason)
+
+    def close(self) -> None:
+        """Deliver what can be delivered, then release the connection."""
+        if self._retry_call is not None and self._retry_call.active():
+            self._retry_call.cancel()
+        if not self.flush():
+            logger.error(
+                "%d frontier updates could not be delivered before closing; their leases "
+                "will expire and the pages be fetched again",
+                len(self._outbox),
+            )
+        self.client.close()

@@ -1,0 +1,187 @@
+"""Scrapy scheduler and downloader middleware for the shared Redis frontier.
+
+Installed by :class:`crawler.frontier.addon.RedisFrontierAddon` when ``REDIS_URL`` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.exceptions import DontCloseSpider
+from twisted.internet import defer
+from twisted.internet.task import LoopingCall
+
+from crawler.frontier import frontier_for
+from crawler.frontier.redis import REDIS_UNAVAILABLE, RedisFrontier, failure_reason
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between lease attempts while the shared queue is empty: doubling from the first
+#: to the last, back to the first as soon as work appears. Idle workers poll gently.
+POLL_MIN, POLL_MAX = 0.05, 1.0
+
+
+def _redis_frontier(crawler: Crawler) -> RedisFrontier:
+    frontier = frontier_for(crawler)
+    if not isinstance(frontier, RedisFrontier):
+        raise RuntimeError("RedisScheduler needs REDIS_URL: it serves the shared frontier")
+    return frontier
+
+
+class RedisScheduler(BaseScheduler):
+    """Serves requests leased from the shared frontier (:mod:`crawler.frontier.redis`).
+
+    ``next_request`` hands out requests from a small local buffer, refilled with up to
+    ``FRONTIER_LEASE_BATCH`` leases at a time; when the shared queue is empty it polls again
+    after a delay doubling up to one second. The crawl ends only when the whole frontier is
+    drained: nothing queued and no lease outstanding in any worker (another worker may still
+    find links, or die and have its pages requeued). While this worker works, a heartbeat
+    extends its leases every third of ``FRONTIER_LEASE_TTL``. On close, leases not yet
+    answered go back to the queue.
+    """
+
+    def __init__(self, crawler: Crawler, frontier: RedisFrontier, batch_size: int) -> None:
+        self.crawler = crawler
+        self.frontier = frontier
+        self.batch_size = max(1, batch_size)
+        self._buffer: deque[Request] = deque()
+        self._poll_delay = POLL_MIN
+        self._next_poll = 0.0
+        self._wake_call: Any = None
+        self._heartbeat = LoopingCall(self._beat)
+        self._redis_away = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        scheduler = cls(
+            crawler, _redis_frontier(crawler), crawler.settings.getint("FRONTIER_LEASE_BATCH")
+        )
+        crawler.signals.connect(scheduler.spider_idle, signal=signals.spider_idle)
+        return scheduler
+
+    def open(self, spider: Spider) -> None:
+        self.frontier.spider = spider
+        self._heartbeat.start(self.frontier.lease_ttl / 3, now=False)
+
+    def close(self, reason: str) -> None:
+        if self._heartbeat.running:
+            self._heartbeat.stop()
+        if self._wake_call is not None and self._wake_call.active():
+            self._wake_call.cancel()
+        self._buffer.clear()
+        released = self.frontier.release_all()
+        if released:
+            logger.info("Gave back %d leased requests to the shared frontier", released)
+
+    def enqueue_request(self, request: Request) -> bool:
+        return self.frontier.enqueue(request)
+
+    def next_request(self) -> Request | None:
+        if not self._buffer and time.monotonic() >= self._next_poll:
+            self._refill()
+        if not self._buffer:
+            return None
+        request = self._buffer.popleft()
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value("scheduler/dequeued/redis")
+        return request
+
+    def has_pending_requests(self) -> bool:
+        if self._buffer:
+            return True
+        try:
+            return not self.frontier.is_drained()
+        except REDIS_UNAVAILABLE:
+            return True  # cannot tell: keep waiting for Redis
+
+    def spider_idle(self, spider: Spider) -> None:
+        """Keep the spider open while other workers may still add work."""
+        if self.has_pending_requests():
+            raise DontCloseSpider
+
+    def _refill(self) -> None:
+        try:
+            leased = self.frontier.lease(self.batch_size)
+        except REDIS_UNAVAILABLE as exc:
+            if not self._redis_away:
+                logger.warning("Redis unavailable, cannot lease requests (retrying): %s", exc)
+                self._redis_away = True
+            leased = []
+        else:
+            if self._redis_away:
+                logger.info("Redis is back: leasing again")
+                self._redis_away = False
+            self.frontier.flush()
+        if leased:
+            self._buffer.extend(leased)
+            self._poll_delay = POLL_MIN
+            self._next_poll = 0.0
+            return
+        self._next_poll = time.monotonic() + self._poll_delay
+        self._wake_later(self._poll_delay)
+        self._poll_delay = min(self._poll_delay * 2, POLL_MAX)
+
+    def _wake_later(self, delay: float) -> None:
+        """Have the engine ask for requests again after ``delay`` seconds (its own periodic
+        check only comes every 5 s)."""
+        if self._wake_call is not None and self._wake_call.active():
+            return
+        from twisted.internet import reactor
+
+        self._wake_call = reactor.callLater(delay, self._wake_engine)  # type: ignore[attr-defined]
+
+    def _wake_engine(self) -> None:
+        # Scrapy has no public "ask the scheduler again" call; this is what the engine's own
+        # heartbeat calls.
+        slot = getattr(self.crawler.engine, "_slot", None)
+        if slot is not None:
+            slot.nextcall.schedule()
+
+    def _beat(self) -> None:
+        self.frontier.heartbeat()
+        self.frontier.flush()
+
+
+class LeaseMiddleware:
+    """Downloader middleware, next to the engine (lowest order): tells the frontier how each
+    leased request's download ended.
+
+    - A response reached the engine: from now on, requests carrying the lease are the page's
+      links, no longer its replacements (redirects, retries take the lease over).
+    - An exception no other middleware handled (retries exhausted, ``IgnoreRequest`` from
+      robots.txt or the offsite filter...): the request failed for good; the frontier records
+      the reason and releases the lease. A download cancelled by a shutdown is not a failure:
+      the request goes back to the queue when the scheduler closes.
+
+    HTTP error responses (404, 500 after retries) reach the engine as responses: the page's
+    link batch (even empty) releases their lease once ``HttpErrorMiddleware`` filtered them.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        _redis_frontier(self.crawler).responded(request)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        if isinstance(exception, (defer.CancelledError, asyncio.CancelledError)):
+            return
+        _redis_frontier(self.crawler).fail(request, failure_reason(exception))

@@ -1,0 +1,310 @@
+"""The shared Redis frontier, against a real redis-server with RedisBloom: admission (seen
+and queued atomically, once), leases (expiry, reclaim, heartbeat, refusal of a non-owner's
+answer), failures with their reason, drain detection, priority order, Redis restarts."""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis.crc import key_slot
+from scrapy import Request, Spider
+from scrapy.http import JsonRequest
+from scrapy.utils.test import get_crawler
+
+import crawler.settings as project_settings
+from crawler.frontier import META_KEY
+from crawler.frontier.redis import LEASE_META, QUEUED_META, RedisFrontier
+from tests.servers import RedisServer
+
+
+class ExampleSpider(Spider):
+    name = "example"
+
+    def parse(self, response: Any) -> None:
+        """Default callback."""
+
+    def parse_api(self, response: Any, page: int = 0) -> None:
+        """Callback with cb_kwargs."""
+
+
+FRONTIER_SETTINGS = (
+    "FRONTIER_KEY_PREFIX",
+    "SEEN_FILTER_CAPACITY",
+    "SEEN_FILTER_ERROR_RATE",
+    "SEEN_FILTER_EXPANSION",
+)
+
+
+def make_worker(redis_url: str, lease_ttl: float = 60.0) -> RedisFrontier:
+    """One worker's view of the frontier, as a crawl with the project's settings makes it."""
+    settings = {name: getattr(project_settings, name) for name in FRONTIER_SETTINGS}
+    settings.update(REDIS_URL=redis_url, FRONTIER_LEASE_TTL=lease_ttl)
+    crawler = get_crawler(ExampleSpider, settings)
+    spider = ExampleSpider.from_crawler(crawler)
+    assert crawler.stats is not None
+    return RedisFrontier.from_settings(crawler.settings, spider.name, crawler.stats, spider)
+
+
+@pytest.fixture
+def workers(redis_url: str) -> Iterator[list[RedisFrontier]]:
+    made: list[RedisFrontier] = []
+
+    def make(lease_ttl: float = 60.0) -> RedisFrontier:
+        made.append(make_worker(redis_url, lease_ttl))
+        return made[-1]
+
+    yield make  # type: ignore[misc]
+    for worker in made:
+        worker.close()
+
+
+def stat(worker: RedisFrontier, name: str) -> int:
+    return worker.stats.get_value(name, 0)
+
+
+def urls(requests: list[Request]) -> list[str]:
+    return [request.url for request in requests]
+
+
+def test_start_url_admitted_by_every_worker_is_queued_once(workers: Any) -> None:
+    first, second = workers(), workers()
+    start = "https://example.com/"
+    assert urls(first.admit(None, [Request(start)])) == [start]
+    assert second.admit(None, [Request(start)]) == []
+    assert second.admit(None, [Request("https://EXAMPLE.com/?utm_source=x")]) == []
+    assert first.counts()["queued"] == 1
+    assert stat(second, "seen/duplicate") == 2
+
+
+def test_admitted_requests_are_marked_so_the_scheduler_skips_them(workers: Any) -> None:
+    worker = workers()
+    [admitted] = worker.admit(None, [Request("https://example.com/a")])
+    assert admitted.meta[QUEUED_META] is True
+    assert admitted.meta[META_KEY]
+    assert worker.enqueue(admitted) is True  # handed to the engine anyway: not queued again
+    assert worker.counts()["queued"] == 1
+
+
+def test_lease_hands_out_each_request_once_with_its_callback(workers: Any) -> None:
+    first, second = workers(), workers()
+    first.admit(
+        None,
+        [
+            Request("https://example.com/", callback=first.spider.parse),
+            JsonRequest(
+                "https://example.com/api",
+                data={"q": 1},
+                callback=first.spider.parse_api,
+                cb_kwargs={"page": 2},
+            ),
+        ],
+    )
+    leased = second.lease(10)
+    assert urls(leased) == ["https://example.com/", "https://example.com/api"]
+    assert leased[0].callback == second.spider.parse
+    assert isinstance(leased[1], JsonRequest)
+    assert leased[1].cb_kwargs == {"page": 2}
+    assert all(LEASE_META in request.meta for request in leased)
+    assert first.lease(10) == []
+    assert first.counts() | {"seen": 0} == {"queued": 0, "leased": 2, "failed": 0, "seen": 0}
+
+
+def test_priority_order_then_first_in_first_out(workers: Any) -> None:
+    worker = workers()
+    worker.admit(
+        None,
+        [
+            Request("https://example.com/low", priority=-1),
+            Request("https://example.com/normal-1"),
+            Request("https://example.com/high-1", priority=5),
+            Request("https://example.com/normal-2"),
+            Request("https://example.com/high-2", priority=5),
+        ],
+    )
+    worker.admit(None, [Request("https://example.com/normal-3")])
+    assert [request.url.rsplit("/", 1)[1] for request in worker.lease(3)] == [
+        "high-1",
+        "high-2",
+        "normal-1",
+    ]
+    assert [request.url.rsplit("/", 1)[1] for request in worker.lease(10)] == [
+        "normal-2",
+        "normal-3",
+        "low",
+    ]
+
+
+def test_answer_releases_the_lease_and_queues_the_links_atomically(workers: Any) -> None:
+    worker = workers()
+    worker.admit(None, [Request("https://example.com/")])
+    [page] = worker.lease(1)
+    links = [Request(f"https://example.com/{n}") for n in range(3)]
+    links.append(Request("https://example.com/"))  # links back: already seen
+    assert urls(worker.admit(page, links)) == urls(links[:3])
+    assert worker.counts()["leased"] == 0
+    assert worker.counts()["queued"] == 3
+    assert stat(worker, "frontier/acked") == 1
+    # A second answer for the same page has no lease left to release: its links are
+    # admitted like any others, nothing else changes.
+    assert urls(worker.admit(page, [Request("https://example.com/late")])) == [
+        "https://example.com/late"
+    ]
+    assert worker.counts()["queued"] == 4
+    assert stat(worker, "frontier/acked") == 1
+
+
+def test_expired_lease_goes_to_another_worker_and_the_late_answer_is_refused(
+    workers: Any,
+) -> None:
+    slow, other = workers(lease_ttl=0.3), workers(lease_ttl=0.3)
+    slow.admit(None, [Request("https://example.com/")])
+    [page] = slow.lease(1)
+    assert other.lease(1) == []
+    time.sleep(0.4)
+    [again] = other.lease(1)
+    assert again.url == page.url
+    assert stat(other, "frontier/reclaimed") == 1
+
+    assert slow.admit(page, [Request("https://example.com/from-slow")]) == []
+    assert stat(slow, "frontier/ack_refused") == 1
+    assert other.counts()["queued"] == 0  # the refused answer's links were not admitted
+    assert urls(other.admit(again, [Request("https://example.com/from-other")])) == [
+        "https://example.com/from-other"
+    ]
+    assert other.counts() | {"seen": 0} == {"queued": 1, "leased": 0, "failed": 0, "seen": 0}
+
+
+def test_late_answer_is_accepted_while_nobody_else_holds_the_request(workers: Any) -> None:
+    slow, other = workers(lease_ttl=0.3), workers(lease_ttl=0.3)
+    slow.admit(None, [Request("https://example.com/")])
+    [page] = slow.lease(1)
+    time.sleep(0.4)
+    other.lease(0)  # puts the expired lease back in the queue, leases nothing
+    assert other.counts()["queued"] == 1
+    assert urls(slow.admit(page, [Request("https://example.com/link")])) == [
+        "https://example.com/link"
+    ]
+    [only] = other.lease(10)  # the page itself is gone from the queue: answered
+    assert only.url == "https://example.com/link"
+
+
+def test_heartbeat_keeps_a_live_workers_leases(workers: Any) -> None:
+    busy, other = workers(lease_ttl=0.4), workers(lease_ttl=0.4)
+    busy.admit(None, [Request("https://example.com/")])
+    [page] = busy.lease(1)
+    deadline = time.monotonic() + 1.2
+    while time.monotonic() < deadline:
+        busy.heartbeat()
+        assert other.lease(1) == []
+        time.sleep(0.1)
+    del page
+    gc.collect()  # the request was dropped without an answer: recorded, not refetched
+    busy.flush()
+    assert other.lease(1) == []
+    [record] = busy.failures().values()
+    assert record["reason"] == "dropped without an answer"
+    assert stat(busy, "frontier/unanswered") == 1
+
+
+def test_failure_is_recorded_with_its_reason_and_releases_the_lease(workers: Any) -> None:
+    worker = workers()
+    worker.admit(None, [Request("https://example.com/down", meta={"note": "x"})])
+    [request] = worker.lease(1)
+    worker.fail(request, "TimeoutError: took longer than 30 seconds")
+    record = worker.failures()["https://example.com/down"]
+    assert record["reason"] == "TimeoutError: took longer than 30 seconds"
+    assert record["request"]["meta"]["note"] == "x"
+    assert LEASE_META not in record["request"]["meta"]
+    assert worker.counts()["leased"] == 0
+    assert worker.is_drained()
+
+
+def test_drained_only_when_nothing_is_queued_nor_leased_anywhere(workers: Any) -> None:
+    first, second = workers(), workers()
+    assert first.is_drained()
+    first.admit(None, [Request("https://example.com/")])
+    assert not second.is_drained()
+    [page] = first.lease(1)
+    assert not second.is_drained()  # queue empty, but first may still find links
+    first.admit(page, [Request("https://example.com/next")])
+    assert not second.is_drained()
+    [following] = second.lease(1)
+    second.admit(following, [])
+    assert first.is_drained()
+    assert second.is_drained()
+
+
+def test_redirect_takes_over_the_lease_but_links_do_not(workers: Any) -> None:
+    worker = workers()
+    worker.admit(None, [Request("https://example.com/old")])
+    [old] = worker.lease(1)
+    redirected = old.replace(url="https://example.com/new")  # meta (and lease id) copied
+    assert worker.enqueue(redirected)
+    assert worker.counts()["leased"] == 0  # the original's lease went with the redirect
+    [new] = worker.lease(1)
+    assert new.url == "https://example.com/new"
+    worker.responded(new)  # its response reached the engine
+    link = new.replace(url="https://example.com/linked", dont_filter=True)
+    assert worker.enqueue(link)
+    assert worker.counts()["leased"] == 1  # a link does not release the page's lease
+    worker.admit(new, [])
+    assert worker.counts() | {"seen": 0} == {"queued": 1, "leased": 0, "failed": 0, "seen": 0}
+
+
+def test_retry_of_a_leased_request_is_queued_despite_the_seen_key(workers: Any) -> None:
+    worker = workers()
+    worker.admit(None, [Request("https://example.com/flaky")])
+    [flaky] = worker.lease(1)
+    retry = flaky.replace(dont_filter=True)
+    retry.meta["retry_times"] = 1
+    assert worker.enqueue(retry)
+    [again] = worker.lease(1)
+    assert again.url == flaky.url
+    assert again.meta["retry_times"] == 1
+
+
+def test_unkeyable_and_unserializable_links_are_dropped_with_a_count(workers: Any) -> None:
+    worker = workers()
+    admitted = worker.admit(
+        None,
+        [
+            Request("https://example.com/ok"),
+            Request("https://example.com/lambda", callback=lambda response: None),
+            Request("https://example.com/object", meta={"selector": object()}),
+            Request("http://exa mple.com/bad-host"),
+        ],
+    )
+    assert urls(admitted) == ["https://example.com/ok"]
+    assert stat(worker, "frontier/unserializable") == 2
+    assert sum(v for k, v in worker.stats.get_stats().items() if "dupefilter/invalid/" in k) == 1
+    assert worker.counts()["queued"] == 1
+
+
+def test_keys_of_a_crawl_share_one_cluster_slot(workers: Any) -> None:
+    worker = workers()
+    assert {key_slot(key.encode()) for key in worker.keys.all} == {
+        key_slot(worker.keys.queue.encode())
+    }
+    assert worker.keys.queue == "{example}:queue"
+
+
+def test_answers_wait_while_redis_restarts_and_are_delivered_after() -> None:
+    with RedisServer(bloom=True, appendonly=True) as server:
+        worker = make_worker(server.url)
+        worker.admit(None, [Request("https://example.com/")])
+        [page] = worker.lease(1)
+        server.kill()
+        links = [Request("https://example.com/a"), Request("https://example.com/b")]
+        assert urls(worker.admit(page, links)) == urls(links)  # verdict unknown yet
+        assert worker.pending_answers == 1
+        assert not worker.is_drained()
+        server.start()
+        assert worker.flush()
+        assert worker.pending_answers == 0
+        assert worker.counts() | {"seen": 0} == {"queued": 2, "leased": 0, "failed": 0, "seen": 0}
+        assert worker.admit(None, [Request("https://example.com/")]) == []  # seen survived
+        worker.close()
