@@ -12,6 +12,7 @@ which is what Scrapy would do anyway. The fragment is dropped: it is never sent.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from crawler.canonical._host import HostError, normalize_host
 from crawler.canonical._percent import encode_unsafe
@@ -42,20 +43,29 @@ def _merge(base_authority: str | None, base_path: str, path: str) -> str:
     return base_path[: base_path.rfind("/") + 1] + path
 
 
+@lru_cache(maxsize=1024)
+def _parse_base(base_url: str) -> tuple[str | None, str | None, str, str | None]:
+    """(scheme, authority, path, query) of a page URL; cached, as every link on a page shares it."""
+    scheme, authority, path, query = _REFERENCE.match(
+        _slashes_for_backslashes(clean_input(base_url))
+    ).groups()
+    return scheme and scheme.lower(), authority, path, query
+
+
 def _fetchable_authority(authority: str) -> str | None:
-    """Keep the authority as written, IDNA-encoding a non-ASCII host; ``None`` if unusable."""
+    """The authority as written, with a non-ASCII host IDNA-encoded; ``None`` without a host."""
     userinfo, at, hostport = authority.rpartition("@")
-    if not hostport or hostport[0] in ":":
+    if not hostport or hostport[0] == ":":
         return None
     if not hostport.isascii():
         host, colon, port = hostport.rpartition(":")
-        if not colon or not port.isdigit():
+        if not (colon and port.isascii() and port.isdigit()):
             host, colon, port = hostport, "", ""
         try:
             hostport = normalize_host(host) + colon + port
         except HostError:
             return None
-    return f"{encode_unsafe(userinfo)}@{hostport}" if at else encode_unsafe(hostport)
+    return f"{userinfo}@{hostport}" if at else hostport
 
 
 def _resolve(base_url: str, href: str) -> str | None:
@@ -67,9 +77,7 @@ def _resolve(base_url: str, href: str) -> str | None:
     if scheme is not None and scheme not in FETCHABLE_SCHEMES:
         return None
     href = _slashes_for_backslashes(href)
-    base = _REFERENCE.match(_slashes_for_backslashes(clean_input(base_url)))
-    base_scheme, base_authority, base_path, base_query = base.groups()
-    base_scheme = base_scheme.lower() if base_scheme else None
+    base_scheme, base_authority, base_path, base_query = _parse_base(base_url)
 
     if scheme is not None:
         rest = href[len(scheme) + 1 :]
@@ -81,26 +89,20 @@ def _resolve(base_url: str, href: str) -> str | None:
         href = "//" + href.lstrip("/")  # "///host" is "//host" to browsers
     _, authority, path, query = _REFERENCE.match(href).groups()
 
-    if authority is not None:
-        target_authority, target_path, target_query = authority, remove_dot_segments(path), query
-    elif base_scheme not in FETCHABLE_SCHEMES or base_authority is None:
-        return None
-    elif not path:
-        target_authority, target_path = base_authority, base_path
-        target_query = query if query is not None else base_query
-    else:
-        if path[0] != "/":
+    if authority is None:
+        if base_scheme not in FETCHABLE_SCHEMES or base_authority is None:
+            return None
+        authority = base_authority
+        if not path:
+            path = base_path
+            query = query if query is not None else base_query
+        elif path[0] != "/":
             path = _merge(base_authority, base_path, path)
-        target_authority, target_path, target_query = (
-            base_authority,
-            remove_dot_segments(path),
-            query,
-        )
-    fetch_authority = _fetchable_authority(target_authority)
+    fetch_authority = _fetchable_authority(authority)
     if fetch_authority is None:
         return None
-    fetch_url = f"{scheme or base_scheme}://{fetch_authority}{encode_unsafe(target_path) or '/'}"
-    return fetch_url if target_query is None else f"{fetch_url}?{encode_unsafe(target_query)}"
+    fetch_url = f"{scheme or base_scheme}://{fetch_authority}{remove_dot_segments(path) or '/'}"
+    return encode_unsafe(fetch_url if query is None else f"{fetch_url}?{query}")
 
 
 def resolve_link(base_url: str, href: str) -> str | None:

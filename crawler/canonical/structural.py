@@ -65,6 +65,8 @@ def clean_input(url: str) -> str:
 
 def remove_dot_segments(path: str) -> str:
     """RFC 3986 §5.2.4: resolve ``.`` and ``..`` segments (``/a/./b/../c`` -> ``/a/c``)."""
+    if "/." not in path and path[:1] != ".":
+        return path
     segments = path.split("/")
     output: list[str] = []
     for segment in segments:
@@ -175,8 +177,7 @@ def canonicalize(url: str) -> str:
         raise InvalidURL("bad-url", repr(url), "not a string")
     clean = _CLEAN_URL.fullmatch(url) if len(url) <= MAX_URL_LENGTH else None
     scheme, authority, path, query = _split_clean(clean) if clean else _split_any(url)
-    if "/." in path:
-        path = remove_dot_segments(path)
+    path = remove_dot_segments(path)
     if query:
         query = _sort_query(query)
     result = f"{scheme}://{authority}{path}?{query}" if query else f"{scheme}://{authority}{path}"
