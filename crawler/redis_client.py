@@ -1,10 +1,14 @@
 """Redis connections for workers: one helper so every component connects the same way.
 
-Workers must outlive a Redis restart, so clients retry connection errors and timeouts with
-exponential backoff (about 15 s in all before giving up) and check idle connections before use.
+Workers must outlive a Redis restart, so clients retry connection errors and timeouts
+(including "loading the dataset") with exponential backoff, at least 15 s of downtime before
+giving up, and check idle connections before use. A refused password is not retried.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
@@ -19,6 +23,36 @@ HEALTH_CHECK_INTERVAL = 15
 RETRIES = 12
 BACKOFF_BASE = 0.05
 BACKOFF_CAP = 2.0
+
+
+T = TypeVar("T")
+
+
+class _Permanent(Exception):
+    """Carries an error that no retry can fix past redis-py's retry loop."""
+
+    def __init__(self, error: redis.AuthenticationError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class _RetryTransient(Retry):
+    """redis-py's Retry, except for a refused password: AuthenticationError is a subclass of
+    ConnectionError, so plain Retry would wait minutes before reporting it."""
+
+    def call_with_retry(
+        self, do: Callable[[], T], fail: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> T:
+        def attempt() -> T:
+            try:
+                return do()
+            except redis.AuthenticationError as error:
+                raise _Permanent(error) from error
+
+        try:
+            return super().call_with_retry(attempt, fail, *args, **kwargs)
+        except _Permanent as permanent:
+            raise permanent.error from None
 
 
 class RedisSetupError(RuntimeError):
@@ -37,7 +71,7 @@ def redis_from_url(url: str, **options: object) -> redis.Redis:
         "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT,
         "socket_keepalive": True,
         "health_check_interval": HEALTH_CHECK_INTERVAL,
-        "retry": Retry(
+        "retry": _RetryTransient(
             ExponentialWithJitterBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE),
             RETRIES,
             supported_errors=(redis.ConnectionError, redis.TimeoutError, TimeoutError),

@@ -69,6 +69,60 @@ class TLSFiles:
     ca: Path
 
 
+def make_tls_files(directory: Path) -> TLSFiles:
+    """A throw-away CA and a server certificate for 127.0.0.1 signed by it, as PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server_cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(server_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    files = TLSFiles(
+        cert=directory / "server.pem", key=directory / "server.key", ca=directory / "ca.pem"
+    )
+    files.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    files.cert.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
+    files.key.write_bytes(
+        server_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    return files
+
+
 class RedisServer:
     """A private ``redis-server`` on 127.0.0.1.
 
@@ -117,6 +171,8 @@ class RedisServer:
             "--daemonize", "no",
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", "always",
+            # DEBUG SLEEP / DEBUG RELOAD for tests that stall or reload the server.
+            "--enable-debug-command", "local",
         ]  # fmt: skip
         if self.tls:
             command += [

@@ -1,0 +1,229 @@
+"""RedisBloom seen filter and Redis connections, against real redis-server processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from scrapy.settings import Settings
+
+from crawler.redis_client import RedisSetupError, redis_from_url
+from crawler.seen import SeenFilter
+from crawler.seen.redis import RedisBloomSeenFilter
+from tests.servers import RedisServer, make_tls_files
+
+WORKERS = 8
+SHARED_KEYS = 2000
+
+
+def settings_for(url: str, **overrides: object) -> Settings:
+    settings = Settings()
+    settings.setmodule("crawler.settings")
+    settings.set("REDIS_URL", url)
+    settings.update(overrides)
+    return settings
+
+
+def page_keys(count: int, site: str = "example.com") -> list[str]:
+    return [
+        f"v1|https://www.{site}/catalogue/category/books_{n}/page-{n % 50}.html"
+        for n in range(count)
+    ]
+
+
+def test_reports_new_keys_once(redis_url: str) -> None:
+    seen = RedisBloomSeenFilter.from_settings(settings_for(redis_url), "books")
+    assert isinstance(seen, SeenFilter)
+    first, second, third = page_keys(3)
+    assert seen.add_many([first, second, first]) == [True, True, False]
+    assert seen.add_many([second, third]) == [False, True]
+    assert seen.add_many([]) == []
+    seen.close()
+
+
+def test_workers_of_one_spider_share_the_filter(redis_url: str) -> None:
+    settings = settings_for(redis_url)
+    one = RedisBloomSeenFilter.from_settings(settings, "books")
+    other = RedisBloomSeenFilter.from_settings(settings, "books")
+    another_spider = RedisBloomSeenFilter.from_settings(settings, "quotes")
+    keys = page_keys(10)
+    assert one.add_many(keys) == [True] * 10
+    assert other.add_many(keys) == [False] * 10
+    assert another_spider.add_many(keys) == [True] * 10
+    for seen in (one, other, another_spider):
+        seen.close()
+
+
+def _add_shared_keys(url: str, seed: int, start: threading.Barrier) -> None:
+    """One worker process: add the shared keys in its own order, in batches; record which
+    keys it was told are new."""
+    keys = page_keys(SHARED_KEYS)
+    random.Random(seed).shuffle(keys)
+    seen = RedisBloomSeenFilter.from_settings(settings_for(url), "books")
+    start.wait(timeout=60)
+    new = []
+    for offset in range(0, len(keys), 25):
+        batch = keys[offset : offset + 25]
+        new += [key for key, is_new in zip(batch, seen.add_many(batch), strict=True) if is_new]
+    seen.client.rpush("test:new", json.dumps(new))
+    seen.close()
+
+
+def test_concurrent_processes_get_each_key_new_exactly_once(redis_url: str) -> None:
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(WORKERS)
+    workers = [
+        context.Process(target=_add_shared_keys, args=(redis_url, seed, start))
+        for seed in range(WORKERS)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert [worker.exitcode for worker in workers] == [0] * WORKERS
+    client = redis.Redis.from_url(redis_url)
+    reports = [json.loads(report) for report in client.lrange("test:new", 0, -1)]
+    client.close()
+    assert len(reports) == WORKERS
+    new_keys = [key for report in reports for key in report]
+    assert len(new_keys) == SHARED_KEYS
+    assert set(new_keys) == set(page_keys(SHARED_KEYS))
+
+
+def test_redis_without_bloom_module_gives_the_fix() -> None:
+    with (
+        RedisServer(bloom=False) as server,
+        pytest.raises(RedisSetupError, match=r"no Bloom module: .*--loadmodule"),
+    ):
+        RedisBloomSeenFilter.from_settings(settings_for(server.url), "books")
+
+
+def test_unreachable_redis_is_a_clear_error() -> None:
+    with RedisServer(bloom=False) as server:
+        url = server.url
+    with pytest.raises(RedisSetupError, match=r"cannot reach Redis at redis://127\.0\.0\.1"):
+        RedisBloomSeenFilter.from_settings(settings_for(url), "books")
+
+
+def test_key_of_another_type_is_refused(redis_client: redis.Redis, redis_url: str) -> None:
+    redis_client.set("books:seen", "something else")
+    with pytest.raises(RedisSetupError, match="holds a string, not a Bloom filter"):
+        RedisBloomSeenFilter.from_settings(settings_for(redis_url), "books")
+    assert redis_client.get("books:seen") == b"something else"
+
+
+def test_password_from_the_url() -> None:
+    password = "p@ss word/:1"
+    with RedisServer(password=password) as server:
+        seen = RedisBloomSeenFilter.from_settings(settings_for(server.url), "books")
+        assert seen.add_many(page_keys(2)) == [True, True]
+        seen.close()
+        with pytest.raises(redis.AuthenticationError):
+            redis_from_url(f"redis://127.0.0.1:{server.port}/0").ping()
+
+
+def test_tls_with_rediss_url(tmp_path: Path) -> None:
+    tls = make_tls_files(tmp_path)
+    with RedisServer(tls=tls) as server:
+        assert server.url.startswith("rediss://")
+        url = f"{server.url}?ssl_ca_certs={tls.ca}"
+        seen = RedisBloomSeenFilter.from_settings(settings_for(url), "books")
+        assert seen.add_many(page_keys(2)) == [True, True]
+        seen.close()
+        # The same port refuses plain connections, so the data above did travel over TLS.
+        plain = redis_from_url(f"redis://127.0.0.1:{server.port}/0", retry=None)
+        with pytest.raises(redis.ConnectionError):
+            plain.ping()
+
+
+def test_reserves_the_configured_size(redis_url: str) -> None:
+    settings = settings_for(redis_url, SEEN_FILTER_CAPACITY=5000, SEEN_FILTER_EXPANSION=4)
+    seen = RedisBloomSeenFilter.from_settings(settings, "books")
+    seen.add_many(page_keys(100))
+    info = seen.info()
+    assert info is not None
+    assert (info.capacity, info.items_inserted, info.filters, info.expansion) == (5000, 100, 1, 4)
+    # -ln(0.001) / ln(2)^2 bits per key, halved error rate for the first of the scaling filters.
+    assert 5000 * 1.7 < info.size_bytes < 5000 * 2.2
+    seen.add_many(page_keys(6000, site="example.org"))
+    grown = seen.info()
+    assert grown is not None
+    assert (grown.capacity, grown.filters) == (5000 + 20000, 2)
+    seen.close()
+
+
+def test_existing_filter_with_other_error_rate_is_kept_with_a_warning(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = RedisBloomSeenFilter.from_settings(settings_for(redis_url), "books")
+    first.add_many(page_keys(5))
+    with caplog.at_level(logging.WARNING, logger="crawler.seen.redis"):
+        second = RedisBloomSeenFilter.from_settings(
+            settings_for(redis_url, SEEN_FILTER_ERROR_RATE=0.01), "books"
+        )
+    assert "{'error_rate': 0.001}; settings say {'error_rate': 0.01}" in caplog.text
+    assert second.add_many(page_keys(5)) == [False] * 5
+    for seen in (first, second):
+        seen.close()
+
+
+def test_same_settings_do_not_warn(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="crawler.seen.redis"):
+        for _worker in range(2):
+            RedisBloomSeenFilter.from_settings(settings_for(redis_url), "books").close()
+    assert caplog.records == []
+
+
+def test_lost_filter_comes_back_with_configured_parameters(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    settings = settings_for(redis_url, SEEN_FILTER_CAPACITY=5000)
+    seen = RedisBloomSeenFilter.from_settings(settings, "books")
+    seen.add_many(page_keys(5))
+    redis_client.flushall()  # e.g. a Redis restarted without persistence
+    assert seen.info() is None
+    assert seen.add_many(page_keys(5)) == [True] * 5
+    info = seen.info()
+    assert info is not None
+    assert (info.capacity, info.items_inserted) == (5000, 5)
+    seen.close()
+
+
+def test_worker_survives_a_redis_restart() -> None:
+    with RedisServer(appendonly=True) as server:
+        seen = RedisBloomSeenFilter.from_settings(settings_for(server.url), "books")
+        before = page_keys(10)
+        assert seen.add_many(before) == [True] * 10
+        server.kill()
+        restarter = threading.Timer(1.0, server.start)
+        restarter.start()
+        after = page_keys(10, site="example.org")
+        # Blocks, retrying, until the server is back; the AOF kept the keys added before.
+        assert seen.add_many(before + after) == [False] * 10 + [True] * 10
+        restarter.join()
+        seen.close()
+
+
+def test_batch_whose_reply_is_lost_still_reports_its_new_keys(redis_url: str) -> None:
+    seen = RedisBloomSeenFilter(
+        redis_from_url(redis_url, socket_timeout=0.3), "books:seen", 1000, 0.001
+    )
+    stall = redis_from_url(redis_url)
+    # Redis sleeps, then runs the batch; the client has given up waiting and sends it again.
+    stalling = threading.Thread(target=stall.execute_command, args=("DEBUG", "SLEEP", "0.5"))
+    stalling.start()
+    time.sleep(0.05)
+    started = time.monotonic()
+    assert seen.add_many(page_keys(3)) == [True] * 3
+    assert time.monotonic() - started > 0.3  # the first reply really was lost
+    stalling.join()
+    assert seen.add_many(page_keys(3)) == [False] * 3
+    seen.client.close()
+    stall.close()
