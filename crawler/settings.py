@@ -77,13 +77,45 @@ ADDONS = {"crawler.frontier.addon.RedisFrontierAddon": 0}
 
 # --- Record store ------------------------------------------------------------------------
 # SQLAlchemy URL. Unset: a SQLite file in the working directory (crawl.sqlite).
+# postgresql://user@host/db (or postgres://) uses the psycopg 3 driver; many workers may share it.
 STORE_URL = os.environ.get("STORE_URL") or None
+# Records are buffered and written in one transaction every STORE_BATCH_SIZE records, every
+# STORE_FLUSH_INTERVAL seconds (checked at the next record) and when the spider closes.
+STORE_BATCH_SIZE = 500
+STORE_FLUSH_INTERVAL = 5.0
+
+# --- Redirects ---------------------------------------------------------------------------
+# Hops per redirect chain: the hop that reaches the cap is recorded, its target not fetched
+# (the chain ends as "too-many-hops"). Replaces Scrapy's REDIRECT_MAX_TIMES.
+REDIRECT_MAX_HOPS = 10
+
+# --- SSRF guard --------------------------------------------------------------------------
+# Refuse requests, redirect hops and DNS answers that reach loopback, private, link-local,
+# unique-local, CGNAT, multicast or cloud-metadata addresses, except on the hosts the crawl was
+# started on and those listed in SSRF_ALLOWED_HOSTS (names or addresses; env: comma-separated).
+SSRF_GUARD_ENABLED = True
+SSRF_ALLOWED_HOSTS = [h for h in os.environ.get("SSRF_ALLOWED_HOSTS", "").split(",") if h]
+# The resolver half of the guard: refuses private answers before any connection is made.
+TWISTED_DNS_RESOLVER = "middlewares.ssrf.SSRFGuardResolver"
 
 # --- Wiring ------------------------------------------------------------------------------
 SPIDER_MIDDLEWARES = {
     # Low order = closest to the engine: sees the page's final output and checks all of its
     # links against the seen filter in one batch.
     "middlewares.linkbatch.BatchDedupeMiddleware": 10,
+    # High order = closest to the spider: the canonical URL it adds passes Scrapy's depth and
+    # referer middlewares and joins the page's link batch.
+    "middlewares.canonical_hints.CanonicalHintsMiddleware": 950,
+}
+DOWNLOADER_MIDDLEWARES = {
+    # Before robots.txt (100): a refused host gets no request at all, not even robots.txt.
+    "middlewares.ssrf.SSRFGuardMiddleware": 50,
+    # Below RetryMiddleware (550): sees only failures retries gave up on.
+    "middlewares.redirects.ChainFailureMiddleware": 60,
+    # Replaces Scrapy's two redirect middlewares; after decompression (590) for meta refresh.
+    "scrapy.downloadermiddlewares.redirect.RedirectMiddleware": None,
+    "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware": None,
+    "middlewares.redirects.RedirectChainMiddleware": 580,
 }
 EXTENSIONS = {
     "crawler.summary.CrawlSummary": 500,

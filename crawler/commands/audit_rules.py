@@ -1,0 +1,154 @@
+"""``scrapy audit-rules``: what the current canonicalization rules would change, before anyone
+rebuilds a Bloom filter with them.
+
+The store keeps every URL the crawl fetched or was redirected through with the key it had
+(``url_aliases``). This command recomputes each URL's key under the rules in force now
+(``crawler.canonical`` plus ``CANON_HOST_RULES``) and compares the two partitions of URLs:
+
+* a **merge**: URLs that had different keys now share one. A false merge is silent data loss
+  (the second page is never fetched again), so review these first;
+* a **split**: URLs that shared a key now have different ones (a recrawl of duplicates);
+* **rejected**: URLs the new rules refuse (``InvalidURL``, with the reason).
+
+Keys carry their rule version, so the comparison is between groupings, not key strings.
+Formats: ``text`` (a summary and each change) or ``jsonl`` (one change per line). Exit status
+1 when a merge is found, so a deploy script can stop on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TextIO
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from crawler.canonical import InvalidURL, dedupe_key
+from crawler.canonical.rules import rules_from_settings
+from pipelines.store import SqlRecordStore, StoreMissing
+
+
+@dataclass
+class Audit:
+    """How the stored URL -> key assignment changes under new rules."""
+
+    urls: int = 0
+    unchanged_groups: int = 0
+    merges: list[dict[str, Any]] = field(default_factory=list)
+    splits: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+
+    def changes(self) -> list[dict[str, Any]]:
+        return [*self.merges, *self.splits, *self.rejected]
+
+
+def audit(aliases: Iterable[tuple[str, str]], new_key: Callable[[str], str]) -> Audit:
+    """Compare the stored ``(url, key)`` pairs with ``new_key(url)``."""
+    result = Audit()
+    by_old: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    by_new: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for url, old in aliases:
+        result.urls += 1
+        try:
+            new = new_key(url)
+        except InvalidURL as exc:
+            result.rejected.append(
+                {"change": "rejected", "url": url, "old_key": old, "reason": exc.reason}
+            )
+            continue
+        by_old[old][new].append(url)
+        by_new[new][old].append(url)
+    for new, olds in sorted(by_new.items()):
+        if len(olds) > 1:
+            result.merges.append(
+                {
+                    "change": "merge",
+                    "new_key": new,
+                    "old_keys": sorted(olds),
+                    "urls": sorted(url for urls in olds.values() for url in urls),
+                }
+            )
+    for old, news in sorted(by_old.items()):
+        if len(news) > 1:
+            result.splits.append(
+                {
+                    "change": "split",
+                    "old_key": old,
+                    "new_keys": sorted(news),
+                    "urls": sorted(url for urls in news.values() for url in urls),
+                }
+            )
+        elif not any(len(by_new[new]) > 1 for new in news):
+            result.unchanged_groups += 1
+    return result
+
+
+def write_text(result: Audit, stored_version: str, new_version: str, out: TextIO) -> None:
+    out.write(
+        f"Rules {stored_version} (stored) -> {new_version} (current): {result.urls} URLs\n"
+        f"  unchanged keys: {result.unchanged_groups}\n"
+        f"  merges:         {len(result.merges)}  (different keys that would become one)\n"
+        f"  splits:         {len(result.splits)}  (one key that would become several)\n"
+        f"  rejected URLs:  {len(result.rejected)}\n"
+    )
+    for change in result.merges:
+        out.write(f"\nMERGE into {change['new_key']}\n")
+        out.writelines(f"  was {old}\n" for old in change["old_keys"])
+    for change in result.splits:
+        out.write(f"\nSPLIT {change['old_key']}\n")
+        out.writelines(f"  into {new}\n" for new in change["new_keys"])
+    for change in result.rejected:
+        out.write(f"\nREJECTED {change['url']} ({change['reason']})\n")
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "[--format text|jsonl] [--rules-version VERSION]"
+
+    def short_desc(self) -> str:
+        return "Show which stored keys the current URL rules would merge or split"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--format", choices=("text", "jsonl"), default="text")
+        parser.add_argument(
+            "--rules-version",
+            help="compare the aliases stored under this rule version (default: the newest)",
+        )
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        try:
+            store = SqlRecordStore.for_reading(self.settings)
+        except StoreMissing as exc:
+            raise UsageError(str(exc), print_help=False) from None
+        try:
+            versions = store.rules_versions()
+            stored_version = opts.rules_version or (versions[-1] if versions else None)
+            if stored_version is None:
+                raise UsageError("the store holds no URL aliases yet", print_help=False)
+            if stored_version not in versions:
+                raise UsageError(
+                    f"no aliases under rules {stored_version!r} (stored: {versions})",
+                    print_help=False,
+                )
+            rules = rules_from_settings(self.settings)
+            aliases = ((a["url"], a["key"]) for a in store.url_aliases(stored_version))
+            result = audit(aliases, lambda url: dedupe_key(url, rules))
+        finally:
+            store.close()
+        if opts.format == "jsonl":
+            for change in result.changes():
+                sys.stdout.write(json.dumps(change, ensure_ascii=False) + "\n")
+        else:
+            write_text(result, stored_version, rules.version, sys.stdout)
+        self.exitcode = 1 if result.merges else 0

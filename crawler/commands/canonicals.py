@@ -1,0 +1,69 @@
+"""``scrapy canonicals``: every rel=canonical hint the crawl saw, with its verdict.
+
+One row per distinct (page, canonical, verdict): ``{"page", "canonical", "valid", "reason"}``
+in ``jsonl`` (default; usable as is as a canonical-hints export) or ``csv``. ``--valid-only``
+keeps the accepted ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any, ClassVar
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from pipelines.records import write_rows
+from pipelines.store import SqlRecordStore, StoreMissing
+
+COLUMNS = ("page", "canonical", "valid", "reason")
+
+
+def hint_rows(
+    hints: Iterable[dict[str, Any]], valid_only: bool = False
+) -> Iterator[dict[str, Any]]:
+    """Stored hints as export rows, each distinct row once."""
+    written: set[tuple[Any, ...]] = set()
+    for hint in hints:
+        if valid_only and not hint["valid"]:
+            continue
+        row = {
+            "page": hint["page_url"],
+            "canonical": hint["canonical_url"] or hint["href"],
+            "valid": bool(hint["valid"]),
+            "reason": hint["reason"],
+        }
+        identity = tuple(row.values())
+        if identity not in written:
+            written.add(identity)
+            yield row
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "[--format jsonl|csv] [--valid-only]"
+
+    def short_desc(self) -> str:
+        return "Print the rel=canonical hints from the store, each with its verdict"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+        parser.add_argument("--valid-only", action="store_true", help="only accepted hints")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        try:
+            store = SqlRecordStore.for_reading(self.settings)
+        except StoreMissing as exc:
+            raise UsageError(str(exc), print_help=False) from None
+        try:
+            write_rows(hint_rows(store.hints(), opts.valid_only), opts.format, COLUMNS, sys.stdout)
+        finally:
+            store.close()

@@ -1,0 +1,223 @@
+"""rel=canonical hints: read, validated, stored; a valid one aliases the page to its canonical.
+
+A page names its canonical URL in ``<link rel="canonical" href>`` inside ``<head>`` (resolved
+against ``<base href>``) and/or in an HTTP ``Link: <...>; rel="canonical"`` header (resolved
+against the response URL, as RFC 8288 says). Sites get this wrong often enough that a hint
+is only trusted (``valid``) when all of these hold; otherwise the ``reason`` says which failed:
+
+* ``conflicting``: the page names more than one distinct canonical;
+* ``non-http-scheme`` / ``unparseable`` / ``invalid-url:<reason>``: it is not an http(s) URL
+  the canonicalizer accepts;
+* ``cross-site``: another registrable domain (Public Suffix List, bundled with tldextract,
+  no network), or another address for IP hosts;
+* ``homepage-from-deep-page``: a deep page pointing at the site's root;
+* ``paginated-to-first``: page 2+ of a series (``?page=2``, ``/page/2/``) pointing at
+  another page.
+
+Valid hints have reason ``self`` (the page's own key) or ``same-site``. A valid ``same-site``
+hint records a key alias (page key -> canonical key) and sends the canonical URL on as a link
+of the page (so the frontier fetches it unless its key was seen), when it is on a host the
+spider follows.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urljoin, urlsplit
+
+import tldextract
+from scrapy import Request
+from scrapy.http import TextResponse
+
+from crawler.canonical import resolve_link
+from crawler.spiders.site import page_base
+from middlewares.redirects import is_home_page, key_or_error
+from pipelines.records import CanonicalHint, KeyAlias, rules_version_of
+from pipelines.store import store_for
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+SOURCE_ELEMENT = "link-element"
+SOURCE_HEADER = "link-header"
+
+#: Offline: the Public Suffix List snapshot bundled with tldextract, never fetched.
+_EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+#: One ``<uri>; params`` entry of a ``Link`` header.
+_LINK_VALUE = re.compile(r"<([^>]*)>([^<]*)")
+_LINK_PARAM = re.compile(r';\s*([A-Za-z0-9!#$&+.^_`|~*-]+)\s*=\s*(?:"([^"]*)"|([^;,\s]*))')
+PAGE_PARAMS = frozenset({"page", "p", "pg", "paged", "pagenum", "page_num", "pageno"})
+_PAGE_PATH = re.compile(r"/page/(\d+)/?$", re.IGNORECASE)
+
+
+def link_header_canonicals(values: Iterable[bytes]) -> list[str]:
+    """The targets of every ``rel="canonical"`` link in ``Link`` header values."""
+    hrefs = []
+    for value in values:
+        for match in _LINK_VALUE.finditer(value.decode("latin-1")):
+            for param in _LINK_PARAM.finditer(match[2]):
+                rel = param[2] if param[2] is not None else param[3]
+                if param[1].lower() == "rel" and "canonical" in rel.lower().split():
+                    hrefs.append(match[1])
+                    break
+    return hrefs
+
+
+def head_canonicals(response: TextResponse) -> list[str]:
+    """The ``href`` of every ``<link>`` in ``<head>`` whose ``rel`` includes canonical."""
+    hrefs = []
+    for link in response.xpath("//head//link[@rel and @href]"):
+        if "canonical" in (link.attrib.get("rel") or "").lower().split():
+            hrefs.append(link.attrib["href"])
+    return hrefs
+
+
+def site_of(host: str) -> str:
+    """The registrable domain of ``host`` (an IP address is its own site)."""
+    host = host.strip("[]").rstrip(".").lower()
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return _EXTRACT(host).top_domain_under_public_suffix or host
+
+
+def page_number(url: str) -> int | None:
+    """The position of ``url`` in a paginated series, when its URL says so."""
+    parts = urlsplit(url)
+    match = _PAGE_PATH.search(parts.path)
+    if match:
+        return int(match[1])
+    for name, value in parse_qsl(parts.query):
+        if name.lower() in PAGE_PARAMS and value.isdigit():
+            return int(value)
+    return None
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    source: str
+    href: str
+    url: str | None  # resolved http(s) URL, or None
+    key: str | None
+    defect: str | None  # why this value alone cannot be a canonical
+
+
+def _candidate(source: str, href: str, base: str) -> _Candidate:
+    url = resolve_link(base, href)
+    if url is None:
+        scheme = urlsplit(urljoin(base, href.strip())).scheme.lower()
+        defect = "unparseable" if scheme in {"http", "https"} else "non-http-scheme"
+        return _Candidate(source, href, None, None, defect)
+    key, error = key_or_error(url)
+    return _Candidate(source, href, url, key, f"invalid-url:{error}" if error else None)
+
+
+def judge_hints(
+    page_url: str, page_key: str | None, hints: Iterable[tuple[str, str, str]]
+) -> list[CanonicalHint]:
+    """Validate a page's canonical hints, given as ``(source, href, base URL)``."""
+    candidates = [_candidate(source, href, base) for source, href, base in hints]
+    distinct = {c.key or c.url or c.href for c in candidates}
+    page_site = site_of(urlsplit(page_url).hostname or "")
+    page_position = page_number(page_url)
+    verdicts = []
+    for candidate in candidates:
+        reason = candidate.defect
+        if reason is None:
+            assert candidate.url is not None
+            if len(distinct) > 1:
+                reason = "conflicting"
+            elif site_of(urlsplit(candidate.url).hostname or "") != page_site:
+                reason = "cross-site"
+            elif candidate.key == page_key:
+                reason = "self"
+            elif is_home_page(candidate.url) and not is_home_page(page_url):
+                reason = "homepage-from-deep-page"
+            elif (page_position or 0) >= 2 and page_number(candidate.url) != page_position:
+                reason = "paginated-to-first"
+            else:
+                reason = "same-site"
+        verdicts.append(
+            CanonicalHint(
+                page_url=page_url,
+                page_key=page_key,
+                source=candidate.source,
+                href=candidate.href,
+                canonical_url=candidate.url or urljoin(page_url, candidate.href.strip()),
+                canonical_key=candidate.key,
+                valid=reason in {"self", "same-site"},
+                reason=reason,
+            )
+        )
+    return verdicts
+
+
+class CanonicalHintsMiddleware:
+    """Spider middleware: records each page's canonical hints and follows a valid one.
+
+    Installed far from the engine (high order) so that the canonical request it adds goes
+    through Scrapy's depth/referer middlewares and the page's link batch like any link.
+    Stats: ``canonical/valid/<reason>``, ``canonical/invalid/<reason>``, ``canonical/followed``.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterator[Any]:
+        yield from self.canonical_requests(response)
+        yield from result
+
+    async def process_spider_output_async(
+        self, response: Response, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        for request in self.canonical_requests(response):
+            yield request
+        async for output in result:
+            yield output
+
+    def canonical_requests(self, response: Response) -> list[Request]:
+        """Record the page's hints; the request for a valid canonical to follow, if any."""
+        hints = [
+            (SOURCE_HEADER, href, response.url)
+            for href in link_header_canonicals(response.headers.getlist("Link"))
+        ]
+        if isinstance(response, TextResponse):
+            base = page_base(response)
+            hints += [(SOURCE_ELEMENT, href, base) for href in head_canonicals(response)]
+        if not hints:
+            return []
+        page_key = key_or_error(response.url)[0]
+        verdicts = judge_hints(response.url, page_key, hints)
+        store = store_for(self.crawler)
+        store.add_hints(verdicts)
+        stats = self.crawler.stats
+        assert stats is not None
+        for verdict in verdicts:
+            stats.inc_value(f"canonical/{'valid' if verdict.valid else 'invalid'}/{verdict.reason}")
+        chosen = next((v for v in verdicts if v.reason == "same-site"), None)
+        if chosen is None or page_key is None or chosen.canonical_key is None:
+            return []
+        store.add_key_alias(
+            KeyAlias(page_key, chosen.canonical_key, "canonical", rules_version_of(page_key))
+        )
+        assert chosen.canonical_url is not None
+        if not self.in_scope(chosen.canonical_url):
+            return []
+        stats.inc_value("canonical/followed")
+        return [Request(chosen.canonical_url, meta={"canonical_of": response.url})]
+
+    def in_scope(self, url: str) -> bool:
+        """On a host the spider follows links to (every host if it does not say)."""
+        hosts = getattr(self.crawler.spider, "allowed_hosts", None)
+        return hosts is None or (urlsplit(url).hostname or "") in hosts

@@ -1,0 +1,342 @@
+"""Redirects followed hop by hop, every hop recorded, loops caught by dedupe key.
+
+:class:`RedirectChainMiddleware` replaces Scrapy's ``RedirectMiddleware`` and
+``MetaRefreshMiddleware`` (same settings: ``REDIRECT_ENABLED``, ``METAREFRESH_ENABLED``,
+``METAREFRESH_MAXDELAY``, ``METAREFRESH_IGNORE_TAGS``, ``dont_redirect``,
+``handle_httpstatus_list``; the ``redirect_urls``/``redirect_reasons`` meta keys are kept).
+It also follows the HTTP ``Refresh`` header, which browsers honour like a meta refresh.
+
+Each hop (source, status, ``Location`` as sent, the target resolved with
+:func:`~crawler.canonical.resolve_link`, time) is appended to the chain carried in
+``request.meta["redirect_chain"]`` (JSON-safe). A chain ends, and is stored, as:
+
+* ``fetched``: a response that is not a followed redirect;
+* ``seen``: the target's dedupe key was already known, so it is not fetched again (the
+  target goes through the frontier like any link, which also marks its key seen); a target
+  with the same key as its source (``http`` -> ``https``, a tracking parameter stripped) is
+  followed without that check;
+* ``loop``: the target has the key of an earlier URL of the chain (or is that very URL);
+* ``too-many-hops``: ``REDIRECT_MAX_HOPS`` hops recorded, the last target is not fetched;
+* ``blocked``: the SSRF guard refused the target;
+* ``error``: a junk ``Location``, a target that cannot be keyed, or a failed download
+  (recorded by :class:`ChainFailureMiddleware`).
+
+A chain that lands on a login page, a country selector or the home page is flagged
+(``soft-404:login``, ``soft-404:country-selector``, ``soft-404:homepage``): the page is kept
+as what it is, not as the moved resource.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from scrapy.downloadermiddlewares.redirect import BaseRedirectMiddleware
+from scrapy.exceptions import IgnoreRequest
+from scrapy.http import HtmlResponse
+from scrapy.http.request import NO_CALLBACK
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.response import get_meta_refresh
+
+from crawler.canonical import InvalidURL, dedupe_key, resolve_link
+from crawler.frontier import META_CHECKED, META_KEY, frontier_for
+from middlewares.ssrf import DNS_FAILURES, PROCESS_GUARD, AddressBlocked, SSRFPolicy
+from pipelines.records import (
+    BLOCKED,
+    CHAIN_META_KEY,
+    ERROR,
+    FETCHED,
+    LOOP,
+    SEEN,
+    TOO_MANY_HOPS,
+    VIA_LOCATION,
+    VIA_META_REFRESH,
+    VIA_REFRESH_HEADER,
+    Chain,
+    Hop,
+    PageRecord,
+    UrlAlias,
+    rules_version_of,
+)
+from pipelines.store import record_chain, store_for
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
+
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+#: ``Refresh: 5; url=/next`` (the URL part may be quoted; without it the page reloads itself).
+REFRESH_HEADER = re.compile(
+    r"""^\s*(?P<delay>\d+(?:\.\d*)?)\s*[;,]?\s*(?:url\s*=\s*)?(?P<quote>['"]?)(?P<url>[^'"]*)(?P=quote)\s*$""",
+    re.IGNORECASE,
+)
+HOME_PATHS = re.compile(r"/(?:(?:index|default|home)(?:\.[a-z]+)?)?", re.IGNORECASE)
+LOGIN_PATH = re.compile(
+    r"(?:^|/)(?:log-?in|sign-?in|signon|sso|auth|authenticate|session/new|users/sign_in"
+    r"|wp-login\.php|account/login)(?:/|\.|$)",
+    re.IGNORECASE,
+)
+COUNTRY_SELECTOR_PATH = re.compile(
+    r"(?:^|/)(?:(?:choose|select|change)[-_]?(?:your[-_]?)?(?:country|region|locale|location)"
+    r"|(?:country|region|locale)[-_]?(?:selector|select|chooser|picker|gateway)"
+    r"|international|intl)(?:/|\.|$)",
+    re.IGNORECASE,
+)
+
+
+def is_home_page(url: str) -> bool:
+    """``url`` is a site's root (``/``, ``/index.html``, ``/default.aspx``...) without a
+    query: where sites send requests for things they no longer have."""
+    parts = urlsplit(url)
+    return not parts.query and HOME_PATHS.fullmatch(parts.path or "/") is not None
+
+
+def soft_404_flag(start_url: str, final_url: str) -> str | None:
+    """Why the page a chain landed on stands in for a missing resource, or None."""
+    path = urlsplit(final_url).path
+    if LOGIN_PATH.search(path):
+        return "soft-404:login"
+    if COUNTRY_SELECTOR_PATH.search(path):
+        return "soft-404:country-selector"
+    if is_home_page(final_url) and not is_home_page(start_url):
+        return "soft-404:homepage"
+    return None
+
+
+def key_or_error(url: str) -> tuple[str | None, str | None]:
+    """(dedupe key, None) or (None, the reason it has none)."""
+    try:
+        return dedupe_key(url), None
+    except InvalidURL as exc:
+        return None, exc.reason
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """A response's request to go elsewhere: status (the response's own for refreshes),
+    the location as sent, and how it was sent."""
+
+    status: int
+    location: str
+    via: str
+
+
+class RedirectChainMiddleware(BaseRedirectMiddleware):
+    """Follows redirects and refreshes, recording every hop; see the module docstring."""
+
+    def __init__(self, settings: BaseSettings) -> None:
+        super().__init__(settings)
+        self.max_hops = settings.getint("REDIRECT_MAX_HOPS")
+        self.follow_refresh = settings.getbool("METAREFRESH_ENABLED")
+        self.refresh_ignore_tags = settings.getlist("METAREFRESH_IGNORE_TAGS")
+        self.refresh_max_delay = settings.getfloat("METAREFRESH_MAXDELAY")
+        self.ssrf = (
+            SSRFPolicy.from_settings(settings) if settings.getbool("SSRF_GUARD_ENABLED") else None
+        )
+
+    # --- what the response asks for ------------------------------------------------------
+
+    def process_response(self, request: Request, response: Response) -> Request | Response:
+        announcement = self.status_redirect(request, response) or self.refresh(request, response)
+        if announcement is None:
+            self.record_fetch(request, response)
+            return response
+        return self.follow(request, response, announcement)
+
+    def status_redirect(self, request: Request, response: Response) -> Announcement | None:
+        """A 3xx with a ``Location`` the request lets us follow (Scrapy's rules)."""
+        if (
+            request.meta.get("dont_redirect", False)
+            or response.status not in REDIRECT_STATUSES
+            or "Location" not in response.headers
+            or response.status in getattr(self.crawler.spider, "handle_httpstatus_list", ())
+            or response.status in request.meta.get("handle_httpstatus_list", ())
+            or request.meta.get("handle_httpstatus_all", False)
+        ):
+            return None
+        location = response.headers["Location"] or b""
+        return Announcement(
+            response.status, location.decode("utf-8", "surrogateescape"), VIA_LOCATION
+        )
+
+    def refresh(self, request: Request, response: Response) -> Announcement | None:
+        """A ``Refresh`` header or ``<meta http-equiv="refresh">`` pointing elsewhere, with a
+        delay below ``METAREFRESH_MAXDELAY``."""
+        if (
+            not self.follow_refresh
+            or request.meta.get("dont_redirect", False)
+            or request.method == "HEAD"
+            or urlparse_cached(request).scheme not in {"http", "https"}
+        ):
+            return None
+        header = response.headers.get("Refresh")
+        if header:
+            match = REFRESH_HEADER.match(header.decode("latin-1"))
+            if match and match["url"] and float(match["delay"]) < self.refresh_max_delay:
+                return Announcement(response.status, match["url"].strip(), VIA_REFRESH_HEADER)
+        if isinstance(response, HtmlResponse):
+            delay, url = get_meta_refresh(response, ignore_tags=self.refresh_ignore_tags)
+            if url and delay is not None and delay < self.refresh_max_delay:
+                return Announcement(response.status, url, VIA_META_REFRESH)
+        return None
+
+    # --- following -----------------------------------------------------------------------
+
+    def follow(
+        self, request: Request, response: Response, announcement: Announcement
+    ) -> Request | Response:
+        target = resolve_link(response.url, announcement.location)
+        if request.callback is NO_CALLBACK:
+            # robots.txt and other engine-internal downloads: followed as Scrapy would,
+            # not part of the crawl's records or its frontier.
+            if target is None or len(request.meta.get("redirect_urls", ())) >= self.max_hops:
+                raise IgnoreRequest("unfollowable redirect of an internal request")
+            return self.redirect_request(request, response, announcement, target)
+
+        chain = Chain.from_meta(request.meta) or Chain.begin(
+            request.url, key_or_error(request.url)[0]
+        )
+        source_key = key_or_error(response.url)[0]
+        target_key, key_error = key_or_error(target) if target else (None, None)
+        earlier_urls, earlier_keys = chain.urls, chain.keys
+        chain = chain.add(
+            Hop(
+                source=response.url,
+                source_key=source_key,
+                status=announcement.status,
+                location=announcement.location,
+                target=target,
+                target_key=target_key,
+                via=announcement.via,
+            )
+        )
+        self.remember_keys([(response.url, source_key), (target or "", target_key)], "redirect")
+        stats = self.crawler.stats
+        assert stats is not None
+        stats.inc_value("redirect/hops")
+
+        end: tuple[str, str | None] | None = None
+        if target is None:
+            end = ERROR, "unfollowable-location"
+        elif target_key is None:
+            end = ERROR, f"invalid-target:{key_error}"
+        elif self.ssrf is not None and (refusal := self.ssrf.refusal(target)) is not None:
+            end = BLOCKED, refusal
+            stats.inc_value(f"ssrf/blocked/{refusal}")
+        elif target in earlier_urls or (target_key in earlier_keys and target_key != source_key):
+            end = LOOP, None
+        elif len(chain.hops) >= self.max_hops:
+            end = TOO_MANY_HOPS, None
+        if end is not None:
+            outcome, reason = end
+            self.finish(chain.finish(outcome, target, reason))
+            frontier_for(self.crawler).fail(request, f"redirect-{outcome}")
+            raise IgnoreRequest(f"redirect chain from {chain.start_url} ended: {outcome}")
+
+        assert target is not None and target_key is not None
+        redirected = self.redirect_request(request, response, announcement, target)
+        redirected.meta[CHAIN_META_KEY] = chain.to_meta()
+        if target_key == source_key or redirected.dont_filter:
+            redirected.meta[META_KEY] = target_key
+            redirected.meta[META_CHECKED] = target
+            return redirected
+        admitted = frontier_for(self.crawler).admit(request, [redirected])
+        if admitted:
+            return admitted[0]
+        self.finish(chain.finish(SEEN, target, flag=soft_404_flag(chain.start_url, target)))
+        raise IgnoreRequest(f"redirect target {target} already seen")
+
+    def redirect_request(
+        self, request: Request, response: Response, announcement: Announcement, target: str
+    ) -> Request:
+        """The request for ``target``, built the way Scrapy builds it (method change for
+        303 and POST redirects, cookie and authorization handling, Referer)."""
+        status, method = announcement.status, request.method
+        if (
+            announcement.via != VIA_LOCATION
+            or (status in {301, 302} and method == "POST")
+            or (status == 303 and method not in {"GET", "HEAD"})
+        ):
+            redirected = self._redirect_request_using_get(request, response, target)
+        else:
+            redirected = self._build_redirect_request(request, response, url=target)
+        reason = announcement.status if announcement.via == VIA_LOCATION else announcement.via
+        redirected.meta["redirect_times"] = request.meta.get("redirect_times", 0) + 1
+        redirected.meta["redirect_urls"] = [*request.meta.get("redirect_urls", []), request.url]
+        redirected.meta["redirect_reasons"] = [*request.meta.get("redirect_reasons", []), reason]
+        redirected.priority = request.priority + self.priority_adjust
+        logger.debug(
+            "Redirecting (%(reason)s) to %(redirected)s from %(request)s",
+            {"reason": reason, "redirected": redirected, "request": request},
+        )
+        return redirected
+
+    # --- recording -----------------------------------------------------------------------
+
+    def record_fetch(self, request: Request, response: Response) -> None:
+        """The response ends its chain (if any): store the page and the chain."""
+        if request.callback is NO_CALLBACK:
+            return
+        chain = Chain.from_meta(request.meta)
+        key = key_or_error(response.url)[0]
+        flag = soft_404_flag(chain.start_url, response.url) if chain else None
+        if chain is not None:
+            self.finish(chain.finish(FETCHED, response.url, flag=flag))
+        self.remember_keys([(response.url, key)], "fetched")
+        store_for(self.crawler).add_page(
+            PageRecord(
+                fetch_url=chain.start_url if chain else request.url,
+                final_url=response.url,
+                key=key,
+                status=response.status,
+                chain_id=chain.chain_id if chain else None,
+                flag=flag,
+            )
+        )
+
+    def finish(self, chain: Chain) -> None:
+        record_chain(self.crawler, chain)
+
+    def remember_keys(self, pairs: list[tuple[str, str | None]], source: str) -> None:
+        """Record the key each URL had (the input of a Bloom filter rebuild)."""
+        store_for(self.crawler).add_url_aliases(
+            [
+                UrlAlias(url, key, rules_version_of(key), source)
+                for url, key in pairs
+                if key is not None
+            ]
+        )
+
+
+class ChainFailureMiddleware:
+    """Ends a chain whose next download failed for good as ``error``.
+
+    Installed below ``RetryMiddleware`` so that it only sees the exceptions retries gave up
+    on. Refusals by the SSRF guard are recorded there, as ``blocked``.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        chain = Chain.from_meta(request.meta)
+        if chain is None or isinstance(exception, AddressBlocked):
+            return
+        host = urlsplit(request.url).hostname or ""
+        if isinstance(exception, DNS_FAILURES) and PROCESS_GUARD.name_refusal(host):
+            return
+        reason = f"{type(exception).__name__}: {exception}"[:500]
+        record_chain(self.crawler, chain.finish(ERROR, request.url, reason))

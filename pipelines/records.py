@@ -1,0 +1,208 @@
+"""The records the crawl keeps: redirect chains and hops, fetched pages, canonical hints, aliases.
+
+Plain frozen dataclasses. A chain in progress travels in ``request.meta[CHAIN_META_KEY]`` as
+JSON-safe data (the Redis frontier serializes meta as JSON), so :class:`Chain` converts to and
+from plain dicts and lists; every other record only ever goes to the store.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, TextIO
+
+#: ``request.meta`` key holding the redirect chain a request is part of (JSON-safe dict).
+CHAIN_META_KEY = "redirect_chain"
+
+#: Redirect statuses that announce a permanent move.
+PERMANENT_STATUSES = frozenset({301, 308})
+
+# How a redirect was announced.
+VIA_LOCATION = "location"
+VIA_REFRESH_HEADER = "refresh-header"
+VIA_META_REFRESH = "meta-refresh"
+
+# How a chain ended.
+#: The last target was downloaded (any HTTP status that is not a followed redirect).
+FETCHED = "fetched"
+#: The last target was already known to the frontier, so it was not fetched again; the
+#: redirect map resolves it through the chain that did fetch it. With a shared frontier it
+#: may also have been queued: the worker fetching it then completes this chain.
+SEEN = "seen"
+#: A target had the dedupe key of an earlier URL of the chain.
+LOOP = "loop"
+#: The chain reached the hop cap (``REDIRECT_MAX_HOPS``); the last target was not fetched.
+TOO_MANY_HOPS = "too-many-hops"
+#: A target (or the first URL) is a private, loopback, link-local or metadata address.
+BLOCKED = "blocked"
+#: The target could not be followed (junk ``Location``, invalid URL, download error).
+ERROR = "error"
+OUTCOMES = (FETCHED, SEEN, LOOP, TOO_MANY_HOPS, BLOCKED, ERROR)
+
+
+def rules_version_of(key: str) -> str:
+    """The rule version a dedupe key was made under (keys read ``<version>|...``)."""
+    return key.partition("|")[0]
+
+
+def now() -> float:
+    """Wall-clock time as stored: seconds since the epoch."""
+    return time.time()
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One redirect: ``source`` answered ``status`` pointing at ``location`` (as sent), which
+    resolved against ``source`` gives ``target`` (None when it cannot be followed at all).
+    Both URLs come with their dedupe keys (None: the URL has none)."""
+
+    source: str
+    source_key: str | None
+    status: int
+    location: str
+    target: str | None
+    target_key: str | None
+    via: str = VIA_LOCATION
+    at: float = field(default_factory=now)
+
+    @property
+    def permanent(self) -> bool:
+        return self.status in PERMANENT_STATUSES
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The redirects one fetch went through, in order, and how it ended.
+
+    ``keys`` holds the dedupe key of every URL of the chain (start first) for loop detection;
+    ``outcome`` stays None while the chain is in flight.
+    """
+
+    chain_id: str
+    start_url: str
+    start_key: str | None
+    hops: tuple[Hop, ...] = ()
+    keys: tuple[str, ...] = ()
+    outcome: str | None = None
+    final_url: str | None = None
+    reason: str | None = None
+    flag: str | None = None
+
+    @classmethod
+    def begin(cls, url: str, key: str | None) -> Chain:
+        """A new chain for a fetch of ``url``."""
+        return cls(uuid.uuid4().hex, url, key, keys=(key,) if key else ())
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every URL requested so far: the start and each followed target."""
+        return (self.start_url, *(hop.target for hop in self.hops if hop.target))
+
+    def add(self, hop: Hop) -> Chain:
+        keys = self.keys if hop.target_key is None else (*self.keys, hop.target_key)
+        return replace(self, hops=(*self.hops, hop), keys=keys)
+
+    def finish(
+        self,
+        outcome: str,
+        final_url: str | None,
+        reason: str | None = None,
+        flag: str | None = None,
+    ) -> Chain:
+        return replace(self, outcome=outcome, final_url=final_url, reason=reason, flag=flag)
+
+    def to_meta(self) -> dict[str, Any]:
+        """JSON-safe form for ``request.meta``."""
+        data = asdict(self)
+        data["hops"] = [asdict(hop) for hop in self.hops]
+        data["keys"] = list(self.keys)
+        return data
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> Chain | None:
+        """The chain stored in a request's meta, if any."""
+        data = meta.get(CHAIN_META_KEY)
+        if not data:
+            return None
+        hops = tuple(Hop(**hop) for hop in data["hops"])
+        return cls(**{**data, "hops": hops, "keys": tuple(data["keys"])})
+
+
+@dataclass(frozen=True)
+class PageRecord:
+    """A response the crawl kept: asked for as ``fetch_url`` (the chain start), answered at
+    ``final_url``. ``flag`` marks a page that stands in for another (a redirect to a login
+    page, a country selector or the home page)."""
+
+    fetch_url: str
+    final_url: str
+    key: str | None
+    status: int
+    chain_id: str | None = None
+    flag: str | None = None
+    at: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class CanonicalHint:
+    """One rel=canonical value a page announced (``source``: ``link-element`` or
+    ``link-header``), as written (``href``) and resolved (``canonical_url``), with the
+    verdict."""
+
+    page_url: str
+    page_key: str | None
+    source: str
+    href: str
+    canonical_url: str | None
+    canonical_key: str | None
+    valid: bool
+    reason: str
+    at: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class UrlAlias:
+    """A URL the crawl fetched or was redirected through, and the key it had under
+    ``rules_version``: what a Bloom filter is rebuilt from after a rule change."""
+
+    url: str
+    key: str
+    rules_version: str
+    source: str
+    at: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class KeyAlias:
+    """``from_key`` names the same resource as ``to_key`` (``via``: ``canonical``)."""
+
+    from_key: str
+    to_key: str
+    via: str
+    rules_version: str
+    at: float = field(default_factory=now)
+
+
+def write_rows(
+    rows: Iterable[dict[str, Any]], fmt: str, columns: Sequence[str], out: TextIO
+) -> int:
+    """Write ``rows`` as JSON lines (``jsonl``, every key) or CSV (``csv``, ``columns``
+    with a header); return how many were written."""
+    count = 0
+    if fmt == "csv":
+        writer = csv.DictWriter(out, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(row)
+            count += 1
+    elif fmt == "jsonl":
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            count += 1
+    else:
+        raise ValueError(f"unknown format {fmt!r}")
+    return count

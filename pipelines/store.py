@@ -1,0 +1,573 @@
+"""The record store: pages, redirect chains and hops, canonical hints and URL aliases.
+
+SQLAlchemy Core, one schema, two engines: a SQLite file by default, PostgreSQL when
+``STORE_URL`` says so (many workers then write one store). Writes are buffered and flushed in
+one transaction every ``STORE_BATCH_SIZE`` records, every ``STORE_FLUSH_INTERVAL`` seconds (at
+the next write) and when the spider closes. Every write is an idempotent upsert keyed on a hash
+of the record's natural key, so a batch written twice (a retried flush, two workers recording
+the same page) leaves one row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from scrapy import signals
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    func,
+    select,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import OperationalError
+
+from pipelines.records import (
+    SEEN,
+    CanonicalHint,
+    Chain,
+    Hop,
+    KeyAlias,
+    PageRecord,
+    UrlAlias,
+)
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
+
+#: Where the store lives when ``STORE_URL`` is unset: a file in the working directory.
+DEFAULT_STORE_URL = "sqlite:///crawl.sqlite"
+DEFAULT_BATCH_SIZE = 500
+DEFAULT_FLUSH_INTERVAL = 5.0
+#: A flush that hits a deadlock or a locked SQLite file is retried this many times.
+FLUSH_ATTEMPTS = 5
+ID_LENGTH = 32
+
+metadata = MetaData()
+
+
+class StoreMissing(RuntimeError):
+    """The record store to read does not exist."""
+
+
+def _id_column() -> Column[str]:
+    return Column("id", String(ID_LENGTH), primary_key=True)
+
+
+pages = Table(
+    "pages",
+    metadata,
+    _id_column(),  # hash of fetch_url
+    Column("fetch_url", Text, nullable=False),
+    Column("final_url", Text, nullable=False),
+    Column("key", Text),
+    Column("status", Integer, nullable=False),
+    Column("chain_id", String(ID_LENGTH)),
+    Column("flag", Text),
+    Column("fetched_at", Float, nullable=False),
+)
+
+chains = Table(
+    "redirect_chains",
+    metadata,
+    Column("chain_id", String(ID_LENGTH), primary_key=True),
+    Column("start_url", Text, nullable=False),
+    Column("start_key", Text),
+    Column("final_url", Text),
+    Column("outcome", String(16), nullable=False),
+    Column("reason", Text),
+    Column("flag", Text),
+    Column("hop_count", Integer, nullable=False),
+    Column("recorded_at", Float, nullable=False),
+)
+
+hops = Table(
+    "redirect_hops",
+    metadata,
+    Column("chain_id", String(ID_LENGTH), primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("source_url", Text, nullable=False),
+    Column("source_key", Text),
+    Column("status", Integer, nullable=False),
+    Column("permanent", Boolean, nullable=False),
+    Column("via", String(16), nullable=False),
+    Column("location", Text, nullable=False),
+    Column("target_url", Text),
+    Column("target_key", Text),
+    Column("at", Float, nullable=False),
+)
+
+canonical_hints = Table(
+    "canonical_hints",
+    metadata,
+    _id_column(),  # hash of page_url, source, href
+    Column("page_url", Text, nullable=False),
+    Column("page_key", Text),
+    Column("source", String(16), nullable=False),
+    Column("href", Text, nullable=False),
+    Column("canonical_url", Text),
+    Column("canonical_key", Text),
+    Column("valid", Boolean, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("seen_at", Float, nullable=False),
+)
+
+url_aliases = Table(
+    "url_aliases",
+    metadata,
+    _id_column(),  # hash of url, rules_version
+    Column("url", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("rules_version", String(32), nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("seen_at", Float, nullable=False),
+)
+
+key_aliases = Table(
+    "key_aliases",
+    metadata,
+    _id_column(),  # hash of from_key, to_key
+    Column("from_key", Text, nullable=False),
+    Column("to_key", Text, nullable=False),
+    Column("via", String(16), nullable=False),
+    Column("rules_version", String(32), nullable=False),
+    Column("seen_at", Float, nullable=False),
+)
+
+
+def record_id(*parts: str | None) -> str:
+    """Stable primary key for a natural key of (possibly very long) URLs."""
+    text = "\x1f".join(part or "" for part in parts)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:ID_LENGTH]
+
+
+def normalize_store_url(url: str | None) -> str:
+    """SQLAlchemy URL for ``STORE_URL``: the SQLite default when unset, ``postgresql://``
+    (and ``postgres://``) mapped to the psycopg 3 driver the project installs."""
+    if not url:
+        return DEFAULT_STORE_URL
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def store_url_from(settings: BaseSettings) -> str:
+    return normalize_store_url(settings.get("STORE_URL"))
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite files get WAL and a busy timeout so that several
+    processes (workers, a command reading during a crawl) can share one file."""
+    url = normalize_store_url(url)
+    if make_url(url).get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url, connect_args={"timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    return engine
+
+
+@dataclass(frozen=True)
+class _Upsert:
+    """How rows of one table are written: conflict target, the columns a newer row updates
+    (none: keep the first row) and an optional condition for the update."""
+
+    table: Table
+    conflict: tuple[str, ...]
+    update: tuple[str, ...] = ()
+    update_when: Callable[[Any, Any], Any] | None = None
+
+
+def _chain_advances(table: Table, excluded: Any) -> Any:
+    """A chain row is replaced only by a more advanced state of the same chain: more hops,
+    or as many hops with a real outcome where "seen" was recorded (a shared frontier hands
+    the last target to another worker, whose report may arrive first)."""
+    return (excluded.hop_count > table.c.hop_count) | (
+        (excluded.hop_count == table.c.hop_count) & (table.c.outcome == SEEN)
+    )
+
+
+_UPSERTS = {
+    "pages": _Upsert(
+        pages,
+        ("id",),
+        ("final_url", "key", "status", "chain_id", "flag", "fetched_at"),
+    ),
+    "chains": _Upsert(
+        chains,
+        ("chain_id",),
+        ("final_url", "outcome", "reason", "flag", "hop_count", "recorded_at"),
+        _chain_advances,
+    ),
+    "hops": _Upsert(hops, ("chain_id", "position")),
+    "hints": _Upsert(
+        canonical_hints,
+        ("id",),
+        ("page_key", "canonical_url", "canonical_key", "valid", "reason", "seen_at"),
+    ),
+    "url_aliases": _Upsert(url_aliases, ("id",)),
+    "key_aliases": _Upsert(key_aliases, ("id",)),
+}
+
+
+@dataclass(frozen=True)
+class StoredHop:
+    """A hop as read back, with its chain's outcome."""
+
+    chain_id: str
+    position: int
+    source_url: str
+    source_key: str | None
+    status: int
+    permanent: bool
+    via: str
+    location: str
+    target_url: str | None
+    target_key: str | None
+    at: float
+
+
+@dataclass(frozen=True)
+class StoredChain:
+    chain_id: str
+    start_url: str
+    start_key: str | None
+    final_url: str | None
+    outcome: str
+    reason: str | None
+    flag: str | None
+    hop_count: int
+    recorded_at: float
+    hops: tuple[StoredHop, ...] = field(default=())
+
+
+class RecordStore(Protocol):
+    """Where the crawl's records go, and where the commands read them back."""
+
+    def add_page(self, page: PageRecord) -> None: ...
+
+    def add_chain(self, chain: Chain) -> None:
+        """Record a finished chain (with its hops) or a newer state of one."""
+        ...
+
+    def add_hints(self, hints: Sequence[CanonicalHint]) -> None: ...
+
+    def add_url_aliases(self, aliases: Sequence[UrlAlias]) -> None: ...
+
+    def add_key_alias(self, alias: KeyAlias) -> None: ...
+
+    def flush(self) -> None:
+        """Write everything buffered."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release connections."""
+        ...
+
+    def chains(self) -> list[StoredChain]:
+        """Every chain with its hops in order, oldest first."""
+        ...
+
+    def hints(self) -> Iterator[dict[str, Any]]: ...
+
+    def url_aliases(self, rules_version: str | None = None) -> Iterator[dict[str, Any]]: ...
+
+    def rules_versions(self) -> list[str]: ...
+
+    def pages(self) -> Iterator[dict[str, Any]]: ...
+
+
+class SqlRecordStore:
+    """:class:`RecordStore` on SQLAlchemy Core (SQLite or PostgreSQL)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+    ) -> None:
+        self.engine = engine
+        self.batch_size = max(1, batch_size)
+        self.flush_interval = flush_interval
+        self._buffers: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {
+            name: {} for name in _UPSERTS
+        }
+        self._buffered = 0
+        self._last_flush = time.monotonic()
+        metadata.create_all(engine)
+
+    @classmethod
+    def from_url(cls, url: str | None, **kwargs: Any) -> SqlRecordStore:
+        return cls(make_engine(normalize_store_url(url)), **kwargs)
+
+    @classmethod
+    def for_reading(cls, settings: BaseSettings) -> SqlRecordStore:
+        """The store a crawl wrote (``STORE_URL``); a missing SQLite file is an error, not
+        a new empty store."""
+        url = store_url_from(settings)
+        parsed = make_url(url)
+        database = parsed.database if parsed.get_backend_name() == "sqlite" else None
+        if database and database != ":memory:" and not Path(database).exists():
+            raise StoreMissing(
+                f"no record store at {database}: run a crawl first, or set STORE_URL"
+            )
+        return cls(make_engine(url))
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> SqlRecordStore:
+        return cls(
+            make_engine(store_url_from(settings)),
+            batch_size=settings.getint("STORE_BATCH_SIZE", DEFAULT_BATCH_SIZE),
+            flush_interval=settings.getfloat("STORE_FLUSH_INTERVAL", DEFAULT_FLUSH_INTERVAL),
+        )
+
+    # --- writing -------------------------------------------------------------------------
+
+    def _buffer(self, name: str, row: dict[str, Any]) -> None:
+        spec = _UPSERTS[name]
+        # One row per conflict key and batch: PostgreSQL refuses to upsert a row twice in
+        # one statement, and the newest state is the one to keep anyway.
+        self._buffers[name][tuple(row[column] for column in spec.conflict)] = row
+        self._buffered += 1
+        if (
+            self._buffered >= self.batch_size
+            or time.monotonic() - self._last_flush >= self.flush_interval
+        ):
+            self.flush()
+
+    def add_page(self, page: PageRecord) -> None:
+        self._buffer(
+            "pages",
+            {
+                "id": record_id(page.fetch_url),
+                "fetch_url": page.fetch_url,
+                "final_url": page.final_url,
+                "key": page.key,
+                "status": page.status,
+                "chain_id": page.chain_id,
+                "flag": page.flag,
+                "fetched_at": page.at,
+            },
+        )
+
+    def add_chain(self, chain: Chain) -> None:
+        if chain.outcome is None:
+            raise ValueError(f"chain {chain.chain_id} has no outcome yet")
+        for position, hop in enumerate(chain.hops):
+            self._add_hop(chain.chain_id, position, hop)
+        self._buffer(
+            "chains",
+            {
+                "chain_id": chain.chain_id,
+                "start_url": chain.start_url,
+                "start_key": chain.start_key,
+                "final_url": chain.final_url,
+                "outcome": chain.outcome,
+                "reason": chain.reason,
+                "flag": chain.flag,
+                "hop_count": len(chain.hops),
+                "recorded_at": time.time(),
+            },
+        )
+
+    def _add_hop(self, chain_id: str, position: int, hop: Hop) -> None:
+        self._buffer(
+            "hops",
+            {
+                "chain_id": chain_id,
+                "position": position,
+                "source_url": hop.source,
+                "source_key": hop.source_key,
+                "status": hop.status,
+                "permanent": hop.permanent,
+                "via": hop.via,
+                "location": hop.location,
+                "target_url": hop.target,
+                "target_key": hop.target_key,
+                "at": hop.at,
+            },
+        )
+
+    def add_hints(self, hints: Sequence[CanonicalHint]) -> None:
+        for hint in hints:
+            self._buffer(
+                "hints",
+                {
+                    "id": record_id(hint.page_url, hint.source, hint.href),
+                    "page_url": hint.page_url,
+                    "page_key": hint.page_key,
+                    "source": hint.source,
+                    "href": hint.href,
+                    "canonical_url": hint.canonical_url,
+                    "canonical_key": hint.canonical_key,
+                    "valid": hint.valid,
+                    "reason": hint.reason,
+                    "seen_at": hint.at,
+                },
+            )
+
+    def add_url_aliases(self, aliases: Sequence[UrlAlias]) -> None:
+        for alias in aliases:
+            self._buffer(
+                "url_aliases",
+                {
+                    "id": record_id(alias.url, alias.rules_version),
+                    "url": alias.url,
+                    "key": alias.key,
+                    "rules_version": alias.rules_version,
+                    "source": alias.source,
+                    "seen_at": alias.at,
+                },
+            )
+
+    def add_key_alias(self, alias: KeyAlias) -> None:
+        self._buffer(
+            "key_aliases",
+            {
+                "id": record_id(alias.from_key, alias.to_key),
+                "from_key": alias.from_key,
+                "to_key": alias.to_key,
+                "via": alias.via,
+                "rules_version": alias.rules_version,
+                "seen_at": alias.at,
+            },
+        )
+
+    def flush(self) -> None:
+        """Write every buffered row in one transaction, retried on deadlocks and locked
+        files (the upserts make a repeated attempt harmless)."""
+        self._last_flush = time.monotonic()
+        if not self._buffered:
+            return
+        for attempt in range(1, FLUSH_ATTEMPTS + 1):
+            try:
+                with self.engine.begin() as connection:
+                    for name, rows in self._buffers.items():
+                        if rows:
+                            self._upsert(connection, _UPSERTS[name], rows)
+                break
+            except OperationalError:
+                if attempt == FLUSH_ATTEMPTS:
+                    raise
+                logger.warning("Record store busy, retrying the flush (attempt %d)", attempt)
+                time.sleep(0.05 * 2**attempt)
+        for rows in self._buffers.values():
+            rows.clear()
+        self._buffered = 0
+
+    def _upsert(
+        self, connection: Connection, spec: _Upsert, rows: dict[tuple[Any, ...], dict[str, Any]]
+    ) -> None:
+        dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
+        statement = dialect.insert(spec.table)
+        if spec.update:
+            excluded = statement.excluded
+            statement = statement.on_conflict_do_update(
+                index_elements=list(spec.conflict),
+                set_={column: excluded[column] for column in spec.update},
+                where=spec.update_when(spec.table, excluded) if spec.update_when else None,
+            )
+        else:
+            statement = statement.on_conflict_do_nothing(index_elements=list(spec.conflict))
+        # Sorted by key: concurrent workers then lock rows in the same order (no deadlock).
+        connection.execute(statement, [rows[key] for key in sorted(rows)])
+
+    def close(self) -> None:
+        self.flush()
+        self.engine.dispose()
+
+    # --- reading -------------------------------------------------------------------------
+
+    def chains(self) -> list[StoredChain]:
+        with self.engine.connect() as connection:
+            hop_rows: dict[str, list[StoredHop]] = {}
+            for row in connection.execute(
+                select(hops).order_by(hops.c.chain_id, hops.c.position)
+            ).mappings():
+                hop_rows.setdefault(row["chain_id"], []).append(StoredHop(**row))
+            result = []
+            for row in connection.execute(
+                select(chains).order_by(chains.c.recorded_at, chains.c.chain_id)
+            ).mappings():
+                # Hops beyond hop_count belong to no recorded state of the chain yet.
+                chain_hops = tuple(hop_rows.get(row["chain_id"], ())[: row["hop_count"]])
+                result.append(StoredChain(**row, hops=chain_hops))
+        return result
+
+    def _rows(self, table: Table, *order: Any, where: Any = None) -> Iterator[dict[str, Any]]:
+        query = select(table).order_by(*order)
+        if where is not None:
+            query = query.where(where)
+        with self.engine.connect() as connection:
+            for row in connection.execute(query).mappings():
+                yield dict(row)
+
+    def hints(self) -> Iterator[dict[str, Any]]:
+        return self._rows(canonical_hints, canonical_hints.c.page_url, canonical_hints.c.source)
+
+    def url_aliases(self, rules_version: str | None = None) -> Iterator[dict[str, Any]]:
+        where = None if rules_version is None else url_aliases.c.rules_version == rules_version
+        return self._rows(url_aliases, url_aliases.c.url, where=where)
+
+    def rules_versions(self) -> list[str]:
+        """Rule versions present among the stored aliases, newest recorded last."""
+        query = (
+            select(url_aliases.c.rules_version)
+            .group_by(url_aliases.c.rules_version)
+            .order_by(func.max(url_aliases.c.seen_at))
+        )
+        with self.engine.connect() as connection:
+            return [row[0] for row in connection.execute(query)]
+
+    def pages(self) -> Iterator[dict[str, Any]]:
+        return self._rows(pages, pages.c.fetch_url)
+
+
+_stores: weakref.WeakKeyDictionary[Crawler, RecordStore] = weakref.WeakKeyDictionary()
+
+
+def store_for(crawler: Crawler) -> RecordStore:
+    """The crawler's record store, opened on first use and flushed when the spider closes."""
+    store = _stores.get(crawler)
+    if store is None:
+        store = SqlRecordStore.from_settings(crawler.settings)
+        crawler.signals.connect(store.close, signal=signals.spider_closed)
+        _stores[crawler] = store
+    return store
+
+
+def record_chain(crawler: Crawler, chain: Chain) -> None:
+    """Store a finished chain and count its outcome (``redirect/outcome/<outcome>``, and
+    ``redirect/flag/<flag>``)."""
+    stats = crawler.stats
+    assert stats is not None and chain.outcome is not None
+    stats.inc_value(f"redirect/outcome/{chain.outcome}")
+    if chain.flag:
+        stats.inc_value(f"redirect/flag/{chain.flag}")
+    store_for(crawler).add_chain(chain)

@@ -1,0 +1,163 @@
+"""A local site of redirects and rel=canonical hints, and a download handler that proves what
+the crawler tried to connect to.
+
+:func:`redirect_site` returns :class:`tests.httpserver.TestServer` routes: chains of every
+redirect status with relative and absolute ``Location``, loops (plain, self, through a
+tracking-parameter variant), an endless spiral, redirects to private and metadata addresses
+in several spellings (which must never be connected to), a name that resolves to loopback,
+soft-404 redirects, refreshes, and pages with valid, cross-site, homepage, paginated,
+conflicting and ``Link``-header canonicals.
+
+:class:`SpyDownloadHandler` sits where Scrapy opens connections: it appends every host it is
+asked to reach to the file named by ``$SPY_LOG`` and refuses (without any socket) anything that
+is not this machine's loopback, so even a broken guard cannot send a packet elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit
+
+from scrapy import Request
+from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
+from scrapy.http import Response
+from twisted.internet.error import ConnectionRefusedError
+
+from tests.httpserver import Page, Route, html, redirect
+
+#: Hosts the spy lets through to the real handler.
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost"})
+SPY_LOG_ENV = "SPY_LOG"
+
+#: Redirects to addresses the crawler must refuse: path -> Location.
+PRIVATE_REDIRECTS = {
+    "/out/metadata": (302, "http://169.254.169.254/latest/meta-data/"),
+    "/out/ten": (307, "http://10.0.0.1/admin/"),
+    "/out/decimal": (302, "http://2852039166/latest/meta-data/"),
+    "/out/hex": (301, "http://0xA9.0xFE.0xA9.0xFE/latest/"),
+    "/out/mapped": (308, "http://[::ffff:a9fe:a9fe]/latest/"),
+    "/out/ula": (302, "http://[fd00::1]/internal"),
+    "/out/two": (301, "/out/two/next"),
+    "/out/two/next": (302, "http://169.254.169.254/latest/meta-data/iam/"),
+}
+#: Redirect chains that end on a page: path -> (status, Location).
+CHAINS = {
+    "/r/301": (301, "/final/301"),
+    "/r/302": (302, "{origin}/final/302"),
+    "/r/303": (303, "../final/303"),
+    "/r/307": (307, "final-307"),
+    "/r/308": (308, "//127.0.0.1:{port}/final/308"),
+    "/chain/1": (301, "/chain/2"),
+    "/chain/2": (302, "/chain/3?utm_source=chain"),
+    "/chain/3": (307, "/final/chain"),
+    "/same": (301, "/same?utm_source=self"),
+    "/to-linked": (301, "/linked"),
+    "/moved-home": (301, "/"),
+    "/members": (302, "/login?next=/members"),
+    "/bad-location": (302, "javascript:alert(1)"),
+    "/out/dns": (302, "http://localhost:{port}/secret"),
+}
+LOOPS = {
+    "/loop/a": (302, "/loop/b"),
+    "/loop/b": (302, "/loop/a"),
+    "/loop/self": (301, "/loop/self"),
+    "/loop/variant/b": (302, "/loop/variant/a?utm_source=loop"),
+    "/loop/variant/a": (302, "/loop/variant/b"),
+}
+SPIRAL = "/spiral/"
+
+
+def _canonical_page(*hrefs: str, base: str = "", body_link: str = "") -> Page:
+    head = "".join(f'<link rel="canonical" href="{href}">' for href in hrefs)
+    if base:
+        head += f'<base href="{base}">'
+    body = f'<link rel="canonical" href="{body_link}">' if body_link else ""
+    return Page(f"<html><head>{head}</head><body>{body}<p>canonical test</p></body></html>")
+
+
+def redirect_site(port: int) -> dict[str, Route]:
+    """The routes of the test site served on ``127.0.0.1:port``."""
+    origin = f"http://127.0.0.1:{port}"
+
+    def fill(location: str) -> str:
+        return location.format(origin=origin, port=port)
+
+    routes: dict[str, Route] = {}
+    for path, (status, location) in {**CHAINS, **LOOPS, **PRIVATE_REDIRECTS}.items():
+        routes[path] = redirect(fill(location), status)
+    # The server matches paths with their query: the tracking variants answer like the path.
+    routes["/chain/3?utm_source=chain"] = routes["/chain/3"]
+    routes["/loop/variant/a?utm_source=loop"] = routes["/loop/variant/a"]
+    for path in ("/final/301", "/final/302", "/final/303", "/r/final-307", "/final/308"):
+        routes[path] = html(title=path)
+    routes.update(
+        {
+            "/final/chain": html(),
+            "/same?utm_source=self": html(title="same"),
+            "/linked": html(),
+            "/login?next=/members": html(title="login"),
+            "/final/refresh": html(),
+            "/final/meta": html(),
+            "/secret": html(title="must never be fetched"),
+            "/refresh-header": Page("<html></html>", headers={"Refresh": "0; url=/final/refresh"}),
+            "/meta-refresh": html(head='<meta http-equiv="refresh" content="0; url=/final/meta">'),
+            "/canon/self": _canonical_page("/canon/self"),
+            "/canon/equivalent": _canonical_page("/canon/equivalent?utm_source=feed"),
+            "/canon/relative": _canonical_page("target", base="/canon/base/"),
+            "/canon/base/target": html(),
+            "/canon/cross": _canonical_page("https://example.org/canon/cross"),
+            "/canon/home": _canonical_page(f"{origin}/"),
+            "/canon/conflict": _canonical_page("/canon/self", "/canon/relative"),
+            "/canon/file": _canonical_page("file:///usr/share/doc/python3/index.html"),
+            "/canon/page?page=2": _canonical_page("/canon/page"),
+            "/canon/page": html(),
+            "/canon/body": _canonical_page(body_link="/canon/self"),
+            "/canon/header": Page(
+                "<html><head></head><body></body></html>",
+                headers={"Link": f'<{origin}/canon/header-target>; rel="canonical"'},
+            ),
+            "/canon/header-target": html(),
+        }
+    )
+    starts = [
+        *(path for path in CHAINS if path not in {"/chain/2", "/chain/3"}),
+        "/loop/a",
+        "/loop/self",
+        "/loop/variant/b",
+        f"{SPIRAL}1",
+        *(path for path in PRIVATE_REDIRECTS if path != "/out/two/next"),
+        "/linked",
+        "/refresh-header",
+        "/meta-refresh",
+        *(path for path in routes if path.startswith("/canon/") and "target" not in path),
+    ]
+    routes["/"] = html(*dict.fromkeys(starts))
+
+    def spiral(path: str) -> Page | None:
+        if path.startswith(SPIRAL):
+            return redirect(f"{path}/x", 302)
+        return None
+
+    routes["/*"] = spiral
+    return routes
+
+
+class SpyDownloadHandler(HTTP11DownloadHandler):
+    """Scrapy's HTTP handler behind a log of every host asked for; non-loopback hosts are
+    refused here, before any socket exists."""
+
+    async def download_request(self, request: Request) -> Response:
+        host = urlsplit(request.url).hostname or ""
+        with open(os.environ[SPY_LOG_ENV], "a", encoding="utf-8") as log:
+            log.write(f"{host}\t{request.url}\n")
+        if host not in LOOPBACK_HOSTS:
+            raise ConnectionRefusedError(f"test spy: {host} is not loopback")
+        return await super().download_request(request)
+
+
+def spy_hosts(path: str) -> list[str]:
+    """The hosts the spy was asked to reach, in order."""
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as log:
+        return [line.split("\t", 1)[0] for line in log if line.strip()]
