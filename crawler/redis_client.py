@@ -1,5 +1,9 @@
 """Redis connections for workers: one helper so every component connects the same way.
 
+``REDIS_URL`` picks the deployment: ``redis://`` / ``rediss://`` (TLS) for one Redis server,
+``redis+cluster://`` / ``rediss+cluster://`` for a Redis Cluster (any node's address; the
+client discovers the others and follows slot moves).
+
 Workers must outlive a Redis restart, so clients retry connection errors and timeouts
 (including "loading the dataset") with exponential backoff, at least 15 s of downtime before
 giving up, and check idle connections before use. A refused password is not retried.
@@ -55,12 +59,20 @@ class _RetryTransient(Retry):
             raise permanent.error from None
 
 
+#: URL schemes of a Redis Cluster, and the plain scheme each stands for.
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+#: A client of one server or of a cluster: both answer the same commands.
+Client = redis.Redis | redis.RedisCluster
+
+
 class RedisSetupError(RuntimeError):
     """Redis is reachable but cannot serve the crawl (e.g. no Bloom module); says the fix."""
 
 
-def redis_from_url(url: str, **options: object) -> redis.Redis:
-    """A client for ``redis://[[user]:password@]host:port/db`` or ``rediss://`` (TLS).
+def redis_from_url(url: str, **options: object) -> Client:
+    """A client for ``redis://[[user]:password@]host:port/db`` or ``rediss://`` (TLS), or a
+    cluster client for ``redis+cluster://`` / ``rediss+cluster://`` (database 0 only).
 
     Passwords may be percent-encoded in the URL; TLS options can be given as URL query
     arguments (``?ssl_cert_reqs=none``, ``?ssl_ca_certs=/path/ca.pem``) or ``options``,
@@ -78,11 +90,23 @@ def redis_from_url(url: str, **options: object) -> redis.Redis:
         ),
         "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
     }
+    scheme, _, rest = url.partition("://")
+    if scheme in CLUSTER_SCHEMES:
+        # Per-node settings the cluster client does not take (it checks nodes itself).
+        for name in ("health_check_interval", "retry_on_error"):
+            defaults.pop(name)
+        return redis.RedisCluster.from_url(
+            f"{CLUSTER_SCHEMES[scheme]}://{rest}", **{**defaults, **options}
+        )
     return redis.Redis.from_url(url, **{**defaults, **options})
 
 
-def describe(client: redis.Redis) -> str:
+def describe(client: Client) -> str:
     """``scheme://host:port/db`` of a client, for messages (never the password)."""
+    if isinstance(client, redis.RedisCluster):
+        node = client.get_default_node()
+        ssl = node.redis_connection.connection_pool.connection_class is redis.SSLConnection
+        return f"{'rediss' if ssl else 'redis'}+cluster://{node.host}:{node.port}"
     kwargs = client.connection_pool.connection_kwargs
     scheme = "rediss" if client.connection_pool.connection_class is redis.SSLConnection else "redis"
     if "path" in kwargs:
@@ -91,7 +115,7 @@ def describe(client: redis.Redis) -> str:
     return f"{scheme}://{host}:{port}/{db}"
 
 
-def require_bloom(client: redis.Redis) -> None:
+def require_bloom(client: Client) -> None:
     """Raise :class:`RedisSetupError` naming the fix if the server has no ``BF.*`` commands."""
     try:
         # BF.EXISTS on a key that does not exist answers 0 and creates nothing.

@@ -16,6 +16,8 @@ from crawler.redis_client import RedisSetupError, describe, redis_from_url, requ
 if TYPE_CHECKING:
     from typing import Self
 
+    from redis.client import Pipeline
+    from redis.cluster import ClusterPipeline
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
@@ -60,6 +62,11 @@ def _text(reply: bytes | str) -> str:
     return reply.decode() if isinstance(reply, bytes) else reply
 
 
+def added_flags(reply: bytes | str) -> list[bool]:
+    """The answer of one queued add: per key, True if it was new."""
+    return [flag == "1" for flag in _text(reply)]
+
+
 @dataclass(frozen=True)
 class BloomInfo:
     """``BF.INFO`` of the filter, for status reports."""
@@ -102,7 +109,6 @@ class RedisBloomSeenFilter:
         self.expansion = expansion
         self._owns_client = owns_client
         self._params_key = f"{key}:params"
-        self._add_once = client.register_script(_ADD_ONCE)
         self._reserve()
 
     @classmethod
@@ -185,12 +191,32 @@ class RedisBloomSeenFilter:
     def add_many(self, keys: Sequence[str]) -> list[bool]:
         if not keys:
             return []
+        with self.client.pipeline(transaction=False) as pipe:
+            self.queue_add(pipe, keys)
+            (reply,) = pipe.execute()
+        return added_flags(reply)
+
+    def queue_add(self, pipe: Pipeline | ClusterPipeline, keys: Sequence[str]) -> None:
+        """Queue the atomic add of ``keys`` (not empty) on ``pipe``, so that the adds of
+        several filters (shards) share a round trip; :func:`added_flags` reads its reply.
+
+        Plain ``EVAL`` through ``execute_command``: redis-py's cluster pipeline refuses its
+        ``eval``/``evalsha`` helpers (and could not load a script a node lacks), but routes
+        an ``EVAL`` by its keys like any other command.
+        """
         reply_key = f"{self.key}:reply:{uuid.uuid4().hex}"
-        reply = self._add_once(
-            keys=[self.key, reply_key],
-            args=[self.capacity, self.error_rate, self.expansion, REPLY_TTL, *keys],
+        pipe.execute_command(
+            "EVAL",
+            _ADD_ONCE,
+            2,
+            self.key,
+            reply_key,
+            self.capacity,
+            self.error_rate,
+            self.expansion,
+            REPLY_TTL,
+            *keys,
         )
-        return [flag == "1" for flag in _text(reply)]
 
     def info(self) -> BloomInfo | None:
         """Size and fill of the filter; None if it does not exist (yet)."""
