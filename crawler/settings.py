@@ -43,6 +43,11 @@ SEEN_FILTER_EXPANSION = 2
 # Redis key of the shared RedisBloom filter (REDIS_URL set); %(spider)s is the spider's name,
 # so every worker of one spider shares one filter.
 SEEN_FILTER_KEY = "%(spider)s:seen"
+# Number of RedisBloom keys the filter is split over (crawler.seen.sharded), by a hash of the
+# dedupe key. One Redis value holds at most 512 MiB, about 300M keys at 0.1%: plan one shard
+# per 250M keys (docs/scaling.md). On Redis Cluster the shards spread over the masters; use a
+# multiple of the number of masters. Fixed for the life of a filter (a change is refused).
+SEEN_FILTER_SHARDS = 1
 # Per-host dedupe-key rules on top of the built-in ones (crawler.canonical.rules, lists in
 # crawler.canonical.tracking). Keys: a host (applies to its subdomains too), "host/path" (one
 # page) or "*" (every host). Values, all optional:
@@ -59,6 +64,7 @@ CANON_HOST_RULES: dict[str, dict[str, list[str]]] = {}
 
 # --- Shared frontier ---------------------------------------------------------------------
 # redis://[:password@]host:port/db or rediss:// for TLS. Unset: embedded, single-process crawl.
+# A Redis Cluster: redis+cluster://host:port (any node; rediss+cluster:// for TLS).
 REDIS_URL = os.environ.get("REDIS_URL") or None
 # Prefix of the crawl's keys in Redis; %(spider)s is the spider's name. Workers sharing it share
 # one crawl: the queue (<prefix>:queue), the seen filter (<prefix>:seen), leases and failures.

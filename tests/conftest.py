@@ -16,6 +16,7 @@ import psycopg
 import pytest
 import redis
 
+from tests.cluster import RedisClusterServers
 from tests.servers import RedisServer, ServiceUnavailable
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -30,7 +31,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark tests by the services they use, so ``-m 'not postgres'`` works without tagging."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if "redis_bloom_server" in fixtures:
+        if "redis_bloom_server" in fixtures or "redis_cluster" in fixtures:
             item.add_marker(pytest.mark.redis)
         callspec = getattr(item, "callspec", None)
         store = callspec.params.get("store_url") if callspec else None
@@ -49,6 +50,19 @@ def redis_bloom_server() -> Iterator[RedisServer]:
         pytest.fail(f"cannot start redis-server with RedisBloom: {exc}", pytrace=False)
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """A 3-master Redis Cluster with RedisBloom for the whole session, on loopback."""
+    cluster = RedisClusterServers(masters=3)
+    try:
+        cluster.start()
+    except ServiceUnavailable as exc:
+        cluster.close()
+        pytest.fail(f"cannot start a Redis Cluster: {exc}", pytrace=False)
+    yield cluster
+    cluster.close()
 
 
 @pytest.fixture

@@ -1,0 +1,243 @@
+"""The sharded seen filter, on one Redis and on a real 3-master Redis Cluster on loopback."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import random
+from collections import Counter
+
+import pytest
+import redis
+from redis.crc import key_slot
+from scrapy.settings import Settings
+
+from crawler.redis_client import RedisSetupError, describe, redis_from_url
+from crawler.seen import SeenFilter
+from crawler.seen.redis import RedisBloomSeenFilter
+from crawler.seen.sharded import ShardedBloomSeenFilter, shard_keys
+from tests.cluster import RedisClusterServers
+
+WORKERS = 4
+SHARED_KEYS = 2000
+
+
+def settings_for(url: str, **overrides: object) -> Settings:
+    settings = Settings()
+    settings.setmodule("crawler.settings")
+    settings.set("REDIS_URL", url)
+    settings.update(overrides)
+    return settings
+
+
+def page_keys(count: int, site: str = "example.com") -> list[str]:
+    return [f"v1|https://www.{site}/catalogue/book_{n}/index.html" for n in range(count)]
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: RedisClusterServers) -> str:
+    """``redis+cluster://`` URL of the session's cluster, emptied before the test."""
+    redis_cluster.flushall()
+    return redis_cluster.url
+
+
+def test_cluster_url_gives_a_cluster_client(cluster_url: str) -> None:
+    client = redis_from_url(cluster_url)
+    assert isinstance(client, redis.RedisCluster)
+    assert len(client.get_primaries()) == 3
+    assert describe(client).startswith("redis+cluster://127.0.0.1:")
+    client.close()
+
+
+def test_shard_i_of_n_hashes_into_the_i_th_slot_range() -> None:
+    assert shard_keys("books:seen", 1) == ["books:seen"]
+    keys = shard_keys("{books}:seen", 8)
+    assert keys == shard_keys("{books}:seen", 8)  # every worker computes the same names
+    assert keys[0].startswith("{books:seen:0/8:")
+    slots = [key_slot(key.encode()) for key in keys]
+    assert [slot * 8 // 16384 for slot in slots] == list(range(8))
+    # A shard's bookkeeping keys stay on its slot, so its add script is single-slot.
+    assert all(key_slot(f"{key}:params".encode()) == key_slot(key.encode()) for key in keys)
+    with pytest.raises(ValueError, match="SEEN_FILTER_SHARDS must be 1 to 16384"):
+        shard_keys("books:seen", 0)
+
+
+@pytest.mark.parametrize(("shards", "per_master"), [(3, 1), (6, 2)])
+def test_shards_spread_over_every_master(
+    cluster_url: str, redis_cluster: RedisClusterServers, shards: int, per_master: int
+) -> None:
+    seen = ShardedBloomSeenFilter.from_settings(
+        settings_for(cluster_url, SEEN_FILTER_SHARDS=shards), "books"
+    )
+    keys = page_keys(600)
+    assert seen.add_many(keys) == [True] * 600
+    holders = Counter(redis_cluster.node_holding(shard.key).port for shard in seen.shards)
+    assert holders == dict.fromkeys(redis_cluster.ports, per_master)
+    fills = [info.items_inserted for info in seen.info() if info is not None]
+    assert len(fills) == shards
+    assert sum(fills) == 600
+    assert min(fills) > 600 / shards / 2  # the key hash spreads keys over the shards
+    seen.close()
+
+
+def batches_with_repeats() -> list[list[str]]:
+    """Batches of page links: repeats inside a batch, across batches, and empty batches."""
+    rng = random.Random(7)
+    pool = page_keys(1500)
+    batches: list[list[str]] = [[]]
+    for _page in range(60):
+        batch = rng.sample(pool, 40)
+        batch += rng.sample(batch, 5)  # the same link several times on one page
+        rng.shuffle(batch)
+        batches.append(batch)
+    return batches
+
+
+def exact_answers(batches: list[list[str]]) -> list[list[bool]]:
+    seen: set[str] = set()
+    answers = []
+    for batch in batches:
+        answer = []
+        for key in batch:
+            answer.append(key not in seen)
+            seen.add(key)
+        answers.append(answer)
+    return answers
+
+
+@pytest.mark.parametrize("shards", [1, 4])
+def test_same_answers_as_one_filter_on_one_redis(redis_url: str, shards: int) -> None:
+    single = RedisBloomSeenFilter.from_settings(settings_for(redis_url), "single")
+    sharded = ShardedBloomSeenFilter.from_settings(
+        settings_for(redis_url, SEEN_FILTER_SHARDS=shards), "sharded"
+    )
+    assert isinstance(sharded, SeenFilter)
+    batches = batches_with_repeats()
+    expected = exact_answers(batches)
+    assert [single.add_many(batch) for batch in batches] == expected
+    assert [sharded.add_many(batch) for batch in batches] == expected
+    single.close()
+    sharded.close()
+
+
+def test_same_answers_as_one_filter_on_the_cluster(cluster_url: str) -> None:
+    sharded = ShardedBloomSeenFilter.from_settings(
+        settings_for(cluster_url, SEEN_FILTER_SHARDS=6), "books"
+    )
+    batches = batches_with_repeats()
+    assert [sharded.add_many(batch) for batch in batches] == exact_answers(batches)
+    sharded.close()
+
+
+def test_one_shard_is_the_plain_filter(redis_url: str) -> None:
+    plain = RedisBloomSeenFilter.from_settings(settings_for(redis_url), "books")
+    assert plain.add_many(page_keys(5)) == [True] * 5
+    one_shard = ShardedBloomSeenFilter.from_settings(settings_for(redis_url), "books")
+    assert [shard.key for shard in one_shard.shards] == ["books:seen"]
+    assert one_shard.add_many(page_keys(6)) == [False] * 5 + [True]
+    plain.close()
+    one_shard.close()
+
+
+def test_one_shard_on_the_cluster_needs_a_hash_tag(cluster_url: str) -> None:
+    with pytest.raises(RedisSetupError, match=r"needs a \{hash tag\} on Redis Cluster"):
+        ShardedBloomSeenFilter.from_settings(settings_for(cluster_url), "books")
+    tagged = settings_for(cluster_url, SEEN_FILTER_KEY="{%(spider)s}:seen")
+    seen = ShardedBloomSeenFilter.from_settings(tagged, "books")
+    assert seen.add_many(page_keys(3) * 2) == [True] * 3 + [False] * 3
+    seen.close()
+
+
+def test_changing_the_number_of_shards_is_refused(redis_url: str) -> None:
+    first = ShardedBloomSeenFilter.from_settings(settings_for(redis_url, SEEN_FILTER_SHARDS=4), "b")
+    first.add_many(page_keys(10))
+    with pytest.raises(RedisSetupError, match=r"split into 4 shards, but SEEN_FILTER_SHARDS is 8"):
+        ShardedBloomSeenFilter.from_settings(settings_for(redis_url, SEEN_FILTER_SHARDS=8), "b")
+    again = ShardedBloomSeenFilter.from_settings(settings_for(redis_url, SEEN_FILTER_SHARDS=4), "b")
+    assert again.add_many(page_keys(10)) == [False] * 10
+    first.close()
+    again.close()
+
+
+def test_capacity_is_divided_between_shards(redis_url: str) -> None:
+    settings = settings_for(redis_url, SEEN_FILTER_SHARDS=4, SEEN_FILTER_CAPACITY=10_001)
+    seen = ShardedBloomSeenFilter.from_settings(settings, "books")
+    seen.add_many(page_keys(100))
+    assert [info.capacity for info in seen.info() if info is not None] == [2501] * 4
+    seen.close()
+
+
+def _add_shared_keys(url: str, seed: int, start: multiprocessing.synchronize.Barrier) -> None:
+    """One worker process: add the shared keys in its own order, in page-sized batches;
+    report the keys it was told are new."""
+    keys = page_keys(SHARED_KEYS)
+    random.Random(seed).shuffle(keys)
+    seen = ShardedBloomSeenFilter.from_settings(settings_for(url, SEEN_FILTER_SHARDS=6), "books")
+    start.wait(timeout=60)
+    new = []
+    for offset in range(0, len(keys), 25):
+        batch = keys[offset : offset + 25]
+        new += [key for key, is_new in zip(batch, seen.add_many(batch), strict=True) if is_new]
+    seen.client.rpush("test:new", json.dumps(new))
+    seen.close()
+
+
+def test_concurrent_processes_get_each_key_new_exactly_once(cluster_url: str) -> None:
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(WORKERS)
+    workers = [
+        context.Process(target=_add_shared_keys, args=(cluster_url, seed, start))
+        for seed in range(WORKERS)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert [worker.exitcode for worker in workers] == [0] * WORKERS
+    client = redis_from_url(cluster_url)
+    reports = [json.loads(report) for report in client.lrange("test:new", 0, -1)]
+    client.close()
+    assert len(reports) == WORKERS
+    new_keys = [key for report in reports for key in report]
+    assert sorted(new_keys) == sorted(page_keys(SHARED_KEYS))
+    assert all(report for report in reports)  # every worker won some keys: they did race
+
+
+# The shape of the frontier's atomic steps: move a request from the queue to the leases.
+LEASE_ONE = """
+local id = redis.call('LPOP', KEYS[1])
+if id then redis.call('HSET', KEYS[2], id, ARGV[1]) end
+return id
+"""
+
+
+def test_script_over_hash_tagged_keys_runs_on_one_slot(cluster_url: str) -> None:
+    queue, leases = "{crawl}:queue", "{crawl}:leases"
+    assert key_slot(queue.encode()) == key_slot(leases.encode())
+    client = redis_from_url(cluster_url)
+    client.rpush(queue, "request-1")
+    assert client.eval(LEASE_ONE, 2, queue, leases, "worker-a") == b"request-1"
+    assert client.hgetall(leases) == {b"request-1": b"worker-a"}
+    assert client.llen(queue) == 0
+    client.close()
+
+
+def test_script_over_untagged_keys_is_refused_crossslot(
+    cluster_url: str, redis_cluster: RedisClusterServers
+) -> None:
+    queue, leases = "crawl:queue", "crawl:leases"
+    assert key_slot(queue.encode()) != key_slot(leases.encode())
+    cluster_client = redis_from_url(cluster_url)
+    cluster_client.rpush(queue, "request-1")
+    # redis-py refuses before sending; the node itself refuses too when asked directly
+    # (error CROSSSLOT, whose code redis-py leaves out of the message).
+    with pytest.raises(redis.RedisClusterException, match="must map to the same key slot"):
+        cluster_client.eval(LEASE_ONE, 2, queue, leases, "worker-a")
+    node = redis_cluster.node_holding(queue)
+    with (
+        node.client() as direct,
+        pytest.raises(redis.ResponseError, match="Keys in request don't hash to the same slot"),
+    ):
+        direct.eval(LEASE_ONE, 2, queue, leases, "worker-a")
+    assert cluster_client.lrange(queue, 0, -1) == [b"request-1"]  # nothing was leased
+    cluster_client.close()
