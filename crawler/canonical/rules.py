@@ -354,16 +354,18 @@ def _rewrite_query(
 ) -> str:
     """``query`` without the parameters the rules drop (``query`` itself if none)."""
     params = query.split("&")
+    if rule is None and fired is None:
+        # Fast path: only the global lists apply; most queries have nothing to drop.
+        droppable, droppable_prefixes = rules._droppable, rules._droppable_prefixes
+        for param in params:
+            name = param.partition("=")[0].lower()
+            if name in droppable or name.startswith(droppable_prefixes):
+                break
+        else:
+            return query
     kept = []
-    droppable, droppable_prefixes = rules._droppable, rules._droppable_prefixes
     for param in params:
-        name = param.partition("=")[0]
-        if rule is None:  # fast path: only the global lists can drop it
-            lowered = name.lower()
-            if lowered not in droppable and not lowered.startswith(droppable_prefixes):
-                kept.append(param)
-                continue
-        reason = rules.drop_reason(name, rule)
+        reason = rules.drop_reason(param.partition("=")[0], rule)
         if reason is None:
             kept.append(param)
         elif fired is not None:
@@ -378,11 +380,14 @@ def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Ide
     to a video's URL gets the video's key, and a key's URL is its own key.
     """
     canonical = canonicalize(url)
-    authority_start = canonical.index("//") + 2
+    authority_start = 7 if canonical[4] == ":" else 8  # stage 1 gives http:// or https://
     path_start = canonical.index("/", authority_start)
     authority = canonical[authority_start:path_start]
     path, question, query = canonical[path_start:].partition("?")
-    rule = rules.rule_for(authority, path)
+    cached = rules._host_cache.get(authority)
+    rule = (
+        cached[0] if cached is not None and cached[1] is None else rules.rule_for(authority, path)
+    )
 
     new_path = _rewrite_path(path, rules, rule, fired) if ";" in path or "//" in path else path
     if new_path != path:
