@@ -109,8 +109,9 @@ def address_refusal(address: IPAddress) -> str | None:
         ("multicast", address.is_multicast),
         ("cgnat", address.version == 4 and address in CGNAT),
         ("unique-local", address.version == 6 and address in UNIQUE_LOCAL),
+        ("reserved", address.is_reserved),
         ("private", address.is_private),
-        ("reserved", address.is_reserved or not address.is_global),
+        ("non-global", not address.is_global),
     )
     return next((reason for reason, hit in checks if hit), None)
 

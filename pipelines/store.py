@@ -302,6 +302,8 @@ class RecordStore(Protocol):
 
     def pages(self) -> Iterator[dict[str, Any]]: ...
 
+    def key_aliases(self) -> Iterator[dict[str, Any]]: ...
+
 
 class SqlRecordStore:
     """:class:`RecordStore` on SQLAlchemy Core (SQLite or PostgreSQL)."""
@@ -547,6 +549,9 @@ class SqlRecordStore:
 
     def pages(self) -> Iterator[dict[str, Any]]:
         return self._rows(pages, pages.c.fetch_url)
+
+    def key_aliases(self) -> Iterator[dict[str, Any]]:
+        return self._rows(key_aliases, key_aliases.c.from_key)
 
 
 _stores: weakref.WeakKeyDictionary[Crawler, RecordStore] = weakref.WeakKeyDictionary()

@@ -15,7 +15,14 @@ is not this machine's loopback, so even a broken guard cannot send a packet else
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from scrapy import Request
@@ -23,7 +30,8 @@ from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
 from scrapy.http import Response
 from twisted.internet.error import ConnectionRefusedError
 
-from tests.httpserver import Page, Route, html, redirect
+from pipelines.store import SqlRecordStore, StoredChain
+from tests.httpserver import Page, Route, TestServer, html, redirect
 
 #: Hosts the spy lets through to the real handler.
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost"})
@@ -155,9 +163,104 @@ class SpyDownloadHandler(HTTP11DownloadHandler):
         return await super().download_request(request)
 
 
-def spy_hosts(path: str) -> list[str]:
+def spy_hosts(path: Path) -> list[str]:
     """The hosts the spy was asked to reach, in order."""
-    if not os.path.exists(path):
+    if not path.exists():
         return []
-    with open(path, encoding="utf-8") as log:
+    with path.open(encoding="utf-8") as log:
         return [line.split("\t", 1)[0] for line in log if line.strip()]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRAPY = [sys.executable, "-m", "scrapy.cmdline"]
+SPY_HANDLERS = json.dumps(
+    {scheme: f"{__name__}.SpyDownloadHandler" for scheme in ("http", "https")}
+)
+
+
+def scrapy(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``scrapy ARGS`` in the project, as a user would."""
+    return subprocess.run(
+        [*SCRAPY, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def crawl_site(
+    start_url: str,
+    store_url: str,
+    spy_log: Path,
+    *options: str,
+    redis_url: str | None = None,
+    clean_log: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """``scrapy crawl site`` from ``start_url`` into ``store_url``, with every connection
+    attempt logged by :class:`SpyDownloadHandler`; the crawl must succeed (and, with
+    ``clean_log``, log no traceback)."""
+    env = {key: value for key, value in os.environ.items() if key not in {"REDIS_URL", "STORE_URL"}}
+    env[SPY_LOG_ENV] = str(spy_log)
+    if redis_url:
+        env["REDIS_URL"] = redis_url
+    result = scrapy(
+        "crawl", "site", "-a", f"start_url={start_url}",
+        "-s", f"STORE_URL={store_url}",
+        "-s", f"DOWNLOAD_HANDLERS={SPY_HANDLERS}",
+        *options,
+        env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert not clean_log or "Traceback" not in result.stderr, result.stderr[-4000:]
+    return result
+
+
+def command_rows(name: str, store_url: str, *args: str) -> list[dict[str, Any]]:
+    """The JSON lines ``scrapy NAME`` prints for the store."""
+    result = scrapy(name, "-s", f"STORE_URL={store_url}", *args)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+@dataclass
+class Crawl:
+    """A finished crawl of the redirect site: the server's hits and the store's records."""
+
+    server: TestServer
+    store_url: str
+    spy_log: Path
+    chains: dict[str, StoredChain]  # by start path
+    pages: dict[str, dict]  # by fetch path
+    hits: Counter[str]
+
+    def path(self, url: str | None) -> str | None:
+        prefix = self.server.url
+        return url[len(prefix) :] if url and url.startswith(prefix) else url
+
+
+def run_crawl(
+    tmp: Path, *options: str, redis_url: str | None = None, clean_log: bool = True
+) -> Crawl:
+    """Crawl :func:`redirect_site` into a SQLite store under ``tmp``; what the server and the
+    store saw."""
+    server = TestServer({})
+    server.routes.update(redirect_site(server.port))
+    store_url = f"sqlite:///{tmp / 'store.sqlite'}"
+    with server:
+        crawl_site(
+            f"{server.url}/",
+            store_url,
+            tmp / "spy.log",
+            *options,
+            redis_url=redis_url,
+            clean_log=clean_log,
+        )
+    store = SqlRecordStore.from_url(store_url)
+    crawl = Crawl(server, store_url, tmp / "spy.log", {}, {}, Counter(server.paths()))
+    crawl.chains = {crawl.path(c.start_url): c for c in store.chains()}  # type: ignore[misc]
+    crawl.pages = {crawl.path(p["fetch_url"]): p for p in store.pages()}  # type: ignore[misc]
+    store.close()
+    return crawl

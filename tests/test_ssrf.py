@@ -1,0 +1,173 @@
+"""The SSRF guard: private, loopback, link-local and metadata addresses are never connected to.
+
+Crawls run with :class:`tests.redirect_server.SpyDownloadHandler` in place of Scrapy's HTTP
+handler: it logs every host the crawler tried to reach and refuses, before any socket exists,
+anything that is not loopback. An empty log of private hosts is the proof that nothing was
+attempted; the guard-off crawl shows the spy would have seen them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+from scrapy import Request
+from scrapy.utils.test import get_crawler
+
+from middlewares.ssrf import (
+    PROCESS_GUARD,
+    AddressBlocked,
+    SSRFGuardMiddleware,
+    SSRFPolicy,
+    address_refusal,
+)
+from pipelines.store import SqlRecordStore, store_for
+from tests.redirect_server import PRIVATE_REDIRECTS, Crawl, run_crawl, spy_hosts
+
+LOOPBACK = {"127.0.0.1", "localhost"}
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("169.254.169.254", "metadata"),
+        ("fd00:ec2::254", "metadata"),
+        ("168.63.129.16", "metadata"),
+        ("100.100.100.200", "metadata"),
+        ("127.0.0.1", "loopback"),
+        ("127.8.9.10", "loopback"),
+        ("::1", "loopback"),
+        ("0.0.0.0", "unspecified"),
+        ("::", "unspecified"),
+        ("169.254.1.1", "link-local"),
+        ("fe80::1", "link-local"),
+        ("224.0.0.251", "multicast"),
+        ("ff02::1", "multicast"),
+        ("100.64.0.1", "cgnat"),
+        ("fd00::1", "unique-local"),
+        ("10.0.0.1", "private"),
+        ("172.16.0.1", "private"),
+        ("192.168.1.1", "private"),
+        ("192.0.2.1", "private"),  # documentation range: never a real server
+        ("::ffff:a9fe:a9fe", "metadata"),  # IPv4-mapped 169.254.169.254
+        ("::ffff:10.0.0.1", "private"),
+        ("2002:a00:1::1", "private"),  # 6to4 around 10.0.0.1
+        ("64:ff9b::a9fe:a9fe", "metadata"),  # NAT64 around 169.254.169.254
+        ("240.0.0.1", "reserved"),
+        ("93.184.215.14", None),
+        ("2606:4700::1111", None),
+        ("8.8.8.8", None),
+    ],
+)
+def test_address_classes(address: str, reason: str | None) -> None:
+    assert address_refusal(ipaddress.ip_address(address)) == reason
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", "metadata"),
+        ("http://2852039166/", "metadata"),  # one decimal number
+        ("http://0xA9FEA9FE/", "metadata"),  # one hex number
+        ("http://0xA9.0xFE.0xA9.0xFE/", "metadata"),
+        ("http://0251.0376.0251.0376/", "metadata"),  # octal
+        ("http://169.254.43518/", "metadata"),  # a.b.c16
+        ("http://[::ffff:169.254.169.254]/", "metadata"),
+        ("http://[::ffff:a9fe:a9fe]/", "metadata"),
+        ("http://metadata.google.internal/computeMetadata/v1/", "metadata"),
+        ("http://METADATA.GOOGLE.INTERNAL./", "metadata"),
+        ("http://10.0.0.1:8080/admin", "private"),
+        ("http://0x7f.1/", "loopback"),
+        ("http://017700000001/", "loopback"),
+        ("http://[fd00::1]/internal", "unique-local"),
+        ("https://example.com/", None),  # names are judged by what they resolve to
+        ("http://93.184.215.14/", None),
+    ],
+)
+def test_every_spelling_of_a_private_host_is_refused(url: str, reason: str | None) -> None:
+    assert SSRFPolicy().refusal(url) == reason
+
+
+def test_allowed_hosts_are_exempt_in_any_spelling() -> None:
+    policy = SSRFPolicy(["10.0.0.1", "Intranet.Example."])
+    assert policy.refusal("http://10.0.0.1/") is None
+    assert policy.refusal("http://167772161/") is None  # 10.0.0.1 as one number
+    assert policy.refusal("http://10.0.0.2/") == "private"
+    assert policy.answer_refusal("intranet.example", "10.1.2.3") is None
+    assert policy.answer_refusal("other.example", "10.1.2.3") == "private"
+    assert policy.answer_refusal("other.example", "93.184.215.14") is None
+
+
+def test_middleware_refuses_before_download_and_records_the_block(tmp_path: Path) -> None:
+    store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    crawler = get_crawler(settings_dict={"STORE_URL": store_url, "SSRF_GUARD_ENABLED": True})
+    crawler.stats.open_spider()  # type: ignore[union-attr]
+    middleware = SSRFGuardMiddleware.from_crawler(crawler)
+    request = Request("http://0xA9.0xFE.0xA9.0xFE/latest/")
+    with pytest.raises(AddressBlocked) as refused:
+        middleware.process_request(request)
+    assert refused.value.reason == "metadata"
+    assert middleware.process_request(Request("https://example.com/")) is None
+    store_for(crawler).close()
+    chains = SqlRecordStore.from_url(store_url).chains()
+    assert [(c.start_url, c.outcome, c.reason, c.hops) for c in chains] == [
+        (request.url, "blocked", "metadata", ())
+    ]
+    assert crawler.stats.get_value("ssrf/blocked/metadata") == 1  # type: ignore[union-attr]
+    PROCESS_GUARD.reset()
+
+
+@pytest.fixture(scope="module")
+def crawl(tmp_path_factory: pytest.TempPathFactory) -> Crawl:
+    return run_crawl(tmp_path_factory.mktemp("ssrf"))
+
+
+def test_no_connection_to_a_private_address_is_ever_attempted(crawl: Crawl) -> None:
+    hosts = spy_hosts(crawl.spy_log)
+    assert hosts, "the spy saw nothing: it is not installed"
+    assert set(hosts) <= LOOPBACK
+
+
+@pytest.mark.parametrize("start", sorted(set(PRIVATE_REDIRECTS) - {"/out/two/next"}))
+def test_private_redirects_are_recorded_as_blocked(crawl: Crawl, start: str) -> None:
+    chain = crawl.chains[start]
+    assert chain.outcome == "blocked"
+    assert chain.reason in {"metadata", "private", "unique-local"}
+    assert chain.final_url == chain.hops[-1].target_url
+    assert crawl.hits[start] == 1
+
+
+def test_two_hop_chain_to_metadata_is_blocked_at_the_second_hop(crawl: Crawl) -> None:
+    chain = crawl.chains["/out/two"]
+    assert [crawl.path(hop.target_url) for hop in chain.hops] == [
+        "/out/two/next",
+        "http://169.254.169.254/latest/meta-data/iam/",
+    ]
+    assert chain.reason == "metadata"
+
+
+def test_name_resolving_to_loopback_is_refused_by_the_resolver(crawl: Crawl) -> None:
+    # The redirect to http://localhost:<port>/secret passed the address check (a name), got
+    # as far as the download handler, and was refused at resolution: the server that answers
+    # on that port never saw the request.
+    assert "localhost" in spy_hosts(crawl.spy_log)
+    assert crawl.hits["/secret"] == 0
+    chain = crawl.chains["/out/dns"]
+    assert (chain.outcome, chain.reason) == ("blocked", "dns:loopback")
+
+
+def test_allowed_host_setting_lets_a_private_name_through(tmp_path: Path) -> None:
+    crawl = run_crawl(tmp_path, "-s", "SSRF_ALLOWED_HOSTS=localhost")
+    assert crawl.hits["/secret"] == 1
+    assert crawl.chains["/out/dns"].outcome == "fetched"
+    assert crawl.chains["/out/metadata"].outcome == "blocked"
+    assert set(spy_hosts(crawl.spy_log)) <= LOOPBACK
+
+
+def test_without_the_guard_the_spy_sees_the_attempts(tmp_path: Path) -> None:
+    """The detector works: with the guard off, the crawler does try (and the spy refuses)."""
+    crawl = run_crawl(tmp_path, "-s", "SSRF_GUARD_ENABLED=False", clean_log=False)
+    attempted = set(spy_hosts(crawl.spy_log)) - LOOPBACK
+    assert {"169.254.169.254", "10.0.0.1"} <= attempted
+    assert crawl.hits["/secret"] == 1
