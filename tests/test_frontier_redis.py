@@ -4,21 +4,32 @@ answer), failures with their reason, drain detection, priority order, Redis rest
 
 from __future__ import annotations
 
+import argparse
 import gc
+import json
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from redis.crc import key_slot
 from scrapy import Request, Spider
+from scrapy.exceptions import DontCloseSpider, UsageError
 from scrapy.http import JsonRequest
+from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 import crawler.settings as project_settings
+from crawler.commands.seed import Command as SeedCommand
 from crawler.frontier import META_KEY
 from crawler.frontier.redis import LEASE_META, QUEUED_META, RedisFrontier
+from crawler.frontier.scheduler import LeaseMiddleware, RedisScheduler
 from tests.servers import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class ExampleSpider(Spider):
@@ -308,3 +319,104 @@ def test_answers_wait_while_redis_restarts_and_are_delivered_after() -> None:
         assert worker.counts() | {"seen": 0} == {"queued": 2, "leased": 0, "failed": 0, "seen": 0}
         assert worker.admit(None, [Request("https://example.com/")]) == []  # seen survived
         worker.close()
+
+
+def scheduler_crawler(redis_url: str) -> Any:
+    """A crawler configured like ``scrapy crawl example -s REDIS_URL=...``."""
+    settings = {name: getattr(project_settings, name) for name in FRONTIER_SETTINGS}
+    settings.update(
+        REDIS_URL=redis_url,
+        ADDONS=project_settings.ADDONS,
+        FRONTIER_LEASE_BATCH=project_settings.FRONTIER_LEASE_BATCH,
+        FRONTIER_LEASE_TTL=project_settings.FRONTIER_LEASE_TTL,
+    )
+    return get_crawler(ExampleSpider, settings)
+
+
+def test_redis_url_switches_the_scheduler_and_adds_the_lease_middleware(redis_url: str) -> None:
+    with_redis = scheduler_crawler(redis_url).settings
+    assert with_redis["SCHEDULER"] is RedisScheduler
+    assert LeaseMiddleware in with_redis.getdict("DOWNLOADER_MIDDLEWARES")
+    without = get_crawler(ExampleSpider, {"ADDONS": project_settings.ADDONS}).settings
+    assert without["SCHEDULER"] == "scrapy.core.scheduler.Scheduler"
+
+
+def lease_calls(redis_url: str) -> int:
+    """Scripts run by the server so far (every lease attempt is one)."""
+    with redis.Redis.from_url(redis_url) as client:
+        stats = client.info("commandstats")
+    return sum(stats.get(name, {}).get("calls", 0) for name in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+def test_waiting_worker_polls_gently_and_stays_open_until_the_frontier_drains(
+    redis_url: str, workers: Any
+) -> None:
+    crawler = scheduler_crawler(redis_url)
+    spider = ExampleSpider.from_crawler(crawler)
+    crawler.spider = spider
+    scheduler = RedisScheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    other = workers()
+    try:
+        other.admit(None, [Request("https://example.com/")])
+        [page] = other.lease(1)  # the only request, held by another worker
+        before = lease_calls(redis_url)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            assert scheduler.next_request() is None
+            time.sleep(0.001)
+        assert lease_calls(redis_url) - before <= 8  # ~5 attempts in a second, not ~1000
+        assert scheduler.has_pending_requests()  # the other worker may still find links
+        with pytest.raises(DontCloseSpider):
+            scheduler.spider_idle(spider)
+
+        other.admit(page, [Request("https://example.com/next")])
+        found, deadline = None, time.monotonic() + 2.0
+        while found is None and time.monotonic() < deadline:
+            found = scheduler.next_request()
+            time.sleep(0.01)
+        assert found is not None and found.url == "https://example.com/next"
+        assert scheduler.has_pending_requests()  # this worker holds it
+        scheduler.frontier.admit(found, [])
+        assert not scheduler.has_pending_requests()
+        scheduler.spider_idle(spider)  # drained: the spider may close
+    finally:
+        scheduler.close("finished")
+        scheduler.frontier.close()
+
+
+def test_seed_command_queues_each_url_once(redis_url: str, tmp_path: Path) -> None:
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(
+        "# start pages\nhttps://example.com/a\n\nhttps://example.com/b?utm_source=mail\n"
+    )
+    command = [
+        str(ROOT / ".venv" / "bin" / "scrapy"),
+        "seed",
+        "site",
+        "https://example.com/a",
+        "https://example.com/b",
+        "http://exa mple.com/",
+        "not a url",
+        "--file",
+        str(seeds),
+        "-s",
+        f"REDIS_URL={redis_url}",
+    ]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "2 queued, 2 already seen, 2 invalid" in result.stdout
+    with redis.Redis.from_url(redis_url) as client:
+        queued = client.zrange("{site}:queue", 0, -1)
+        stored = [json.loads(client.hget("{site}:requests", id_)) for id_ in queued]
+    assert [request["url"] for request in stored] == [
+        "https://example.com/a",
+        "https://example.com/b",
+    ]
+
+
+def test_seed_command_needs_redis() -> None:
+    command = SeedCommand()
+    command.settings = Settings({"REDIS_URL": None})
+    with pytest.raises(UsageError, match="REDIS_URL"):
+        command.run(["site", "https://example.com/"], argparse.Namespace(file=None))

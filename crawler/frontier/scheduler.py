@@ -90,8 +90,12 @@ class RedisScheduler(BaseScheduler):
         return self.frontier.enqueue(request)
 
     def next_request(self) -> Request | None:
-        if not self._buffer and time.monotonic() >= self._next_poll:
-            self._refill()
+        if not self._buffer:
+            wait = self._next_poll - time.monotonic()
+            if wait <= 0:
+                self._refill()
+            else:  # asked early (a download ended): make sure the engine asks again
+                self._wake_later(wait)
         if not self._buffer:
             return None
         request = self._buffer.popleft()
