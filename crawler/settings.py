@@ -18,7 +18,8 @@ COMMANDS_MODULE = "crawler.commands"
 # --- Politeness --------------------------------------------------------------------------
 ROBOTSTXT_OBEY = True
 USER_AGENT = "bloom-frontier/0.1 (+https://github.com/bloom-frontier/bloom-frontier)"
-CONCURRENT_REQUESTS = 16
+# Parallel downloads per worker (env: CONCURRENT_REQUESTS, e.g. from docker-compose.yml).
+CONCURRENT_REQUESTS = int(os.environ.get("CONCURRENT_REQUESTS") or 16)
 CONCURRENT_REQUESTS_PER_DOMAIN = 16
 DOWNLOAD_DELAY = 0
 # AutoThrottle adapts the delay to the server's latency. Off by default so that a crawl of
