@@ -1,0 +1,231 @@
+"""The record store on both engines: SQLite and the real PostgreSQL (database ``test``)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+from scrapy.settings import Settings
+
+from pipelines.records import (
+    FETCHED,
+    LOOP,
+    SEEN,
+    VIA_LOCATION,
+    CanonicalHint,
+    Chain,
+    Hop,
+    KeyAlias,
+    PageRecord,
+    UrlAlias,
+)
+from pipelines.store import (
+    DEFAULT_STORE_URL,
+    SqlRecordStore,
+    StoreMissing,
+    normalize_store_url,
+)
+
+A, B, C = "https://e.org/a", "https://e.org/b", "https://e.org/c"
+
+
+def hop(source: str, target: str, status: int = 301) -> Hop:
+    return Hop(source, f"r1|{source}", status, target, target, f"r1|{target}", VIA_LOCATION, 1.0)
+
+
+def chain(*hops: Hop, outcome: str = FETCHED, chain_id: str = "c1") -> Chain:
+    start = hops[0].source
+    state = Chain(chain_id, start, f"r1|{start}")
+    for one in hops:
+        state = state.add(one)
+    return state.finish(outcome, hops[-1].target)
+
+
+def count(store: SqlRecordStore) -> dict[str, int]:
+    return {
+        "chains": len(store.chains()),
+        "hops": sum(len(c.hops) for c in store.chains()),
+        "pages": len(list(store.pages())),
+        "hints": len(list(store.hints())),
+        "aliases": len(list(store.url_aliases())),
+        "key_aliases": len(list(store.key_aliases())),
+    }
+
+
+def write_everything(store: SqlRecordStore) -> None:
+    store.add_chain(chain(hop(A, B, 301), hop(B, C, 302)))
+    store.add_page(PageRecord(A, C, f"r1|{C}", 200, "c1", None, 2.0))
+    store.add_hints(
+        [CanonicalHint(C, f"r1|{C}", "link-element", "/c", C, f"r1|{C}", True, "self", 3.0)]
+    )
+    store.add_url_aliases([UrlAlias(url, f"r1|{url}", "r1", "redirect", 4.0) for url in (A, B, C)])
+    store.add_key_alias(KeyAlias(f"r1|{B}", f"r1|{C}", "canonical", "r1", 5.0))
+
+
+def test_records_round_trip(store_url: str) -> None:
+    store = SqlRecordStore.from_url(store_url)
+    write_everything(store)
+    store.close()
+    reader = SqlRecordStore.from_url(store_url)
+    [stored] = reader.chains()
+    assert (stored.start_url, stored.final_url, stored.outcome, stored.hop_count) == (
+        A,
+        C,
+        FETCHED,
+        2,
+    )
+    assert [
+        (h.position, h.source_url, h.status, h.permanent, h.target_url) for h in stored.hops
+    ] == [
+        (0, A, 301, True, B),
+        (1, B, 302, False, C),
+    ]
+    [page] = reader.pages()
+    assert (page["fetch_url"], page["final_url"], page["status"], page["chain_id"]) == (
+        A,
+        C,
+        200,
+        "c1",
+    )
+    [hint] = reader.hints()
+    assert (hint["page_url"], hint["canonical_url"], hint["valid"], hint["reason"]) == (
+        C,
+        C,
+        True,
+        "self",
+    )
+    assert sorted(a["url"] for a in reader.url_aliases("r1")) == [A, B, C]
+    assert list(reader.url_aliases("r0")) == []
+    assert reader.rules_versions() == ["r1"]
+    [alias] = reader.key_aliases()
+    assert (alias["from_key"], alias["to_key"]) == (f"r1|{B}", f"r1|{C}")
+    reader.close()
+
+
+def test_writes_are_idempotent(store_url: str) -> None:
+    for _ in range(2):  # two workers (or a retried flush) writing the same records
+        store = SqlRecordStore.from_url(store_url)
+        write_everything(store)
+        store.flush()
+        write_everything(store)  # and the same rows twice in one batch
+        store.close()
+    reader = SqlRecordStore.from_url(store_url)
+    assert count(reader) == {
+        "chains": 1,
+        "hops": 2,
+        "pages": 1,
+        "hints": 1,
+        "aliases": 3,
+        "key_aliases": 1,
+    }
+    reader.close()
+
+
+def test_a_chain_only_moves_forward(store_url: str) -> None:
+    store = SqlRecordStore.from_url(store_url, batch_size=1)
+    reader = SqlRecordStore.from_url(store_url)
+
+    def state() -> tuple[str, int]:
+        [stored] = reader.chains()
+        return stored.outcome, stored.hop_count
+
+    store.add_chain(chain(hop(A, B), outcome=SEEN))
+    assert state() == (SEEN, 1)
+    store.add_chain(chain(hop(A, B), outcome=FETCHED))  # the worker that fetched B reports
+    assert state() == (FETCHED, 1)
+    store.add_chain(chain(hop(A, B), outcome=SEEN))  # a late "seen" does not undo it
+    assert state() == (FETCHED, 1)
+    store.add_chain(chain(hop(A, B), hop(B, A), outcome=LOOP))
+    assert state() == (LOOP, 2)
+    store.add_chain(chain(hop(A, B), outcome=FETCHED))  # an older, shorter state
+    assert state() == (LOOP, 2)
+    store.close()
+    reader.close()
+
+
+def test_writes_are_batched(store_url: str) -> None:
+    store = SqlRecordStore.from_url(store_url, batch_size=3, flush_interval=3600)
+    reader = SqlRecordStore.from_url(store_url)
+    store.add_page(PageRecord(A, A, None, 200))
+    store.add_page(PageRecord(B, B, None, 200))
+    assert list(reader.pages()) == []
+    store.add_page(PageRecord(C, C, None, 200))
+    assert len(list(reader.pages())) == 3
+    store.add_page(PageRecord(A, B, None, 404))  # a refetch: the newer answer wins
+    assert {p["fetch_url"]: p["status"] for p in reader.pages()}[A] == 200
+    store.close()
+    assert {p["fetch_url"]: p["status"] for p in reader.pages()}[A] == 404
+    reader.close()
+
+
+def test_flush_interval_bounds_what_a_crash_can_lose(store_url: str) -> None:
+    store = SqlRecordStore.from_url(store_url, batch_size=1000, flush_interval=0)
+    store.add_page(PageRecord(A, A, None, 200))
+    reader = SqlRecordStore.from_url(store_url)
+    assert len(list(reader.pages())) == 1
+    store.close()
+    reader.close()
+
+
+def test_urls_longer_than_an_index_entry(store_url: str) -> None:
+    long_url = "https://e.org/" + "x" * 12000
+    store = SqlRecordStore.from_url(store_url)
+    store.add_page(PageRecord(long_url, long_url, f"r1|{long_url}", 200))
+    store.add_url_aliases([UrlAlias(long_url, f"r1|{long_url}", "r1", "fetched")])
+    store.close()
+    reader = SqlRecordStore.from_url(store_url)
+    assert [p["fetch_url"] for p in reader.pages()] == [long_url]
+    reader.close()
+
+
+def _worker(store_url: str, worker: int) -> int:
+    """One crawl worker: pages 0..299 (all workers overlap), 50 per batch, plus its own."""
+    store = SqlRecordStore.from_url(store_url, batch_size=50)
+    for n in range(300):
+        url = f"https://e.org/p/{(n * 7 + worker * 13) % 300}"
+        store.add_page(PageRecord(url, url, f"r1|{url}", 200))
+        store.add_url_aliases([UrlAlias(url, f"r1|{url}", "r1", "fetched")])
+    store.add_page(PageRecord(f"https://e.org/own/{worker}", "x", None, 200))
+    store.close()
+    return worker
+
+
+def test_concurrent_workers_write_one_store(store_url: str) -> None:
+    SqlRecordStore.from_url(store_url).close()  # the schema, created once
+    with ProcessPoolExecutor(max_workers=4) as pool:
+        assert sorted(pool.map(_worker, [store_url] * 4, range(4))) == [0, 1, 2, 3]
+    reader = SqlRecordStore.from_url(store_url)
+    assert len(list(reader.pages())) == 300 + 4
+    assert len(list(reader.url_aliases())) == 300
+    reader.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (None, DEFAULT_STORE_URL),
+        ("", DEFAULT_STORE_URL),
+        ("postgresql://u@db:5432/crawl", "postgresql+psycopg://u@db:5432/crawl"),
+        ("postgres://u@db/crawl", "postgresql+psycopg://u@db/crawl"),
+        ("postgresql+psycopg://u@db/crawl", "postgresql+psycopg://u@db/crawl"),
+        ("sqlite:////var/lib/crawl.sqlite", "sqlite:////var/lib/crawl.sqlite"),
+    ],
+)
+def test_store_url_normalization(url: str | None, expected: str) -> None:
+    assert normalize_store_url(url) == expected
+
+
+def test_default_store_is_a_file_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    SqlRecordStore.from_settings(Settings()).close()
+    assert (tmp_path / "crawl.sqlite").is_file()
+
+
+def test_reading_a_missing_store_is_an_error(tmp_path: Path) -> None:
+    settings = Settings({"STORE_URL": f"sqlite:///{tmp_path / 'nothing.sqlite'}"})
+    with pytest.raises(StoreMissing, match=r"nothing\.sqlite"):
+        SqlRecordStore.for_reading(settings)
+    assert not (tmp_path / "nothing.sqlite").exists()
