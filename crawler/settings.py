@@ -76,6 +76,9 @@ FRONTIER_KEY_PREFIX = "{%(spider)s}"
 # server's clock). A live worker extends its leases every third of this, so it only bounds
 # how long a killed worker's pages wait; keep it well above DOWNLOAD_TIMEOUT.
 FRONTIER_LEASE_TTL = 60.0
+# Times a request's lease may expire (its worker killed or stalled on it) before it is recorded
+# as failed instead of fetched again: a page that kills every worker must not kill the crawl.
+FRONTIER_MAX_EXPIRIES = 5
 # Requests one worker leases at a time (a small local buffer in front of the downloader).
 FRONTIER_LEASE_BATCH = 16
 # Switches to the shared frontier's scheduler (and its lease middleware) when REDIS_URL is set,

@@ -27,6 +27,7 @@ from crawler.commands.seed import Command as SeedCommand
 from crawler.frontier import META_KEY
 from crawler.frontier.redis import LEASE_META, QUEUED_META, RedisFrontier
 from crawler.frontier.scheduler import LeaseMiddleware, RedisScheduler
+from tests.cluster import RedisClusterServers
 from tests.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +45,7 @@ class ExampleSpider(Spider):
 
 FRONTIER_SETTINGS = (
     "FRONTIER_KEY_PREFIX",
+    "FRONTIER_MAX_EXPIRIES",
     "SEEN_FILTER_CAPACITY",
     "SEEN_FILTER_ERROR_RATE",
     "SEEN_FILTER_EXPANSION",
@@ -420,3 +422,40 @@ def test_seed_command_needs_redis() -> None:
     command.settings = Settings({"REDIS_URL": None})
     with pytest.raises(UsageError, match="REDIS_URL"):
         command.run(["site", "https://example.com/"], argparse.Namespace(file=None))
+
+
+def test_frontier_works_on_a_redis_cluster(redis_cluster: RedisClusterServers) -> None:
+    redis_cluster.flushall()
+    first, second = make_worker(redis_cluster.url), make_worker(redis_cluster.url)
+    try:
+        assert first.admit(None, [Request("https://example.com/")])
+        assert second.admit(None, [Request("https://example.com/")]) == []
+        [page] = second.lease(5)
+        assert not first.is_drained()
+        second.admit(page, [Request("https://example.com/a"), Request("https://example.com/b")])
+        leased = first.lease(5)
+        assert urls(leased) == ["https://example.com/a", "https://example.com/b"]
+        first.fail(leased[0], "TimeoutError")
+        first.admit(leased[1], [])
+        assert first.is_drained()
+        assert list(first.failures()) == ["https://example.com/a"]
+    finally:
+        first.close()
+        second.close()
+
+
+def test_request_whose_lease_keeps_expiring_is_given_up_with_the_reason(workers: Any) -> None:
+    worker = workers(lease_ttl=0.05)
+    worker.max_expiries = 2
+    worker.admit(None, [Request("https://example.com/kills-workers")])
+    stuck = worker.lease(1)  # held, never answered nor extended: as if its worker hung
+    time.sleep(0.1)
+    stuck += worker.lease(1)  # first expiry: fetched again
+    assert len(stuck) == 2
+    time.sleep(0.1)
+    assert worker.lease(1) == []  # second expiry: given up
+    record = worker.failures()["https://example.com/kills-workers"]
+    assert record["reason"] == "lease expired 2 times (workers killed or stalled on it)"
+    assert record["request"]["url"] == "https://example.com/kills-workers"
+    assert stat(worker, "frontier/given_up") == 1
+    assert worker.counts()["leased"] == 0

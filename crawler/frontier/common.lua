@@ -8,8 +8,9 @@
 --   6 seq      STRING counter for request ids
 --   7 seen     RedisBloom filter of dedupe keys
 --   8 failed   HASH  URL -> JSON record of a request that failed for good
-local QUEUE, REQUESTS, SCORES, LEASES, OWNERS, SEQ, SEEN, FAILED =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+--   9 expiries HASH  request id -> times its lease expired
+local QUEUE, REQUESTS, SCORES, LEASES, OWNERS, SEQ, SEEN, FAILED, EXPIRIES =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 
 -- Milliseconds on the Redis server's clock: workers' clocks never decide an expiry.
 local function now_ms()
@@ -27,6 +28,13 @@ local function requeue(id)
   end
 end
 
+-- Drop what is kept about a request that left the frontier.
+local function forget(id)
+  redis.call('HDEL', REQUESTS, id)
+  redis.call('HDEL', SCORES, id)
+  redis.call('HDEL', EXPIRIES, id)
+end
+
 -- The request `id` is done: drop it and its lease, if `owner` may say so. That is when
 -- `owner` holds the lease, or when the lease expired and the request waits in the queue
 -- again with nobody else holding it (a late answer is still an answer). Returns 1 if
@@ -39,7 +47,6 @@ local function finish(id, owner)
   elseif holder or redis.call('ZREM', QUEUE, id) == 0 then
     return 0
   end
-  redis.call('HDEL', REQUESTS, id)
-  redis.call('HDEL', SCORES, id)
+  forget(id)
   return 1
 end

@@ -17,6 +17,9 @@ Each step is one Lua script, so it is atomic (``crawler/frontier/*.lua``):
   request it produced is in the frontier: a worker killed at any moment loses nothing, its
   lease expires and another worker fetches the page again.
 - **lease**: requeue expired leases (``frontier/reclaimed``), then lease the best requests.
+  A request whose lease expired ``FRONTIER_MAX_EXPIRIES`` times is recorded as failed
+  instead (``frontier/given_up``): a page that kills every worker fetching it must not take
+  the whole crawl down, one worker after the other.
 - **heartbeat**, **fail** (record the reason, release), **release** (give back on shutdown).
 
 An answer (admit or fail) from a worker whose lease expired is still accepted if nobody has
@@ -117,6 +120,7 @@ class FrontierKeys:
     seq: str
     seen: str
     failed: str
+    expiries: str
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Self:
@@ -160,9 +164,11 @@ class RedisFrontier:
     :meth:`lease`, :meth:`heartbeat`, :meth:`release_all`, :meth:`is_drained`.
 
     Stats: ``frontier/queued``, ``frontier/leased``, ``frontier/reclaimed``,
+    ``frontier/given_up`` (lease expired ``FRONTIER_MAX_EXPIRIES`` times),
     ``frontier/acked``, ``frontier/ack_refused``, ``frontier/failed``,
     ``frontier/unserializable``, ``frontier/unloadable``, ``frontier/lease_lost``,
-    ``frontier/released``, ``frontier/unanswered``, ``frontier/redis_unavailable``; the
+    ``frontier/released``, ``frontier/unanswered``, ``frontier/redis_unavailable``,
+    ``frontier/errors``; the
     seen-filter verdicts are counted as in the embedded frontier (``seen/new``, ...).
     """
 
@@ -175,17 +181,21 @@ class RedisFrontier:
         stats: StatsCollector,
         *,
         lease_ttl: float = 60.0,
+        max_expiries: int = 5,
         spider: Spider | None = None,
         owner: str | None = None,
     ) -> None:
         if lease_ttl <= 0:
             raise ValueError(f"FRONTIER_LEASE_TTL must be positive, got {lease_ttl}")
+        if max_expiries < 1:
+            raise ValueError(f"FRONTIER_MAX_EXPIRIES must be at least 1, got {max_expiries}")
         self.client = client
         self.keys = keys
         self.seen = seen
         self.keyer = keyer
         self.stats = stats
         self.lease_ttl = lease_ttl
+        self.max_expiries = max_expiries
         self.spider = spider
         self.owner = owner or worker_id()
         self._scripts = {
@@ -236,6 +246,7 @@ class RedisFrontier:
                 keyer,
                 stats,
                 lease_ttl=settings.getfloat("FRONTIER_LEASE_TTL"),
+                max_expiries=settings.getint("FRONTIER_MAX_EXPIRIES"),
                 spider=spider,
             )
         except BaseException:
@@ -348,12 +359,19 @@ class RedisFrontier:
         putting expired leases back in the queue. Raises ``REDIS_UNAVAILABLE`` errors."""
         reply = self._scripts["lease"](
             keys=self.keys.all,
-            args=[self.owner, count, int(self.lease_ttl * 1000), RECLAIM_BATCH],
+            args=[self.owner, count, int(self.lease_ttl * 1000), RECLAIM_BATCH, self.max_expiries],
         )
-        reclaimed, pairs = int(reply[0]), reply[1:]
+        reclaimed, given_up, pairs = int(reply[0]), int(reply[1]), reply[2:]
         if reclaimed:
             self.stats.inc_value("frontier/reclaimed", reclaimed)
             logger.info("Requeued %d requests whose lease had expired", reclaimed)
+        if given_up:
+            self.stats.inc_value("frontier/given_up", given_up)
+            logger.warning(
+                "Gave up %d requests whose lease expired %d times (recorded as failed)",
+                given_up,
+                self.max_expiries,
+            )
         leased = []
         for lease, text in zip(pairs[::2], pairs[1::2], strict=True):
             lease = _text(lease)
