@@ -77,6 +77,8 @@ def test_relative_links_need_an_http_base() -> None:
     assert resolve_link("mailto:a@b.example", "page.html") is None
     assert resolve_link("not a url", "page.html") is None
     assert resolve_link("not a url", "https://ok.example/") == "https://ok.example/"
+    assert resolve_link("ftp://files.example/", "//other.example/") is None
+    assert resolve_link("ftp://files.example/", "/\\other.example/") is None
 
 
 RESOLVED = [

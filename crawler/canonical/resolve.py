@@ -88,9 +88,11 @@ def _resolve(base_url: str, href: str) -> str | None:
     if href[:2] == "//":
         href = "//" + href.lstrip("/")  # "///host" is "//host" to browsers
     _, authority, path, query = _REFERENCE.match(href).groups()
-
+    scheme = scheme or base_scheme
+    if scheme not in FETCHABLE_SCHEMES:
+        return None
     if authority is None:
-        if base_scheme not in FETCHABLE_SCHEMES or base_authority is None:
+        if base_authority is None:
             return None
         authority = base_authority
         if not path:
@@ -101,7 +103,7 @@ def _resolve(base_url: str, href: str) -> str | None:
     fetch_authority = _fetchable_authority(authority)
     if fetch_authority is None:
         return None
-    fetch_url = f"{scheme or base_scheme}://{fetch_authority}{remove_dot_segments(path) or '/'}"
+    fetch_url = f"{scheme}://{fetch_authority}{remove_dot_segments(path) or '/'}"
     return encode_unsafe(fetch_url if query is None else f"{fetch_url}?{query}")
 
 
