@@ -108,6 +108,26 @@ def _without_lease(meta: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in meta.items() if name != LEASE_META}
 
 
+def _warn_about_setup(client: redis.Redis, settings: BaseSettings) -> None:
+    """Warn about settings a shared frontier cannot honour or that would lose the crawl."""
+    if settings.getint("SEEN_FILTER_SHARDS", 1) > 1:
+        logger.warning(
+            "SEEN_FILTER_SHARDS does not apply to the shared frontier: its seen filter is one "
+            "key next to the queue (one cluster slot), so that marking seen and queueing stay "
+            "one atomic step. Give very large crawls several FRONTIER_KEY_PREFIX instead."
+        )
+    try:
+        persistence = client.info("persistence")
+    except redis.RedisError:
+        return  # INFO may be disabled (managed Redis): nothing to check
+    if persistence.get("aof_enabled") == 0:
+        logger.warning(
+            "Redis at %s has no append-only file: a Redis restart loses what changed since "
+            "its last snapshot (queued requests, leases, seen keys). Turn on appendonly.",
+            describe(client),
+        )
+
+
 @dataclass(frozen=True)
 class FrontierKeys:
     """The Redis keys of one crawl's frontier, all under one prefix (and hash tag)."""
@@ -252,6 +272,7 @@ class RedisFrontier:
         except BaseException:
             client.close()
             raise
+        _warn_about_setup(client, settings)
         logger.info(
             "Shared frontier %s at %s (worker %s, leases of %ss)",
             prefix,
