@@ -459,3 +459,18 @@ def test_request_whose_lease_keeps_expiring_is_given_up_with_the_reason(workers:
     assert record["request"]["url"] == "https://example.com/kills-workers"
     assert stat(worker, "frontier/given_up") == 1
     assert worker.counts()["leased"] == 0
+
+
+def test_corrupt_stored_request_is_recorded_as_failed_not_crashing_the_worker(
+    workers: Any,
+) -> None:
+    worker = workers()
+    worker.admit(None, [Request("https://example.com/ok")])
+    [stored_id] = worker.client.zrange(worker.keys.queue, 0, -1)
+    worker.client.hset(worker.keys.requests, stored_id, b"{not json")
+    assert worker.lease(5) == []
+    [record] = worker.failures().values()
+    assert record["reason"].startswith("not loadable: stored request is not valid")
+    assert record["request"] == "{not json"
+    assert stat(worker, "frontier/unloadable") == 1
+    assert worker.is_drained()

@@ -500,13 +500,18 @@ class RedisFrontier:
     def _fail_lease(
         self, lease: str, reason: str, *, url: str, request_json: str | None, now: bool = True
     ) -> None:
+        """Record the failure (with the stored request, when there is one) and release."""
+        try:
+            stored = json.loads(request_json) if request_json else None
+        except ValueError:
+            stored = request_json  # not JSON (why it could not be loaded): kept as text
         record = json.dumps(
             {
                 "url": url,
                 "reason": reason,
                 "worker": self.owner,
                 "failed_at": time.time(),
-                "request": json.loads(request_json) if request_json else None,
+                "request": stored,
             }
         )
 
