@@ -118,6 +118,7 @@ HOSTS = [
     ("http://2130706433/", "http://127.0.0.1/"),
     ("http://0x7f.1/", "http://127.0.0.1/"),
     ("http://0177.0.0.1/", "http://127.0.0.1/"),
+    ("http://0x" + "0" * 40 + "7f.1/", "http://127.0.0.1/"),
     ("http://127.1/", "http://127.0.0.1/"),
     ("http://192.168.257/", "http://192.168.1.1/"),
     ("http://1.2.3.4./", "http://1.2.3.4/"),
@@ -145,6 +146,8 @@ BAD_HOSTS = [
     "http://4294967296/",
     "http://1.2.3.4.5/",
     "http://foo.09/",
+    "http://" + "1" * 5000 + "/",  # more digits than int() converts
+    "http://1." + "0x" + "f" * 5000 + "/",
     "http://[::1/",
     "http://[1::2::3]/",
     "http://[fe80::1%25eth0]/",
@@ -172,6 +175,7 @@ STRUCTURE = [
     ("HTTPS://example.com:443/", "https://example.com/"),
     ("https://example.com:80/", "https://example.com:80/"),
     ("http://example.com:0080/", "http://example.com/"),
+    ("http://example.com:" + "0" * 30 + "8080/", "http://example.com:8080/"),
     ("http://example.com:/", "http://example.com/"),
     ("http://example.com:65535/", "http://example.com:65535/"),
     # userinfo
@@ -237,6 +241,7 @@ REJECTIONS = [
     ("http://example.com:8O/", "bad-port"),
     ("http://example.com:\uff18\uff10/", "bad-port"),  # fullwidth digits are not a port
     ("http://example.com:80:80/", "bad-port"),
+    ("http://example.com:" + "9" * 5000 + "/", "bad-port"),  # more digits than int() converts
     ("http://example.com/\ud800", "bad-url"),
     ("http://example.com/" + "a" * MAX_URL_LENGTH, "too-long"),
     ("http://example.com/" + "é" * (MAX_URL_LENGTH // 6), "too-long"),  # too long once encoded

@@ -21,6 +21,7 @@ _DECIMAL = re.compile(r"[0-9]+")
 _OCTAL = re.compile(r"[0-7]*")
 _HEX = re.compile(r"[0-9A-Fa-f]*")
 _JOINERS = ("\u200c", "\u200d")
+_OUT_OF_RANGE = 1 << 64
 MAX_LABEL_LENGTH = 63
 MAX_HOST_LENGTH = 253
 
@@ -39,6 +40,8 @@ def _ipv4_number(part: str) -> int | None:
         digits, pattern, radix = part, _DECIMAL, 10
     if not pattern.fullmatch(digits):
         return None
+    if len(digits.lstrip("0")) > 12:  # over 2**32 in any radix; int() refuses >4300 digits
+        return _OUT_OF_RANGE
     return int(digits, radix) if digits else 0
 
 

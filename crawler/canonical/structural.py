@@ -90,7 +90,7 @@ def _host_port(host: str, port: str | None, scheme: str, url: str) -> str:
         raise InvalidURL("bad-host", url, str(error)) from None
     if not port:
         return host
-    if not (port.isascii() and port.isdigit()) or int(port) > 65535:
+    if not (port.isascii() and port.isdigit()) or len(port.lstrip("0")) > 5 or int(port) > 65535:
         raise InvalidURL("bad-port", url, f"port {port[:20]!r}")
     port = str(int(port))
     return host if port == DEFAULT_PORTS[scheme] else f"{host}:{port}"
