@@ -1,0 +1,200 @@
+"""``scrapy redirects``, ``scrapy canonicals`` and ``scrapy audit-rules`` on stores written
+through the store API, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from crawler.canonical import dedupe_key
+from pipelines.records import (
+    BLOCKED,
+    FETCHED,
+    SEEN,
+    VIA_LOCATION,
+    CanonicalHint,
+    Chain,
+    Hop,
+    UrlAlias,
+)
+from pipelines.store import SqlRecordStore
+from tests.redirect_server import command_rows, scrapy
+
+A, B, C = "https://e.org/a", "https://e.org/b", "https://e.org/c"
+
+
+def hop(source: str, target: str, status: int = 301) -> Hop:
+    return Hop(source, dedupe_key(source), status, target, target, dedupe_key(target), VIA_LOCATION)
+
+
+def chain(chain_id: str, outcome: str, *hops: Hop, flag: str | None = None) -> Chain:
+    state = Chain(chain_id, hops[0].source, dedupe_key(hops[0].source))
+    for one in hops:
+        state = state.add(one)
+    return state.finish(outcome, hops[-1].target, flag=flag)
+
+
+def write(store_url: str, *chains: Chain) -> None:
+    store = SqlRecordStore.from_url(store_url)
+    for one in chains:
+        store.add_chain(one)
+    store.close()
+
+
+def by_from(rows: list[dict]) -> dict[str, dict]:
+    return {row["from"]: row for row in rows}
+
+
+def test_map_is_transitive_across_chains(store_url: str) -> None:
+    # A's chain stopped at B (already known); B's own chain went on to C.
+    write(store_url, chain("1", SEEN, hop(A, B, 301)), chain("2", FETCHED, hop(B, C, 302)))
+    rows = by_from(command_rows("redirects", store_url))
+    assert rows[A] == {
+        "from": A,
+        "to": B,
+        "status": 301,
+        "permanent": True,
+        "via": "location",
+        "final": C,
+        "outcome": "fetched",
+        "flag": None,
+    }
+    assert (rows[B]["final"], rows[B]["status"]) == (C, 302)
+
+
+def test_loop_across_chains_is_reported_not_followed(store_url: str) -> None:
+    write(store_url, chain("1", SEEN, hop(A, B)), chain("2", SEEN, hop(B, A)))
+    rows = by_from(command_rows("redirects", store_url))
+    assert {(row["outcome"], row["final"]) for row in rows.values()} == {("loop", None)}
+
+
+def test_blocked_chain_ends_on_the_refused_address(store_url: str) -> None:
+    private = "http://169.254.169.254/latest/meta-data/"
+    write(store_url, chain("1", BLOCKED, hop(A, B), hop(B, private, 302)))
+    rows = by_from(command_rows("redirects", store_url))
+    assert (rows[A]["final"], rows[A]["outcome"]) == (private, "blocked")
+
+
+def test_same_key_hop_is_not_a_loop(store_url: str) -> None:
+    http, https = "http://e.org/a", "https://e.org/a?utm_source=x"
+    write(store_url, chain("1", FETCHED, hop(http, https), hop(https, C, 308)))
+    rows = by_from(command_rows("redirects", store_url))
+    assert (rows[http]["final"], rows[http]["outcome"]) == (C, "fetched")
+
+
+def test_permanent_only_resolves_through_permanent_hops(store_url: str) -> None:
+    write(store_url, chain("1", FETCHED, hop(A, B, 301), hop(B, C, 302)))
+    rows = command_rows("redirects", store_url, "--permanent-only")
+    assert [(r["from"], r["to"], r["final"]) for r in rows] == [(A, B, B)]
+
+
+def test_csv_and_nginx_formats(store_url: str) -> None:
+    write(
+        store_url,
+        chain("1", FETCHED, hop(A, B, 301)),
+        chain("2", FETCHED, hop(C, "https://e.org/login", 302), flag="soft-404:login"),
+    )
+    result = scrapy("redirects", "-s", f"STORE_URL={store_url}", "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    table = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [(r["from"], r["to"], r["status"], r["final"]) for r in table] == [
+        (A, B, "301", B),
+        (C, "https://e.org/login", "302", "https://e.org/login"),
+    ]
+    result = scrapy("redirects", "-s", f"STORE_URL={store_url}", "--format", "nginx")
+    assert result.returncode == 0, result.stderr
+    assert '    "/a" "https://e.org/b";' in result.stdout.splitlines()
+    assert "    # /c: soft-404:login" in result.stdout.splitlines()
+
+
+def test_canonicals_command_formats(store_url: str) -> None:
+    store = SqlRecordStore.from_url(store_url)
+    store.add_hints(
+        [
+            CanonicalHint(A, None, "link-element", "/b", B, dedupe_key(B), True, "same-site"),
+            CanonicalHint(A, None, "link-header", B, B, dedupe_key(B), True, "same-site"),
+            CanonicalHint(
+                C, None, "link-element", "file:///c", "file:///c", None, False, "non-http-scheme"
+            ),
+        ]
+    )
+    store.close()
+    rows = command_rows("canonicals", store_url)
+    assert rows == [
+        {"page": A, "canonical": B, "valid": True, "reason": "same-site"},
+        {"page": C, "canonical": "file:///c", "valid": False, "reason": "non-http-scheme"},
+    ]
+    result = scrapy("canonicals", "-s", f"STORE_URL={store_url}", "--format", "csv")
+    assert result.stdout.splitlines()[0] == "page,canonical,valid,reason"
+
+
+def test_exports_concatenate_into_one_jsonl_file(store_url: str, tmp_path: Path) -> None:
+    """The shape a scorer reads: hop lines and hint lines, one JSON object per line."""
+    write(store_url, chain("1", FETCHED, hop(A, B, 308)))
+    store = SqlRecordStore.from_url(store_url)
+    store.add_hints([CanonicalHint(B, None, "link-element", "/b", B, dedupe_key(B), True, "self")])
+    store.close()
+    export = tmp_path / "export.jsonl"
+    with export.open("a") as out:
+        for name in ("redirects", "canonicals"):
+            out.write(scrapy(name, "-s", f"STORE_URL={store_url}").stdout)
+    lines = [json.loads(line) for line in export.read_text().splitlines()]
+    hops = [(row["from"], row["to"], row["status"]) for row in lines if "from" in row]
+    hints = [(row["page"], row["canonical"], row["valid"]) for row in lines if "page" in row]
+    assert (hops, hints) == ([(A, B, 308)], [(B, B, True)])
+
+
+def write_aliases(store_url: str, pairs: list[tuple[str, str]]) -> None:
+    store = SqlRecordStore.from_url(store_url)
+    store.add_url_aliases([UrlAlias(url, key, "r0", "fetched") for url, key in pairs])
+    store.close()
+
+
+def test_audit_rules_reports_merges_splits_and_rejections(store_url: str) -> None:
+    write_aliases(
+        store_url,
+        [
+            # Old rules kept utm_*: two keys that the current rules merge.
+            ("https://e.org/a?utm_source=x", "r0|https://e.org/a?utm_source=x"),
+            ("https://e.org/a", "r0|https://e.org/a"),
+            # Old rules lowercased paths: one key the current rules split.
+            ("https://e.org/B", "r0|https://e.org/b"),
+            ("https://e.org/b", "r0|https://e.org/b"),
+            # Unchanged grouping (only the version prefix differs).
+            ("https://e.org/c", "r0|https://e.org/c"),
+            # Refused by the current rules.
+            ("http://exa mple.org/", "r0|http://exa mple.org/"),
+        ],
+    )
+    result = scrapy("audit-rules", "-s", f"STORE_URL={store_url}", "--format", "jsonl")
+    assert result.returncode == 1, result.stderr  # a merge was found
+    changes = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [c["change"] for c in changes] == ["merge", "split", "rejected"]
+    merge, split, rejected = changes
+    assert merge["old_keys"] == ["r0|https://e.org/a", "r0|https://e.org/a?utm_source=x"]
+    assert merge["new_key"] == dedupe_key("https://e.org/a")
+    assert split["old_key"] == "r0|https://e.org/b"
+    assert split["new_keys"] == sorted(
+        {dedupe_key("https://e.org/B"), dedupe_key("https://e.org/b")}
+    )
+    assert (rejected["url"], rejected["reason"]) == ("http://exa mple.org/", "bad-host")
+    text = scrapy("audit-rules", "-s", f"STORE_URL={store_url}")
+    assert "merges:         1" in text.stdout
+    assert "unchanged keys: 1" in text.stdout
+
+
+def test_audit_rules_without_changes_exits_zero(store_url: str) -> None:
+    write_aliases(store_url, [(A, "r0|" + A), (B, "r0|" + B)])
+    result = scrapy("audit-rules", "-s", f"STORE_URL={store_url}")
+    assert result.returncode == 0, result.stderr
+    assert "unchanged keys: 2" in result.stdout
+
+
+def test_commands_refuse_a_missing_store(tmp_path: Path) -> None:
+    for name in ("redirects", "canonicals", "audit-rules"):
+        result = scrapy(name, "-s", f"STORE_URL=sqlite:///{tmp_path / 'none.sqlite'}")
+        assert result.returncode != 0
+        assert "no record store" in result.stderr
+    assert not (tmp_path / "none.sqlite").exists()
