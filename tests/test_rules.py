@@ -331,6 +331,17 @@ def test_custom_allowlist_scoped_to_a_page_and_normalized() -> None:
     assert dedupe_key(other_page, rules) == f"{rules.version}|{other_page}"
 
 
+def test_disable_names_match_parameters_case_insensitively() -> None:
+    rules = custom({"example.com": {"disable": ["tracking:UTM_Source", "session:PHPSESSID"]}})
+    url = "https://example.com/a?PHPSESSID=1&utm_source=2"
+    assert dedupe_key(url, rules) == f"{rules.version}|{url}"
+
+
+def test_ipv6_host_scope() -> None:
+    rules = custom({"[2001:DB8::1]": {"strip": ["si"]}})
+    assert dedupe_key("http://[2001:db8::1]/a?si=1", rules).endswith("|http://[2001:db8::1]/a")
+
+
 def test_most_specific_allowlist_wins() -> None:
     rules = custom({"example.com": {"keep_only": ["a"]}, "example.com/b": {"keep_only": ["b"]}})
     assert dedupe_key("https://example.com/b?a=1&b=2", rules).endswith("/b?b=2")

@@ -40,6 +40,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from crawler.canonical import tracking
+from crawler.canonical.errors import InvalidURL
 from crawler.canonical.identity import Identity, identify
 from crawler.canonical.structural import canonicalize
 
@@ -99,8 +100,12 @@ class HostRule:
 class RuleSet:
     """Everything :func:`dedupe_key` applies beyond stage 1, as data.
 
+    ``tracking``/``session_params`` (lower-case names) and their ``*_prefixes`` are removed
+    from every query; ``session_path_params`` as ``;name=value`` path parameters; ``hosts``
+    maps scopes (``host``, ``host/path``, :data:`ANY_HOST`) to their :class:`HostRule`.
     Build customized rulesets with :meth:`with_host_rules` (which derives a new ``version``),
-    not by hand, unless you also choose a new ``version``.
+    not by hand, unless you also choose a new ``version``. Build one per crawl and reuse it:
+    it caches host lookups.
     """
 
     version: str
@@ -250,19 +255,23 @@ def _parse_host_rule(scope: str, spec: Mapping[str, Any]) -> tuple[str, HostRule
     unknown = set(spec) - {"strip", "keep_only", "disable"}
     if unknown:
         raise ValueError(f"CANON_HOST_RULES[{scope!r}]: unknown option(s) {sorted(unknown)}")
-    disable = _names(spec.get("disable", ()), "disable", scope)
-    for name in disable:
-        if name.partition(":")[0] not in RULE_FAMILIES:
+    disable = set()
+    for name in _names(spec.get("disable", ()), "disable", scope):
+        family, colon, item = name.partition(":")
+        if family not in RULE_FAMILIES:
             raise ValueError(
                 f"CANON_HOST_RULES[{scope!r}]: cannot disable {name!r}; rules are "
                 f"{sorted(RULE_FAMILIES)}, optionally as family:item"
             )
+        if family in ("tracking", "session"):  # parameter names match case-insensitively
+            item = item.lower()
+        disable.add(f"{family}{colon}{item}")
     keep_only = spec.get("keep_only")
     rule = HostRule(
         scope=_normalize_scope(scope),
         strip=frozenset(name.lower() for name in _names(spec.get("strip", ()), "strip", scope)),
         keep_only=None if keep_only is None else _names(keep_only, "keep_only", scope),
-        disable=disable,
+        disable=frozenset(disable),
     )
     return rule.scope, rule
 
@@ -272,9 +281,13 @@ def _normalize_scope(scope: str) -> str:
     if scope == ANY_HOST:
         return scope
     host, slash, path = scope.partition("/")
-    canonical = canonicalize(f"http://{host}/{path}")
+    try:
+        canonical = canonicalize(f"http://{host}/{path}")
+    except InvalidURL as error:
+        raise ValueError(f"CANON_HOST_RULES scope {scope!r}: {error.reason}") from None
     authority, _, canonical_path = canonical[len("http://") :].partition("/")
-    if not host or ":" in authority or "@" in authority or "?" in scope:
+    port_part = authority.rpartition("]")[2]  # an IPv6 literal's own colons are not a port
+    if not host or ":" in port_part or "@" in authority or "?" in scope:
         raise ValueError(f"CANON_HOST_RULES scope must be a host or host/path: {scope!r}")
     return f"{authority}/{canonical_path}" if slash else authority
 
@@ -310,7 +323,8 @@ DEFAULT_RULES = RuleSet(
 
 
 def rules_from_settings(settings: BaseSettings) -> RuleSet:
-    """The ruleset for a crawl: :data:`DEFAULT_RULES` plus ``CANON_HOST_RULES``."""
+    """The ruleset for a crawl: :data:`DEFAULT_RULES` plus ``CANON_HOST_RULES`` (ValueError
+    if that setting is malformed). Call it once per crawler and keep the result."""
     return DEFAULT_RULES.with_host_rules(settings.getdict("CANON_HOST_RULES"))
 
 
