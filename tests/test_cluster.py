@@ -80,6 +80,35 @@ def test_shards_spread_over_every_master(
     seen.close()
 
 
+def test_a_batch_is_one_eval_per_shard_and_nothing_else(
+    cluster_url: str, redis_cluster: RedisClusterServers
+) -> None:
+    """Round trips: each node gets the EVALs of its shards in one pipeline, and no helper
+    command (redis-py would otherwise ask a node for each EVAL's keys: COMMAND GETKEYS)."""
+    seen = ShardedBloomSeenFilter.from_settings(
+        settings_for(cluster_url, SEEN_FILTER_SHARDS=6), "books"
+    )
+    holder = [redis_cluster.node_holding(shard.key).port for shard in seen.shards]
+    observers = {node.port: node.client() for node in redis_cluster.nodes}
+    for observer in observers.values():
+        observer.config_resetstat()
+    keys = page_keys(100)
+    assert seen.add_many(keys) == [True] * 100
+    touched = {seen.shard_of(key) for key in keys}
+    assert len(touched) == 6
+    for port, observer in observers.items():
+        calls = {
+            name.removeprefix("cmdstat_"): stats["calls"]
+            for name, stats in observer.info("commandstats").items()
+            if name not in ("cmdstat_config|resetstat", "cmdstat_info")
+        }
+        observer.close()
+        assert calls["eval"] == sum(1 for shard in touched if holder[shard] == port) == 2
+        # Only what the add script itself runs: reply lookup, the Bloom insert, reply store.
+        assert set(calls) == {"eval", "get", "bf.insert", "set"}
+    seen.close()
+
+
 def batches_with_repeats() -> list[list[str]]:
     """Batches of page links: repeats inside a batch, across batches, and empty batches."""
     rng = random.Random(7)

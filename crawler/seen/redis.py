@@ -205,6 +205,11 @@ class RedisBloomSeenFilter:
         an ``EVAL`` by its keys like any other command.
         """
         reply_key = f"{self.key}:reply:{uuid.uuid4().hex}"
+        route = {}
+        if isinstance(self.client, redis.RedisCluster):
+            # Named, the node spares redis-py's cluster pipeline a COMMAND GETKEYS round trip
+            # per EVAL; if the slot has moved since, the MOVED reply is retried where it went.
+            route = {"target_nodes": self.client.get_node_from_key(self.key)}
         pipe.execute_command(
             "EVAL",
             _ADD_ONCE,
@@ -216,6 +221,7 @@ class RedisBloomSeenFilter:
             self.expansion,
             REPLY_TTL,
             *keys,
+            **route,
         )
 
     def info(self) -> BloomInfo | None:
