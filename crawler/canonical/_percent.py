@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import partial
 
 UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _HEX_UPPER = tuple(f"%{byte:02X}" for byte in range(256))
@@ -24,9 +25,9 @@ QUERY_SAFE = r"A-Za-z0-9\-._~" + _SUB_DELIMS_BUT_QUOTE + ":@/?"
 _URI_SAFE = PATH_SAFE + r"?#\[\]%"
 
 
-def percent_encode(char: str) -> str:
-    """``é`` -> ``%C3%A9``: the UTF-8 octets of one character, uppercase hex."""
-    return "".join(_HEX_UPPER[byte] for byte in char.encode("utf-8"))
+def percent_encode(text: str) -> str:
+    """``é`` -> ``%C3%A9``: the UTF-8 octets of ``text``, uppercase hex."""
+    return "".join([_HEX_UPPER[byte] for byte in text.encode("utf-8")])
 
 
 def _normalize_match(match: re.Match[str]) -> str:
@@ -42,20 +43,14 @@ def _normalizer(safe: str) -> Callable[[str], str]:
     Escapes of unreserved octets are decoded, other escapes get uppercase hex, a ``%`` not
     starting an escape becomes ``%25`` and every other disallowed character is encoded.
     """
-    pattern = re.compile(rf"(%[0-9A-Fa-f]{{2}})|[^{safe}]")
-    substitute = pattern.sub
-
-    def normalize(text: str) -> str:
-        return substitute(_normalize_match, text)
-
-    return normalize
+    return partial(re.compile(rf"(%[0-9A-Fa-f]{{2}})|%|[^{safe}%]+").sub, _normalize_match)
 
 
 normalize_userinfo = _normalizer(_USERINFO_SAFE)
 normalize_path = _normalizer(PATH_SAFE)
 normalize_query = _normalizer(QUERY_SAFE)
 
-_UNSAFE = re.compile(rf"%(?![0-9A-Fa-f]{{2}})|[^{_URI_SAFE}]")
+_UNSAFE = re.compile(rf"%(?![0-9A-Fa-f]{{2}})|[^{_URI_SAFE}]+")
 
 
 def encode_unsafe(text: str) -> str:
