@@ -63,15 +63,16 @@ def _parse_ipv4(host: str) -> str:
         parts.pop()
     if len(parts) > 4 or "" in parts:
         raise HostError("malformed IPv4 address")
-    numbers = [_ipv4_number(part) for part in parts]
-    if None in numbers:
-        raise HostError("malformed IPv4 address")
+    numbers: list[int] = []
+    for part in parts:
+        number = _ipv4_number(part)
+        if number is None:
+            raise HostError("malformed IPv4 address")
+        numbers.append(number)
     *leading, last = numbers
-    if any(n > 255 for n in leading) or last >= 256 ** (5 - len(numbers)):  # type: ignore[operator]
+    if any(number > 255 for number in leading) or last >= 256 ** (5 - len(numbers)):
         raise HostError("IPv4 address out of range")
-    value = last
-    for index, number in enumerate(leading):
-        value += number * 256 ** (3 - index)  # type: ignore[operator]
+    value = last + sum(number * 256 ** (3 - index) for index, number in enumerate(leading))
     return str(ipaddress.IPv4Address(value))
 
 

@@ -15,7 +15,8 @@ Rules, in order:
 * port digits only, 0..65535 (``bad-port``); empty and default ports removed;
 * userinfo kept (empty user and password dropped, ``:`` inside the password encoded);
 * percent-escapes: unreserved octets decoded, hex uppercased, stray ``%`` -> ``%25``, characters
-  not allowed raw in the component encoded as UTF-8; reserved escapes (``%2F``...) kept;
+  not allowed raw in the component encoded as UTF-8; reserved escapes (``%2F``...) kept; a raw
+  ``'`` in the query becomes ``%27``, which is what browsers and Scrapy send for it;
 * dot-segments removed (RFC 3986 §5.2.4), empty path -> ``/``;
 * query split on ``&``, empty parameters dropped, parameters sorted stably by key (repeated
   keys keep their order; ``a`` and ``a=`` stay distinct; ``+`` untouched); an empty query
@@ -49,7 +50,7 @@ _AUTHORITY_END = re.compile(r"[/?]")
 #: An already clean URL (lowercase scheme, plain host, no userinfo, nothing to percent-encode or
 #: decode in path and query) skips cleaning and percent-normalization: the common case, fast.
 _CLEAN_URL = re.compile(
-    rf"(https?)://([A-Za-z0-9.\-_]+)(?::([0-9]*))?"
+    r"(https?)://([A-Za-z0-9.\-_]+)(?::([0-9]*))?"
     rf"(/[{PATH_SAFE}]*)?(?:\?([{QUERY_SAFE}]*))?(?:#.*)?",
     re.DOTALL,
 )
