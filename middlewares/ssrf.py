@@ -9,7 +9,9 @@ Two layers, both on by default (``SSRF_GUARD_ENABLED``):
   before following a hop.
 * :class:`SSRFGuardResolver` (``TWISTED_DNS_RESOLVER``) refuses a DNS answer that is such an
   address, at resolution time, so no connection is ever attempted (no window for DNS
-  rebinding between a check and the connect).
+  rebinding between a check and the connect). It serves Scrapy's default HTTP/1.1 and HTTP/2
+  handlers (Twisted); the optional httpx/aiohttp handlers resolve names themselves and only get
+  the middleware's checks.
 
 Hosts the crawl was started on (the spider's ``allowed_hosts``, ``start_url``,
 ``start_urls``) and hosts in ``SSRF_ALLOWED_HOSTS`` are exempt: crawling your own intranet

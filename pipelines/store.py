@@ -5,7 +5,8 @@ SQLAlchemy Core, one schema, two engines: a SQLite file by default, PostgreSQL w
 one transaction every ``STORE_BATCH_SIZE`` records, every ``STORE_FLUSH_INTERVAL`` seconds (at
 the next write) and when the spider closes. Every write is an idempotent upsert keyed on a hash
 of the record's natural key, so a batch written twice (a retried flush, two workers recording
-the same page) leaves one row.
+the same page) leaves one row. While the database is unreachable, records stay buffered and
+the flush is retried every ``STORE_FLUSH_INTERVAL`` seconds; the crawl goes on.
 """
 
 from __future__ import annotations
@@ -322,6 +323,7 @@ class SqlRecordStore:
         }
         self._buffered = 0
         self._last_flush = time.monotonic()
+        self._retry_after = 0.0
         metadata.create_all(engine)
 
     @classmethod
@@ -357,11 +359,20 @@ class SqlRecordStore:
         # one statement, and the newest state is the one to keep anyway.
         self._buffers[name][tuple(row[column] for column in spec.conflict)] = row
         self._buffered += 1
-        if (
-            self._buffered >= self.batch_size
-            or time.monotonic() - self._last_flush >= self.flush_interval
-        ):
-            self.flush()
+        now = time.monotonic()
+        due = self._buffered >= self.batch_size or now - self._last_flush >= self.flush_interval
+        if due and now >= self._retry_after:
+            try:
+                self.flush()
+            except OperationalError as exc:
+                # The database is away: keep every record and try again later, rather than
+                # failing the response being processed (its page would be lost).
+                self._retry_after = now + self.flush_interval
+                logger.error(
+                    "Record store unavailable, %d records kept in memory until it is back: %s",
+                    self._buffered,
+                    exc,
+                )
 
     def add_page(self, page: PageRecord) -> None:
         self._buffer(

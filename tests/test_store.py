@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 from scrapy.settings import Settings
+from sqlalchemy import create_engine
 
 from pipelines.records import (
     FETCHED,
@@ -229,3 +232,22 @@ def test_reading_a_missing_store_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(StoreMissing, match=r"nothing\.sqlite"):
         SqlRecordStore.for_reading(settings)
     assert not (tmp_path / "nothing.sqlite").exists()
+
+
+def test_records_wait_in_memory_while_the_database_is_locked(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite"
+    store = SqlRecordStore(
+        create_engine(f"sqlite:///{path}", connect_args={"timeout": 0.05}),
+        batch_size=1,
+        flush_interval=0.2,
+    )
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")  # another process holds the file
+    store.add_page(PageRecord(A, A, None, 200))  # the flush fails: kept, no exception
+    store.add_page(PageRecord(B, B, None, 200))  # within the retry delay: only buffered
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    time.sleep(0.25)
+    store.add_page(PageRecord(C, C, None, 200))  # retried: everything lands
+    assert sorted(p["fetch_url"] for p in store.pages()) == [A, B, C]
+    store.close()
