@@ -9,6 +9,7 @@ import gc
 import json
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ from crawler.frontier import META_KEY
 from crawler.frontier.redis import LEASE_META, QUEUED_META, RedisFrontier
 from crawler.frontier.scheduler import LeaseMiddleware, RedisScheduler
 from tests.cluster import RedisClusterServers
-from tests.servers import RedisServer
+from tests.httpserver import Page, TestServer, html, redirect
+from tests.servers import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -474,3 +476,36 @@ def test_corrupt_stored_request_is_recorded_as_failed_not_crashing_the_worker(
     assert record["request"] == "{not json"
     assert stat(worker, "frontier/unloadable") == 1
     assert worker.is_drained()
+
+
+def test_crawl_through_redis_answers_every_lease(redis_url: str, tmp_path: Path) -> None:
+    """404s, 500s retried, redirects and unreachable links: the crawl ends (the frontier
+    drains), each outcome is where a user would look for it."""
+    closed_port = free_port()
+    routes = {
+        "/": html("/a", "/missing", "/error", "/moved", f"http://127.0.0.1:{closed_port}/x"),
+        "/a": html("/"),
+        "/error": Page("boom", status=500),
+        "/moved": redirect("/b"),
+        "/b": html("/a"),
+    }
+    with TestServer(routes) as site:
+        command = [
+            str(ROOT / ".venv" / "bin" / "scrapy"), "crawl", "site",
+            "-a", f"start_url={site.url}/",
+            "-s", f"REDIS_URL={redis_url}",
+            "-s", f"STORE_URL=sqlite:///{tmp_path / 'store.sqlite'}",
+        ]  # fmt: skip
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        hits = Counter(path for path in site.paths() if path != "/robots.txt")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert hits == {"/": 1, "/a": 1, "/missing": 1, "/error": 3, "/moved": 1, "/b": 1}
+    with redis.Redis.from_url(redis_url) as client:
+        assert client.zcard("{site}:queue") == 0
+        assert client.zcard("{site}:leases") == 0
+        failed = {
+            url.decode(): json.loads(record)
+            for url, record in client.hgetall("{site}:failed").items()
+        }
+    assert list(failed) == [f"http://127.0.0.1:{closed_port}/x"]
+    assert "ConnectionRefused" in failed[f"http://127.0.0.1:{closed_port}/x"]["reason"]
