@@ -86,8 +86,10 @@ class Command(ScrapyCommand):
         if not urls:
             raise UsageError("no URL given (arguments or --file)")
         spidercls = get_spider_loader(self.settings).load(name)
-        stats = MemoryStatsCollector(Crawler(spidercls, self.settings))
-        frontier = RedisFrontier.from_settings(self.settings, name, stats)
+        settings = self.settings.copy()
+        spidercls.update_settings(settings)  # the spider's custom_settings, as a crawl sees them
+        stats = MemoryStatsCollector(Crawler(spidercls, settings))
+        frontier = RedisFrontier.from_settings(settings, name, stats)
         try:
             for batch in batches(urls, BATCH):
                 frontier.admit(None, list(self.requests(batch, stats)))
