@@ -2,8 +2,8 @@
 
 Redis caps one value at 512 MiB: one Bloom filter at 0.1 % holds about 300 million keys.
 With ``SEEN_FILTER_SHARDS = N`` the filter is N :class:`RedisBloomSeenFilter` s, each sized
-for ``SEEN_FILTER_CAPACITY / N`` keys; a dedupe key always goes to shard
-``xxh64(key) mod N``, so every worker agrees where a key lives.
+for ``SEEN_FILTER_CAPACITY / N`` keys (plus headroom for the hash's imbalance); a dedupe key
+always goes to shard ``xxh64(key) mod N``, so every worker agrees where a key lives.
 
 On Redis Cluster (``REDIS_URL=redis+cluster://...``) the shards spread over the masters: each
 shard key has a hash tag of its own, chosen so that shard *i* hashes into the *i*-th N-th of
@@ -67,6 +67,17 @@ def shard_keys(base_key: str, shards: int) -> list[str]:
     return names
 
 
+def shard_capacity(capacity: int, shards: int) -> int:
+    """Keys each shard is reserved for: its share of ``capacity`` plus four standard
+    deviations of the hash's imbalance (sqrt of the share), so that a filter sized for its
+    keys does not make the shards that drew a few more keys grow a sub-filter twice as big.
+    """
+    if shards == 1:
+        return capacity
+    share = capacity / shards
+    return math.ceil(share + 4 * math.sqrt(share))
+
+
 class ShardedBloomSeenFilter:
     """N RedisBloom filters acting as one :class:`~crawler.seen.SeenFilter`.
 
@@ -97,7 +108,7 @@ class ShardedBloomSeenFilter:
                 "'{%(spider)s}:seen'), or set SEEN_FILTER_SHARDS above 1"
             )
         _record_shard_count(client, base_key, shards)
-        per_shard = math.ceil(capacity / shards)
+        per_shard = shard_capacity(capacity, shards)
         self.shards = [
             RedisBloomSeenFilter(client, key, per_shard, error_rate, expansion)
             for key in shard_keys(base_key, shards)
