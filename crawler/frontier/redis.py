@@ -615,8 +615,8 @@ class RedisFrontier:
     def _count_refused(self, lease: str | None) -> None:
         self.stats.inc_value("frontier/ack_refused")
         logger.info(
-            "Answer for lease %s refused: it expired and another worker holds it now (that "
-            "worker fetches the page again; the links found here are dropped)",
+            "Answer for lease %s refused: it expired and another worker took the request "
+            "over (and fetches it again), or it was answered already; dropped",
             lease,
         )
 
@@ -628,12 +628,12 @@ class RedisFrontier:
 
     def close(self) -> None:
         """Deliver what can be delivered, then release the connection."""
-        if self._retry_call is not None and self._retry_call.active():
-            self._retry_call.cancel()
         if not self.flush():
             logger.error(
                 "%d frontier updates could not be delivered before closing; their leases "
                 "will expire and the pages be fetched again",
                 len(self._outbox),
             )
+        if self._retry_call is not None and self._retry_call.active():
+            self._retry_call.cancel()
         self.client.close()
