@@ -137,6 +137,7 @@ BAD_HOSTS = [
     "http://%ff.com/",  # not UTF-8
     "http://xn--a.ß/",
     "http://xn--tešla/",
+    "http://xn--1ug.ß/",  # U+200D behind Punycode, checked because the domain is not ASCII
     "http://\u200d.example/",
     "http://\U000e0001.com/",
     "http://a..b/",
@@ -183,6 +184,7 @@ STRUCTURE = [
     ("http://:@example.com/", "http://example.com/"),
     ("http://user:@example.com/", "http://user@example.com/"),
     ("http://a@b@example.com/", "http://a%40b@example.com/"),
+    ("http://u:p:w@example.com/", "http://u:p%3Aw@example.com/"),  # first ":" splits
     # path: dot segments (also when percent-encoded), escapes, raw characters
     ("http://example.com", "http://example.com/"),
     ("http://example.com/a/./b/../c", "http://example.com/a/c"),
