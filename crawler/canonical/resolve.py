@@ -74,6 +74,8 @@ def _resolve(base_url: str, href: str) -> str | None:
         return None
     scheme_match = SCHEME.match(href)
     scheme = scheme_match.group(1).lower() if scheme_match else None
+    if scheme is not None and scheme not in FETCHABLE_SCHEMES:
+        return None  # leave early: data: URIs can be megabytes
     href = _slashes_for_backslashes(href)
     base_scheme, base_authority, base_path, base_query = _parse_base(base_url)
 
