@@ -509,3 +509,18 @@ def test_crawl_through_redis_answers_every_lease(redis_url: str, tmp_path: Path)
         }
     assert list(failed) == [f"http://127.0.0.1:{closed_port}/x"]
     assert "ConnectionRefused" in failed[f"http://127.0.0.1:{closed_port}/x"]["reason"]
+
+
+def test_admissions_wait_while_redis_is_out_of_memory(workers: Any, redis_client: Any) -> None:
+    worker = workers()
+    redis_client.config_set("maxmemory", "1")  # less than in use: writes that grow are refused
+    try:
+        start = [Request("https://example.com/"), Request("https://example.com/b")]
+        assert urls(worker.admit(None, start)) == urls(start)  # verdict unknown yet
+        assert worker.pending_answers == 1
+        assert stat(worker, "frontier/redis_unavailable") >= 1
+        assert worker.counts()["queued"] == 0
+    finally:
+        redis_client.config_set("maxmemory", "0")
+    assert worker.flush()
+    assert urls(worker.lease(5)) == urls(start)

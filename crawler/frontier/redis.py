@@ -28,8 +28,10 @@ leased the request again; if another worker holds it, the answer is refused and 
 the same links. So each page is fetched at least once, and twice only when its lease
 expired while it was being fetched (worker killed, or stalled longer than the lease).
 
-Redis being unreachable (restart, failover) never crashes the crawl nor drops an answer:
-answers wait in order in a local outbox, retried with backoff until Redis takes them.
+Redis being unreachable or refusing writes (restart, AOF loading, failover, out of memory)
+never crashes the crawl nor drops an answer: answers wait in order in a local outbox,
+retried with backoff until Redis takes them. A script is never half-applied: Redis refuses
+it before its first write, or runs it to the end.
 """
 
 from __future__ import annotations
@@ -79,8 +81,16 @@ LEASE_META = "frontier_lease"
 #: ``request.meta`` flag: already queued in the shared frontier, the scheduler skips it.
 QUEUED_META = "frontier_queued"
 
-#: Errors that mean "Redis is not answering right now": retry later, never give up.
-REDIS_UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError)
+#: Errors that mean "Redis cannot take this right now" (down, restarting, loading its AOF,
+#: failing over, out of memory): retry later, never drop what it was asked.
+REDIS_UNAVAILABLE = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+)
 #: The frontier's own client retries briefly (the reactor waits meanwhile); longer outages
 #: are ridden out by the outbox and the scheduler's backoff instead.
 CLIENT_RETRY_ATTEMPTS = 2
@@ -455,9 +465,9 @@ class RedisFrontier:
             lost = self._scripts["heartbeat"](
                 keys=self.keys.all, args=[self.owner, int(self.lease_ttl * 1000), *leases]
             )
-        except REDIS_UNAVAILABLE as exc:
+        except redis.RedisError as exc:
             self.stats.inc_value("frontier/redis_unavailable")
-            logger.warning("Cannot extend %d leases, Redis unavailable: %s", len(leases), exc)
+            logger.warning("Cannot extend %d leases now: %s", len(leases), exc)
             return
         if lost:
             self._lost.update(_text(lease) for lease in lost)

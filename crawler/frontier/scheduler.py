@@ -11,6 +11,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+import redis
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import DontCloseSpider
@@ -108,7 +109,7 @@ class RedisScheduler(BaseScheduler):
             return True
         try:
             return not self.frontier.is_drained()
-        except REDIS_UNAVAILABLE:
+        except redis.RedisError:
             return True  # cannot tell: keep waiting for Redis
 
     def spider_idle(self, spider: Spider) -> None:
@@ -119,9 +120,10 @@ class RedisScheduler(BaseScheduler):
     def _refill(self) -> None:
         try:
             leased = self.frontier.lease(self.batch_size)
-        except REDIS_UNAVAILABLE as exc:
+        except redis.RedisError as exc:  # unavailable, or a script error: keep polling
             if not self._redis_away:
-                logger.warning("Redis unavailable, cannot lease requests (retrying): %s", exc)
+                log = logger.warning if isinstance(exc, REDIS_UNAVAILABLE) else logger.error
+                log("Cannot lease requests from Redis (retrying): %s", exc)
                 self._redis_away = True
             leased = []
         else:
