@@ -524,3 +524,21 @@ def test_admissions_wait_while_redis_is_out_of_memory(workers: Any, redis_client
         redis_client.config_set("maxmemory", "0")
     assert worker.flush()
     assert urls(worker.lease(5)) == urls(start)
+
+
+def test_closing_worker_gives_its_leases_back_to_the_queue(redis_url: str, workers: Any) -> None:
+    crawler = scheduler_crawler(redis_url)
+    crawler.spider = spider = ExampleSpider.from_crawler(crawler)
+    scheduler = RedisScheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    other = workers()
+    other.admit(None, [Request(f"https://example.com/{n}") for n in range(3)])
+    try:
+        in_flight = scheduler.next_request()  # leases the three, hands out one
+        assert in_flight is not None
+        assert other.lease(5) == []
+    finally:
+        scheduler.close("shutdown")
+        scheduler.frontier.close()
+    assert sorted(urls(other.lease(5))) == [f"https://example.com/{n}" for n in range(3)]
+    assert other.failures() == {}

@@ -82,8 +82,8 @@ class RedisScheduler(BaseScheduler):
             self._heartbeat.stop()
         if self._wake_call is not None and self._wake_call.active():
             self._wake_call.cancel()
+        released = self.frontier.release_all()  # first: the buffered requests are still held
         self._buffer.clear()
-        released = self.frontier.release_all()
         if released:
             logger.info("Gave back %d leased requests to the shared frontier", released)
 
