@@ -8,7 +8,7 @@ share of variants that get their original's key, and false merges (keys shared b
 different originals), then the speed ratios against ``canonicalize_url``. Times are CPU time
 of the fastest of ``--rounds`` interleaved passes.
 
-    .venv/bin/python bench/canon.py [--urls 120000] [--variant-share 0.3] [--seed 1] [--rounds 3]
+    .venv/bin/python -m bench.canon [--urls 120000] [--variant-share 0.3] [--seed 1] [--rounds 3]
 """
 
 from __future__ import annotations
