@@ -7,6 +7,8 @@ Starts its own redis-server with RedisBloom (the anchor) and its own 3-master cl
   concurrent worker processes, with one key (the plain filter) and with N shards;
 - Redis commands per batch: EVAL calls counted by the servers (``INFO commandstats``), and
   the nodes a batch touches (one pipelined round trip each, sent to all nodes at once);
+- Redis bytes per request queued in the shared frontier (measured through
+  :class:`RedisFrontier` itself), next to the seen filter's bytes per key;
 - bytes per key per shard once the filter holds its capacity: ``BF.INFO`` size per key of
   capacity, and ``MEMORY USAGE`` per key inserted, against the optimum ``-ln(p) / ln(2)^2``
   bits.
@@ -29,10 +31,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
+from scrapy import Request
+from scrapy.crawler import Crawler
+from scrapy.settings import Settings
+from scrapy.statscollectors import MemoryStatsCollector
 
 from bench.dedup import dedupe_keys
+from crawler.frontier.redis import RedisFrontier
 from crawler.redis_client import redis_from_url
 from crawler.seen.sharded import ShardedBloomSeenFilter
+from crawler.spiders.site import SiteSpider
 from tests.cluster import RedisClusterServers
 from tests.servers import RedisServer
 
@@ -167,6 +175,29 @@ def measure(setup: Setup, keys: list[str], batch: int, workers: int, repeat: int
     )
 
 
+def frontier_bytes_per_request(url: str, count: int) -> tuple[float, float, float]:
+    """Queue ``count`` start requests through the real shared frontier; return Redis bytes
+    per queued request (queue, request JSON and scores together), the mean stored JSON
+    length, and the mean URL length."""
+    settings = Settings()
+    settings.setmodule("crawler.settings")
+    settings.set("REDIS_URL", url)
+    stats = MemoryStatsCollector(Crawler(SiteSpider, settings))
+    frontier = RedisFrontier.from_settings(settings, "bench", stats)
+    urls = [key.split("|", 1)[1] for key in dedupe_keys(count)]
+    for offset in range(0, count, 1000):
+        frontier.admit(None, [Request(url) for url in urls[offset : offset + 1000]])
+    frontier.flush()
+    client, keys = frontier.client, frontier.keys
+    assert client.hlen(keys.requests) == count
+    held = sum(
+        int(client.memory_usage(key, samples=0) or 0) for key in keys.all if key != keys.seen
+    )
+    stored = client.hvals(keys.requests)
+    frontier.close()
+    return held / count, sum(map(len, stored)) / count, sum(map(len, urls)) / count
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=300_000, help="keys added per setup")
@@ -176,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--shards", type=int, nargs="+", default=[3, 12], help="shard counts to try"
     )
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure; best is kept")
+    parser.add_argument(
+        "--queued", type=int, default=50_000, help="requests queued for the frontier's memory"
+    )
     args = parser.parse_args(argv)
     keys = dedupe_keys(args.keys)
     optimum = -math.log(ERROR_RATE) / math.log(2) ** 2 / 8
@@ -198,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         results = [
             (setup, measure(setup, keys, args.batch, args.workers, args.repeat)) for setup in setups
         ]
+        per_request, json_length, url_length = frontier_bytes_per_request(server.url, args.queued)
 
     anchor = results[0][1]
     header = (
@@ -224,6 +259,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"held {min(memory):.3f}-{max(memory):.3f} B/key "
             f"({max(memory) / optimum:.2f}x optimum)"
         )
+    print(
+        f"\nShared frontier, {args.queued:,} queued requests: {per_request:,.0f} B of Redis per "
+        f"request (queue, stored request, score), stored JSON {json_length:,.0f} chars for URLs "
+        f"of {url_length:.0f}: {per_request / max(max(r.memory_per_key) for _, r in results):,.0f}"
+        "x a key's bytes in the seen filter"
+    )
     print(
         "\nA batch costs one round trip per node it touches (sent to all nodes at once by the"
         "\ncluster pipeline) and one EVAL per shard it touches; on one server, one round trip."
