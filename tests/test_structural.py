@@ -351,13 +351,17 @@ def refusal(url: str) -> str | None:
     return None
 
 
+def our_answer(case: dict, policy: dict[str, tuple[str, str]]) -> str:
+    url = case["input"]
+    if url in policy:
+        return policy[url][0]
+    return refusal(url) or case["expected"]
+
+
 def reference_cases(name: str, policy: dict[str, tuple[str, str]]) -> list[tuple[str, str]]:
     """(input, what we answer) for every default-argument case of a reference library."""
     return [
-        (
-            case["input"],
-            (policy.get(case["input"]) or [None])[0] or refusal(case["input"]) or case["expected"],
-        )
+        (case["input"], our_answer(case, policy))
         for case in load(name)
         if not case.get("kwargs")  # the library's non-default options are not our policy
     ]
