@@ -2,9 +2,10 @@
 
 Removing a parameter that *does* matter merges two pages into one key: a page silently never
 fetched. Keeping a tracking parameter only costs a refetch. So a name is only listed here when
-three public blocklists agree it is tracking, and it is only *global* when the name is
-vendor-specific (a click id or campaign field of a named ad, analytics or e-mail product) so that
-no site can plausibly use it for content, and no source exempts a host where it matters.
+a public blocklist below lists it as tracking (the sources are cited per name), and it is only
+*global* when the name is vendor-specific (a click id or campaign field of a named ad,
+analytics or e-mail product) so that no site can plausibly use it for content, and no source
+exempts a host where it matters.
 
 Sources (names are facts; the lists themselves are not shipped):
 
