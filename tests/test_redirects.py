@@ -148,6 +148,13 @@ def test_unfollowable_location_ends_the_chain_as_error(crawl: Crawl) -> None:
     assert chain.hops[0].target_url is None
 
 
+def test_failed_download_ends_the_chain_as_error(crawl: Crawl) -> None:
+    chain = crawl.chains["/dead-end"]
+    assert chain.outcome == "error"
+    assert chain.reason is not None and "ConnectionRefused" in chain.reason
+    assert chain.final_url == "http://127.0.0.1:1/gone"
+
+
 def test_every_redirected_url_has_its_key_stored(crawl: Crawl) -> None:
     store = SqlRecordStore.from_url(crawl.store_url)
     aliases = {crawl.path(a["url"]): a for a in store.url_aliases()}
