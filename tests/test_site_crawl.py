@@ -119,3 +119,13 @@ def test_missing_start_url_is_a_clear_error() -> None:
     )
     assert result.returncode != 0
     assert "usage: scrapy crawl site -a start_url=" in result.stderr
+
+
+def test_canon_host_rules_setting_applies_to_the_crawl() -> None:
+    routes = {"/": html("/p?sid=1", "/p?sid=2", "/q?sid=1", "/q?sid=2"), "/*": lambda _: html()}
+    with TestServer(routes) as server:
+        result = crawl(server, "-s", 'CANON_HOST_RULES={"127.0.0.1": {"strip": ["sid"]}}')
+        assert result.returncode == 0, result.stderr[-3000:]
+        hits = fetched(server)
+    # sid is not a global tracking parameter; the per-host rule makes it one here.
+    assert sorted(hits) == ["/", "/p?sid=1", "/q?sid=1"]

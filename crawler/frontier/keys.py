@@ -7,10 +7,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from crawler.canonical import InvalidURL, dedupe_key
+from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
 from crawler.frontier import META_CHECKED, META_KEY
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from scrapy import Request
+    from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
@@ -24,11 +28,19 @@ class RequestKeyer:
     for the seen filter's answers.
     """
 
-    def __init__(self, stats: StatsCollector, debug: bool = False) -> None:
+    def __init__(
+        self, stats: StatsCollector, debug: bool = False, rules: RuleSet = DEFAULT_RULES
+    ) -> None:
         self.stats = stats
         self.debug = debug
+        self.rules = rules
         self._logged_reasons: set[str] = set()
         self._logged_duplicate = False
+
+    @classmethod
+    def from_settings(cls, stats: StatsCollector, settings: BaseSettings) -> Self:
+        """The crawl's keyer: ``CANON_HOST_RULES`` applied, ``DUPEFILTER_DEBUG`` honoured."""
+        return cls(stats, settings.getbool("DUPEFILTER_DEBUG"), rules_from_settings(settings))
 
     def keyed(self, requests: Sequence[Request]) -> list[tuple[Request, str]]:
         """Pair each request with its dedupe key; requests whose URL is invalid are dropped,
@@ -36,7 +48,7 @@ class RequestKeyer:
         pairs = []
         for request in requests:
             try:
-                key = dedupe_key(request.url)
+                key = dedupe_key(request.url, self.rules)
             except InvalidURL as exc:
                 self.stats.inc_value(f"dupefilter/invalid/{exc.reason}")
                 first = exc.reason not in self._logged_reasons

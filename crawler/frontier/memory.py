@@ -37,7 +37,7 @@ class MemoryFrontier:
             settings, directory=str(Path(jobdir, "seen")) if jobdir else None
         )
         assert crawler.stats is not None
-        frontier = cls(seen, RequestKeyer(crawler.stats, settings.getbool("DUPEFILTER_DEBUG")))
+        frontier = cls(seen, RequestKeyer.from_settings(crawler.stats, settings))
         crawler.signals.connect(frontier.close, signal=signals.spider_closed)
         return frontier
 

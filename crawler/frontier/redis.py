@@ -268,7 +268,7 @@ class RedisFrontier:
                 error_rate=settings.getfloat("SEEN_FILTER_ERROR_RATE"),
                 expansion=settings.getint("SEEN_FILTER_EXPANSION"),
             )
-            keyer = RequestKeyer(stats, settings.getbool("DUPEFILTER_DEBUG"))
+            keyer = RequestKeyer.from_settings(stats, settings)
             frontier = cls(
                 client,
                 keys,
