@@ -47,11 +47,11 @@ _STRIP = "".join(map(chr, range(0x21)))
 _TAB_NEWLINE = str.maketrans("", "", "\t\n\r")
 SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _AUTHORITY_END = re.compile(r"[/?]")
-#: An already clean URL (lowercase scheme, plain host, no userinfo, nothing to percent-encode or
-#: decode in path and query) skips cleaning and percent-normalization: the common case, fast.
+#: An already clean URL (lowercase scheme, plain host, no userinfo, nothing to percent-encode
+#: in path and query) skips cleaning and parsing: the common case, fast.
 _CLEAN_URL = re.compile(
     r"(https?)://([A-Za-z0-9.\-_]+)(?::([0-9]*))?"
-    rf"(/[{PATH_SAFE}]*)?(?:\?([{QUERY_SAFE}]*))?(?:#.*)?",
+    rf"(/[{PATH_SAFE}%]*)?(?:\?([{QUERY_SAFE}%]*))?(?:#.*)?",
     re.DOTALL,
 )
 
@@ -65,10 +65,14 @@ def clean_input(url: str) -> str:
 
 
 def remove_dot_segments(path: str) -> str:
-    """RFC 3986 §5.2.4: resolve ``.`` and ``..`` segments (``/a/./b/../c`` -> ``/a/c``)."""
+    """RFC 3986 §5.2.4: resolve ``.`` and ``..`` segments (``/a/./b/../c`` -> ``/a/c``).
+
+    An absolute path stays absolute (``/..`` -> ``/``); ``..`` never climbs above the root.
+    """
     if "/." not in path and path[:1] != ".":
         return path
-    segments = path.split("/")
+    absolute = path[:1] == "/"
+    segments = (path[1:] if absolute else path).split("/")
     output: list[str] = []
     for segment in segments:
         if segment == "..":
@@ -76,11 +80,9 @@ def remove_dot_segments(path: str) -> str:
                 output.pop()
         elif segment != ".":
             output.append(segment)
-    if path.startswith("/") and (not output or output[0]):
-        output.insert(0, "")
     if segments[-1] in (".", ".."):
-        output.append("")
-    return "/".join(output)
+        output.append("")  # "/a/b/.." names the directory "/a/"
+    return "/" + "/".join(output) if absolute else "/".join(output)
 
 
 def _host_port(host: str, port: str | None, scheme: str, url: str) -> str:
@@ -118,9 +120,15 @@ def _normalize_authority(authority: str, scheme: str, url: str) -> str:
 
 
 def _split_clean(match: re.Match[str]) -> tuple[str, str, str, str]:
-    """Fast path: a URL :data:`_CLEAN_URL` matched needs no cleaning or percent-normalization."""
+    """Fast path: a URL :data:`_CLEAN_URL` matched only needs its escapes normalized."""
     scheme, host, port, path, query = match.groups()
-    return scheme, _host_port(host, port, scheme, match.string), path or "/", query or ""
+    if not path:
+        path = "/"
+    elif "%" in path:
+        path = normalize_path(path)
+    if query and "%" in query:
+        query = normalize_query(query)
+    return scheme, _host_port(host, port, scheme, match.string), path, query or ""
 
 
 def _split_any(url: str) -> tuple[str, str, str, str]:
