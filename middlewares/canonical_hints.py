@@ -34,6 +34,7 @@ from scrapy import Request
 from scrapy.http import TextResponse
 
 from crawler.canonical import resolve_link
+from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
 from crawler.spiders.site import page_base
 from middlewares.redirects import is_home_page, key_or_error
 from pipelines.records import CanonicalHint, KeyAlias, rules_version_of
@@ -109,21 +110,25 @@ class _Candidate:
     defect: str | None  # why this value alone cannot be a canonical
 
 
-def _candidate(source: str, href: str, base: str) -> _Candidate:
+def _candidate(source: str, href: str, base: str, rules: RuleSet) -> _Candidate:
     url = resolve_link(base, href)
     if url is None:
         scheme = urlsplit(urljoin(base, href.strip())).scheme.lower()
         defect = "unparseable" if scheme in {"http", "https"} else "non-http-scheme"
         return _Candidate(source, href, None, None, defect)
-    key, error = key_or_error(url)
+    key, error = key_or_error(url, rules)
     return _Candidate(source, href, url, key, f"invalid-url:{error}" if error else None)
 
 
 def judge_hints(
-    page_url: str, page_key: str | None, hints: Iterable[tuple[str, str, str]]
+    page_url: str,
+    page_key: str | None,
+    hints: Iterable[tuple[str, str, str]],
+    rules: RuleSet = DEFAULT_RULES,
 ) -> list[CanonicalHint]:
-    """Validate a page's canonical hints, given as ``(source, href, base URL)``."""
-    candidates = [_candidate(source, href, base) for source, href, base in hints]
+    """Validate a page's canonical hints, given as ``(source, href, base URL)``; keys are
+    made under ``rules``."""
+    candidates = [_candidate(source, href, base, rules) for source, href, base in hints]
     distinct = {c.key or c.url or c.href for c in candidates}
     page_site = site_of(urlsplit(page_url).hostname or "")
     page_position = page_number(page_url)
@@ -169,6 +174,7 @@ class CanonicalHintsMiddleware:
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
+        self.rules = rules_from_settings(crawler.settings)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -197,8 +203,8 @@ class CanonicalHintsMiddleware:
             hints += [(SOURCE_ELEMENT, href, base) for href in head_canonicals(response)]
         if not hints:
             return []
-        page_key = key_or_error(response.url)[0]
-        verdicts = judge_hints(response.url, page_key, hints)
+        page_key = key_or_error(response.url, self.rules)[0]
+        verdicts = judge_hints(response.url, page_key, hints, self.rules)
         store = store_for(self.crawler)
         store.add_hints(verdicts)
         stats = self.crawler.stats

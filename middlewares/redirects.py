@@ -42,6 +42,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.response import get_meta_refresh
 
 from crawler.canonical import InvalidURL, dedupe_key, resolve_link
+from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
 from crawler.frontier import META_CHECKED, META_KEY, frontier_for
 from middlewares.ssrf import DNS_FAILURES, PROCESS_GUARD, AddressBlocked, SSRFPolicy
 from pipelines.records import (
@@ -112,10 +113,10 @@ def soft_404_flag(start_url: str, final_url: str) -> str | None:
     return None
 
 
-def key_or_error(url: str) -> tuple[str | None, str | None]:
-    """(dedupe key, None) or (None, the reason it has none)."""
+def key_or_error(url: str, rules: RuleSet = DEFAULT_RULES) -> tuple[str | None, str | None]:
+    """(dedupe key under ``rules``, None) or (None, the reason it has none)."""
     try:
-        return dedupe_key(url), None
+        return dedupe_key(url, rules), None
     except InvalidURL as exc:
         return None, exc.reason
 
@@ -136,6 +137,8 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
     def __init__(self, settings: BaseSettings) -> None:
         super().__init__(settings)
         self.max_hops = settings.getint("REDIRECT_MAX_HOPS")
+        # The frontier's rules (CANON_HOST_RULES included): loops and "seen" use its keys.
+        self.rules = rules_from_settings(settings)
         self.follow_refresh = settings.getbool("METAREFRESH_ENABLED")
         self.refresh_ignore_tags = settings.getlist("METAREFRESH_IGNORE_TAGS")
         self.refresh_max_delay = settings.getfloat("METAREFRESH_MAXDELAY")
@@ -203,10 +206,10 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             return self.redirect_request(request, response, announcement, target)
 
         chain = Chain.from_meta(request.meta) or Chain.begin(
-            request.url, key_or_error(request.url)[0]
+            request.url, key_or_error(request.url, self.rules)[0]
         )
-        source_key = key_or_error(response.url)[0]
-        target_key, key_error = key_or_error(target) if target else (None, None)
+        source_key = key_or_error(response.url, self.rules)[0]
+        target_key, key_error = key_or_error(target, self.rules) if target else (None, None)
         earlier_urls, earlier_keys = chain.urls, chain.keys
         chain = chain.add(
             Hop(
@@ -287,7 +290,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         if request.callback is NO_CALLBACK:
             return
         chain = Chain.from_meta(request.meta)
-        key = key_or_error(response.url)[0]
+        key = key_or_error(response.url, self.rules)[0]
         flag = soft_404_flag(chain.start_url, response.url) if chain else None
         if chain is not None:
             self.finish(chain.finish(FETCHED, response.url, flag=flag))

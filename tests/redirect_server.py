@@ -64,6 +64,7 @@ CHAINS = {
     "/members": (302, "/login?next=/members"),
     "/bad-location": (302, "javascript:alert(1)"),
     "/dead-end": (302, "http://127.0.0.1:1/gone"),  # loopback port 1: connection refused
+    "/to-custom": (301, "/custom?sid=2"),  # the same page as /custom?sid=1 if sid is stripped
     "/out/dns": (302, "http://localhost:{port}/secret"),
 }
 LOOPS = {
@@ -104,6 +105,8 @@ def redirect_site(port: int) -> dict[str, Route]:
             "/final/chain": html(),
             "/same?utm_source=self": html(title="same"),
             "/linked": html(),
+            "/custom?sid=1": html(),
+            "/custom?sid=2": html(),
             "/login?next=/members": html(title="login"),
             "/final/refresh": html(),
             "/final/meta": html(),
@@ -136,6 +139,7 @@ def redirect_site(port: int) -> dict[str, Route]:
         f"{SPIRAL}1",
         *(path for path in PRIVATE_REDIRECTS if path != "/out/two/next"),
         "/linked",
+        "/custom?sid=1",
         "/refresh-header",
         "/meta-refresh",
         *(path for path in routes if path.startswith("/canon/") and "target" not in path),

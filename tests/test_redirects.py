@@ -98,6 +98,18 @@ def test_hop_cap_is_a_setting(tmp_path: Path) -> None:
     assert crawl.hits["/final/chain"] == 0
 
 
+def test_keys_follow_the_crawls_host_rules(crawl: Crawl, tmp_path: Path) -> None:
+    # /to-custom redirects to /custom?sid=2; the start page links /custom?sid=1.
+    assert crawl.chains["/to-custom"].outcome == "fetched"
+    assert crawl.hits["/custom?sid=2"] == 1
+    ruled = run_crawl(tmp_path, "-s", 'CANON_HOST_RULES={"127.0.0.1": {"strip": ["sid"]}}')
+    chain = ruled.chains["/to-custom"]
+    assert chain.outcome == "seen"  # the key of /custom?sid=1, under the crawl's rules
+    assert ruled.hits["/custom?sid=2"] == 0
+    assert chain.hops[0].target_key is not None
+    assert chain.hops[0].target_key.startswith("r1+")
+
+
 def test_redirect_to_the_same_key_is_followed(crawl: Crawl) -> None:
     chain = crawl.chains["/same"]
     assert chain.outcome == "fetched"
