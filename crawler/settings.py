@@ -118,8 +118,9 @@ SPIDER_MIDDLEWARES = {
     "middlewares.canonical_hints.CanonicalHintsMiddleware": 950,
 }
 DOWNLOADER_MIDDLEWARES = {
-    # Before robots.txt (100): a refused host gets no request at all, not even robots.txt.
-    "middlewares.ssrf.SSRFGuardMiddleware": 50,
+    # Before Scrapy's offsite filter (50) and robots.txt (100): a refused host gets no
+    # request at all, not even for robots.txt.
+    "middlewares.ssrf.SSRFGuardMiddleware": 40,
     # Below RetryMiddleware (550): sees only failures retries gave up on.
     "middlewares.redirects.ChainFailureMiddleware": 60,
     # Replaces Scrapy's two redirect middlewares; after decompression (590) for meta refresh.
