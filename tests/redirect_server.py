@@ -249,13 +249,17 @@ class Crawl:
 
 
 def run_crawl(
-    tmp: Path, *options: str, redis_url: str | None = None, clean_log: bool = True
+    tmp: Path,
+    *options: str,
+    redis_url: str | None = None,
+    store_url: str | None = None,
+    clean_log: bool = True,
 ) -> Crawl:
-    """Crawl :func:`redirect_site` into a SQLite store under ``tmp``; what the server and the
-    store saw."""
+    """Crawl :func:`redirect_site` into ``store_url`` (default: a SQLite file under ``tmp``);
+    what the server and the store saw."""
     server = TestServer({})
     server.routes.update(redirect_site(server.port))
-    store_url = f"sqlite:///{tmp / 'store.sqlite'}"
+    store_url = store_url or f"sqlite:///{tmp / 'store.sqlite'}"
     with server:
         crawl_site(
             f"{server.url}/",

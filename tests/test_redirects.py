@@ -216,6 +216,14 @@ def test_redirect_map_nginx(crawl: Crawl) -> None:
     assert lines[-1] == "}"
 
 
+def test_crawl_into_postgresql(tmp_path: Path, pg_url: str, crawl: Crawl) -> None:
+    other = run_crawl(tmp_path, store_url=pg_url)
+    assert {start: (c.outcome, len(c.hops)) for start, c in other.chains.items()} == {
+        start: (c.outcome, len(c.hops)) for start, c in crawl.chains.items()
+    }
+    assert set(other.pages) == set(crawl.pages)
+
+
 def test_shared_frontier_records_the_same_chains(tmp_path: Path, redis_url: str) -> None:
     crawl = run_crawl(tmp_path, redis_url=redis_url)
     outcomes = {start: chain.outcome for start, chain in crawl.chains.items()}
