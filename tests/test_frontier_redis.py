@@ -175,11 +175,11 @@ def test_answer_releases_the_lease_and_queues_the_links_atomically(workers: Any)
 def test_expired_lease_goes_to_another_worker_and_the_late_answer_is_refused(
     workers: Any,
 ) -> None:
-    slow, other = workers(lease_ttl=0.3), workers(lease_ttl=0.3)
+    slow, other = workers(lease_ttl=0.5), workers(lease_ttl=0.5)
     slow.admit(None, [Request("https://example.com/")])
     [page] = slow.lease(1)
     assert other.lease(1) == []
-    time.sleep(0.4)
+    time.sleep(0.6)
     [again] = other.lease(1)
     assert again.url == page.url
     assert stat(other, "frontier/reclaimed") == 1
@@ -194,10 +194,10 @@ def test_expired_lease_goes_to_another_worker_and_the_late_answer_is_refused(
 
 
 def test_late_answer_is_accepted_while_nobody_else_holds_the_request(workers: Any) -> None:
-    slow, other = workers(lease_ttl=0.3), workers(lease_ttl=0.3)
+    slow, other = workers(lease_ttl=0.5), workers(lease_ttl=0.5)
     slow.admit(None, [Request("https://example.com/")])
     [page] = slow.lease(1)
-    time.sleep(0.4)
+    time.sleep(0.6)
     other.lease(0)  # puts the expired lease back in the queue, leases nothing
     assert other.counts()["queued"] == 1
     assert urls(slow.admit(page, [Request("https://example.com/link")])) == [
@@ -208,10 +208,10 @@ def test_late_answer_is_accepted_while_nobody_else_holds_the_request(workers: An
 
 
 def test_heartbeat_keeps_a_live_workers_leases(workers: Any) -> None:
-    busy, other = workers(lease_ttl=0.4), workers(lease_ttl=0.4)
+    busy, other = workers(lease_ttl=1.0), workers(lease_ttl=1.0)
     busy.admit(None, [Request("https://example.com/")])
     [page] = busy.lease(1)
-    deadline = time.monotonic() + 1.2
+    deadline = time.monotonic() + 1.5
     while time.monotonic() < deadline:
         busy.heartbeat()
         assert other.lease(1) == []
