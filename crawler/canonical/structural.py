@@ -119,18 +119,6 @@ def _normalize_authority(authority: str, scheme: str, url: str) -> str:
     return host
 
 
-def _split_clean(match: re.Match[str]) -> tuple[str, str, str, str]:
-    """Fast path: a URL :data:`_CLEAN_URL` matched only needs its escapes normalized."""
-    scheme, host, port, path, query = match.groups()
-    if not path:
-        path = "/"
-    elif "%" in path:
-        path = normalize_path(path)
-    if query and "%" in query:
-        query = normalize_query(query)
-    return scheme, _host_port(host, port, scheme, match.string), path, query or ""
-
-
 def _split_any(url: str) -> tuple[str, str, str, str]:
     """General path: clean, parse and percent-normalize; query parameters not yet sorted."""
     url = clean_input(url)
@@ -185,9 +173,20 @@ def canonicalize(url: str) -> str:
     if not isinstance(url, str):
         raise InvalidURL("bad-url", repr(url), "not a string")
     clean = _CLEAN_URL.fullmatch(url) if len(url) <= MAX_URL_LENGTH else None
-    scheme, authority, path, query = _split_clean(clean) if clean else _split_any(url)
-    path = remove_dot_segments(path)
-    if query:
+    if clean is None:
+        scheme, authority, path, query = _split_any(url)
+    else:  # fast path (inlined: it is most of the cost): only escapes may need normalizing
+        scheme, host, port, path, query = clean.groups()
+        authority = _host_port(host, port, scheme, url)
+        if not path:
+            path = "/"
+        elif "%" in path:
+            path = normalize_path(path)
+        if query and "%" in query:
+            query = normalize_query(query)
+    if "/." in path:
+        path = remove_dot_segments(path)
+    if query and "&" in query:
         query = _sort_query(query)
     result = f"{scheme}://{authority}{path}?{query}" if query else f"{scheme}://{authority}{path}"
     if len(result) > MAX_URL_LENGTH:
