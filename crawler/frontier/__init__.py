@@ -4,8 +4,9 @@ One interface, one implementation per backend:
 
 - :class:`crawler.frontier.memory.MemoryFrontier` (default): checks keys against the
   in-process seen filter and hands the new requests back to Scrapy's own scheduler.
-- :class:`crawler.frontier.redis.RedisFrontier` (``REDIS_URL`` set): marks keys seen and
-  queues the new requests in Redis in one atomic step, shared by every worker.
+- :class:`crawler.frontier.redis.RedisFrontier` (``REDIS_URL`` set): marks keys seen,
+  queues the new requests and releases the page's lease in Redis in one atomic step,
+  shared by every worker.
 
 :func:`frontier_for` gives the crawler's single instance to the dupefilter, the batching
 spider middleware and the scheduler alike.
@@ -34,10 +35,13 @@ class Frontier(Protocol):
         """Deduplicate ``children`` (the requests produced while handling ``parent``'s
         response, or start requests when ``parent`` is None) in one batch.
 
-        Returns the requests the engine must still schedule locally (each carrying
-        ``meta[META_KEY]`` and ``meta[META_CHECKED]``); a shared frontier queues them itself
-        and returns an empty list. Requests whose URL cannot be keyed are dropped and counted
-        under ``dupefilter/invalid/<reason>``.
+        Returns the requests that were new (each carrying ``meta[META_KEY]`` and
+        ``meta[META_CHECKED]``). The memory frontier leaves scheduling them to the engine; the
+        shared frontier has already queued them in Redis (and released ``parent``'s lease in
+        the same atomic step) and marks them ``meta["frontier_queued"]`` so its scheduler
+        skips them. Call it even for an empty batch: that releases the parent's lease.
+        Requests whose URL cannot be keyed are dropped and counted under
+        ``dupefilter/invalid/<reason>``.
         """
         ...
 
