@@ -8,6 +8,7 @@ TestServer(...)``) while the crawler under test may run in a subprocess.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -42,6 +43,15 @@ class Hit:
     time: float
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A crawler killed mid-download breaks its connections: expected, not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class TestServer:
     """Serves ``routes`` on ``http://127.0.0.1:<port>``; unknown paths get 404.
 
@@ -56,8 +66,7 @@ class TestServer:
         self.delay = delay
         self.hits: list[Hit] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
+        self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
