@@ -11,13 +11,15 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawler.canonical import InvalidURL, canonicalize, resolve_link
 from crawler.canonical.structural import MAX_URL_LENGTH, remove_dot_segments
 
 DATA = Path(__file__).parent / "data"
+#: Properties, not timings: a loaded CI machine must not fail them on hypothesis' deadline.
+no_deadline = settings(deadline=None)
 
 
 def load(name: str) -> list:
@@ -457,6 +459,7 @@ urls = st.builds(
 )
 
 
+@no_deadline
 @given(urls)
 def test_canonicalize_is_idempotent(url: str) -> None:
     key = outcome(url)
@@ -464,6 +467,7 @@ def test_canonicalize_is_idempotent(url: str) -> None:
         assert canonicalize(key) == key
 
 
+@no_deadline
 @given(st.text())
 def test_arbitrary_text_raises_only_invalid_url(text: str) -> None:
     for url in (text, "http://" + text, "https://example.com/" + text):
