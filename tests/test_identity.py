@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawler.canonical import InvalidURL, canonicalize
-from crawler.canonical.identity import Identity, av_to_bv, bv_to_av, identify
+from crawler.canonical import RULES_VERSION, InvalidURL, canonicalize, dedupe_key, explain
+from crawler.canonical.identity import PROVIDER_HOSTS, Identity, av_to_bv, bv_to_av, identify
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "video_identity.json").read_text())
 
@@ -371,6 +371,41 @@ def test_raw_and_stage1_canonical_urls_give_the_same_identity() -> None:
         assert identify(canonical) == identify(row["url"]), (row["url"], canonical)
         checked += 1
     assert checked > 400
+
+
+def test_dedupe_key_finds_every_identity_although_it_reads_only_provider_hosts() -> None:
+    """dedupe_key calls identify() only for PROVIDER_HOSTS: no identity may be lost by that."""
+    identified = 0
+    for row in VECTORS:
+        try:
+            canonical = canonicalize(row["url"])
+        except InvalidURL:
+            continue
+        identity = identify(canonical)
+        if identity is not None:
+            identified += 1
+            assert urlsplit(canonical).hostname in PROVIDER_HOSTS
+            assert explain(canonical).identity == identity, canonical
+    assert identified > 150
+
+
+@pytest.mark.parametrize(
+    ("url", "identified"),
+    [
+        ("http://www.youtube.com:443/watch?v=kJQP7kiw5Fk", True),  # stage 1 keeps it on http
+        ("https://www.youtube.com:80/watch?v=kJQP7kiw5Fk", True),
+        ("https://user:pw@youtu.be/kJQP7kiw5Fk", True),
+        ("https://www.youtube.com./watch?v=kJQP7kiw5Fk", True),
+        ("https://www.youtube.com:8443/watch?v=kJQP7kiw5Fk", False),
+        ("https://gaming.youtube.com/watch?v=kJQP7kiw5Fk", False),  # no subdomain implied
+    ],
+)
+def test_dedupe_key_reads_identities_on_the_authorities_identify_reads(
+    url: str, identified: bool
+) -> None:
+    assert (identify(url) is not None) is identified
+    key = dedupe_key(url)
+    assert (key == f"{RULES_VERSION}|youtube:kJQP7kiw5Fk") is identified
 
 
 SPELLED_VIDEOS = {

@@ -328,6 +328,12 @@ _PARSERS: dict[str, tuple[str, Parser]] = {
 }
 _PARSERS.update({f"{host}.": entry for host, entry in _PARSERS.items()})  # absolute DNS names
 
+#: The hosts :func:`identify` reads (lower-case, absolute ``host.`` forms included; no
+#: subdomain is implied), and only on a default port (none, 80 or 443). A URL on any other
+#: authority has no identity, so a caller that has already split the authority can skip
+#: :func:`identify` for it.
+PROVIDER_HOSTS: frozenset[str] = frozenset(_PARSERS)
+
 
 def _unique(query: Query, name: str) -> str | None:
     """The value of ``name`` if the query gives it exactly one (possibly repeated) value."""
