@@ -37,11 +37,11 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from crawler.canonical import tracking
 from crawler.canonical.errors import InvalidURL
-from crawler.canonical.identity import Identity, identify
+from crawler.canonical.identity import PROVIDER_HOSTS, Identity, identify
 from crawler.canonical.structural import canonicalize
 
 if TYPE_CHECKING:
@@ -115,20 +115,21 @@ class RuleSet:
     session_prefixes: tuple[str, ...]
     session_path_params: tuple[str, ...]
     hosts: Mapping[str, HostRule]
-    _droppable: frozenset[str] = field(init=False, repr=False, compare=False)
-    _droppable_prefixes: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _key_prefix: str = field(init=False, repr=False, compare=False)
+    _maybe_dropped: frozenset[str] = field(init=False, repr=False, compare=False)
+    _dropped_prefixes: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _path_session: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     _hosts_with_pages: frozenset[str] = field(init=False, repr=False, compare=False)
-    _host_cache: dict[str, tuple[HostRule | None, str | None]] = field(
-        init=False, repr=False, compare=False
-    )
+    _host_cache: dict[str, _HostInfo] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.version or "|" in self.version:
             raise ValueError(f"ruleset version must be non-empty without '|': {self.version!r}")
         derived = {
-            "_droppable": self.tracking | self.session_params,
-            "_droppable_prefixes": self.tracking_prefixes + self.session_prefixes,
+            "_key_prefix": self.version + "|",
+            # Names the rules may drop on any host: a query without one needs no rewriting.
+            "_maybe_dropped": self.tracking | self.session_params,
+            "_dropped_prefixes": self.tracking_prefixes + self.session_prefixes,
             "_path_session": re.compile(
                 f";({'|'.join(map(re.escape, self.session_path_params))})=[^;/]*",
                 re.IGNORECASE,
@@ -174,20 +175,29 @@ class RuleSet:
         """The rules for ``path`` on the host of ``authority`` (stage-1 forms): entries for
         the host, its parent domains, ``host/path`` pages and :data:`ANY_HOST` combined, the
         most specific allowlist winning. None when no entry applies (the common case).
-
-        Hosts repeat far more than URLs, so the answer per authority is cached (bounded);
-        hosts with page entries are looked up with their path each time.
         """
-        cached = self._host_cache.get(authority)
-        if cached is None:
-            host = authority.rpartition("@")[2]
-            if not host.startswith("["):
-                host = host.partition(":")[0]
-            cached = (self._lookup(host, None), host if self._has_pages(host) else None)
-            if len(self._host_cache) >= HOST_CACHE_SIZE:
-                self._host_cache.clear()
-            self._host_cache[authority] = cached
-        return cached[0] if cached[1] is None else self._lookup(cached[1], path)
+        info = self._host_cache.get(authority) or self._host_info(authority)
+        return info.rule if info.page_host is None else self._lookup(info.page_host, path)
+
+    def _host_info(self, authority: str) -> _HostInfo:
+        """What the rules know about ``authority``, cached (bounded): hosts repeat far more
+        than URLs. Hosts with page entries are looked up with their path each time."""
+        hostport = authority.rpartition("@")[2]
+        if hostport.startswith("["):  # an IPv6 literal: its colons are not a port
+            host, port = hostport, ""
+        else:
+            host, _, port = hostport.partition(":")
+        # identify() reads only PROVIDER_HOSTS, on a default port; stage 1 keeps :80 on https.
+        provider = host in PROVIDER_HOSTS and port in ("", "80", "443")
+        info = _HostInfo(
+            self._lookup(host, None), host if self._has_pages(host) else None, provider
+        )
+        if info == _PLAIN_HOST:
+            info = _PLAIN_HOST  # one object, so the hot path can test identity
+        if len(self._host_cache) >= HOST_CACHE_SIZE:
+            self._host_cache.clear()
+        self._host_cache[authority] = info
+        return info
 
     def _has_pages(self, host: str) -> bool:
         return bool(self._hosts_with_pages) and any(
@@ -234,6 +244,20 @@ class RuleSet:
         if rule is not None and rule.is_off("session", session):
             return None
         return f"session:{session}"
+
+
+class _HostInfo(NamedTuple):
+    """What the rules know about one authority: its :class:`HostRule` (None: none applies),
+    the host to look up with each path when it has page entries, and whether
+    :func:`identify` can claim its URLs."""
+
+    rule: HostRule | None
+    page_host: str | None
+    provider: bool
+
+
+#: A host with no rule, no pages and no provider: the common case, one shared object.
+_PLAIN_HOST = _HostInfo(None, None, False)
 
 
 def _more_general(specific: HostRule | None, general: HostRule | None) -> HostRule | None:
@@ -368,15 +392,6 @@ def _rewrite_query(
 ) -> str:
     """``query`` without the parameters the rules drop (``query`` itself if none)."""
     params = query.split("&")
-    if rule is None and fired is None:
-        # Fast path: only the global lists apply; most queries have nothing to drop.
-        droppable, droppable_prefixes = rules._droppable, rules._droppable_prefixes
-        for param in params:
-            name = param.partition("=")[0].lower()
-            if name in droppable or name.startswith(droppable_prefixes):
-                break
-        else:
-            return query
     kept = []
     for param in params:
         reason = rules.drop_reason(param.partition("=")[0], rule)
@@ -387,6 +402,16 @@ def _rewrite_query(
     return query if len(kept) == len(params) else "&".join(kept)
 
 
+def _nothing_to_drop(query: str, rules: RuleSet) -> bool:
+    """True if no parameter of ``query`` has a name the rules may drop on any host."""
+    maybe_dropped, prefixes = rules._maybe_dropped, rules._dropped_prefixes
+    for param in query.split("&"):
+        name = param.partition("=")[0].lower()
+        if name in maybe_dropped or name.startswith(prefixes):
+            return False
+    return True
+
+
 def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Identity | None, str]:
     """(stage-1 form, identity, key) of ``url``; rule names appended to ``fired`` if given.
 
@@ -395,33 +420,42 @@ def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Ide
     """
     canonical = canonicalize(url)
     authority_start = 7 if canonical[4] == ":" else 8  # stage 1 gives http:// or https://
-    path_start = canonical.index("/", authority_start)
+    path_start = canonical.find("/", authority_start)
+    query_start = canonical.find("?", path_start)
+    path_end = len(canonical) if query_start < 0 else query_start
     authority = canonical[authority_start:path_start]
-    path, question, query = canonical[path_start:].partition("?")
-    cached = rules._host_cache.get(authority)
-    rule = (
-        cached[0] if cached is not None and cached[1] is None else rules.rule_for(authority, path)
-    )
+    info = rules._host_cache.get(authority) or rules._host_info(authority)
+    if (
+        info is _PLAIN_HOST
+        and fired is None
+        and canonical.find("//", path_start, path_end) < 0
+        and canonical.find(";", path_start, path_end) < 0
+        and (query_start < 0 or _nothing_to_drop(canonical[query_start + 1 :], rules))
+    ):
+        return canonical, None, rules._key_prefix + canonical  # the common case, fast
 
+    path = canonical[path_start:path_end]
+    query = "" if query_start < 0 else canonical[query_start + 1 :]
+    rule = info.rule if info.page_host is None else rules._lookup(info.page_host, path)
     new_path = _rewrite_path(path, rules, rule, fired) if ";" in path or "//" in path else path
-    if new_path != path:
-        rule = rules.rule_for(authority, new_path)
-    new_query = _rewrite_query(query, rules, rule, fired) if question else query
+    if new_path != path and info.page_host is not None:
+        rule = rules._lookup(info.page_host, new_path)
+    new_query = _rewrite_query(query, rules, rule, fired) if query else query
     if new_path == path and new_query is query:
         rewritten = canonical
     else:
         prefix = canonical[:path_start]
         rewritten = f"{prefix}{new_path}?{new_query}" if new_query else f"{prefix}{new_path}"
 
-    if rule is None or not rule.is_off("identity"):
+    if info.provider and (rule is None or not rule.is_off("identity")):
         identity = identify(rewritten)
         if identity is not None and (
             rule is None or not rule.is_off("identity", identity.provider)
         ):
             if fired is not None:
                 fired.append(f"identity:{identity.provider}")
-            return canonical, identity, f"{rules.version}|{identity.key}"
-    return canonical, None, f"{rules.version}|{rewritten}"
+            return canonical, identity, rules._key_prefix + identity.key
+    return canonical, None, rules._key_prefix + rewritten
 
 
 def dedupe_key(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
