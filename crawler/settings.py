@@ -83,6 +83,8 @@ FRONTIER_LEASE_TTL = 60.0
 FRONTIER_MAX_EXPIRIES = 5
 # Requests one worker leases at a time (a small local buffer in front of the downloader).
 FRONTIER_LEASE_BATCH = 16
+# Seconds between a worker's status reports (read by `scrapy frontier SPIDER`).
+FRONTIER_STATUS_INTERVAL = 10.0
 # Switches to the shared frontier's scheduler (and its lease middleware) when REDIS_URL is set,
 # including on the command line (-s REDIS_URL=...).
 ADDONS = {"crawler.frontier.addon.RedisFrontierAddon": 0}
@@ -132,6 +134,8 @@ DOWNLOADER_MIDDLEWARES = {
 }
 EXTENSIONS = {
     "crawler.summary.CrawlSummary": 500,
+    # Shared frontier only (REDIS_URL): publishes pages/min and leases for `scrapy frontier`.
+    "crawler.frontier.status.WorkerStatusReporter": 510,
 }
 
 # Scrapy's JOBDIR queues pickle requests by default; ours are JSON.

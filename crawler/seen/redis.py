@@ -78,6 +78,23 @@ class BloomInfo:
     expansion: int | None
 
 
+def bloom_info(client: redis.Redis, key: str) -> BloomInfo | None:
+    """``BF.INFO`` of the filter at ``key``, read-only; None if there is none (yet)."""
+    try:
+        raw = client.bf().info(key)
+    except redis.ResponseError as exc:
+        if "not found" in str(exc).lower():
+            return None
+        raise
+    return BloomInfo(
+        capacity=raw.capacity,
+        size_bytes=raw.size,
+        items_inserted=raw.insertedNum,
+        filters=raw.filterNum,
+        expansion=raw.expansionRate,
+    )
+
+
 class RedisBloomSeenFilter:
     """A RedisBloom scalable Bloom filter at ``key``.
 
@@ -226,19 +243,7 @@ class RedisBloomSeenFilter:
 
     def info(self) -> BloomInfo | None:
         """Size and fill of the filter; None if it does not exist (yet)."""
-        try:
-            raw = self.client.bf().info(self.key)
-        except redis.ResponseError as exc:
-            if "not found" in str(exc).lower():
-                return None
-            raise
-        return BloomInfo(
-            capacity=raw.capacity,
-            size_bytes=raw.size,
-            items_inserted=raw.insertedNum,
-            filters=raw.filterNum,
-            expansion=raw.expansionRate,
-        )
+        return bloom_info(self.client, self.key)
 
     def close(self) -> None:
         if self._owns_client:

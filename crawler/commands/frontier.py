@@ -1,0 +1,67 @@
+"""``scrapy frontier SPIDER [--watch] [--json]``: live status of a shared (Redis) frontier."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, ClassVar
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from crawler.frontier.status import read_status
+from crawler.redis_client import redis_from_url
+
+#: ANSI: cursor home, clear screen - --watch redraws in place.
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
+
+    def syntax(self) -> str:
+        return "<spider> [--watch [SECONDS]] [--json] -s REDIS_URL=redis://..."
+
+    def short_desc(self) -> str:
+        return "Show a shared frontier: queue, leases, Bloom fill and error, workers' pages/min"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument(
+            "--watch",
+            nargs="?",
+            const=2.0,
+            type=float,
+            metavar="SECONDS",
+            help="refresh in place every SECONDS (default 2) until interrupted",
+        )
+        parser.add_argument("--json", action="store_true", help="one JSON object per reading")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if len(args) != 1:
+            raise UsageError("name one spider")
+        assert self.settings is not None
+        url = self.settings.get("REDIS_URL")
+        if not url:
+            raise UsageError("set REDIS_URL (environment or -s REDIS_URL=...)")
+        prefix = self.settings["FRONTIER_KEY_PREFIX"] % {"spider": args[0]}
+        error_rate = self.settings.getfloat("SEEN_FILTER_ERROR_RATE")
+        client = redis_from_url(url)
+        try:
+            while True:
+                status = read_status(client, prefix, error_rate)
+                if opts.json:
+                    print(status.to_json(), flush=True)
+                else:
+                    prefix_text = CLEAR_SCREEN if opts.watch else ""
+                    print(prefix_text + status.render(), flush=True)
+                if not opts.watch:
+                    return
+                time.sleep(opts.watch)
+        except KeyboardInterrupt:
+            sys.stdout.write("\n")
+        finally:
+            client.close()

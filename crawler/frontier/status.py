@@ -1,0 +1,226 @@
+"""Live status of a shared frontier: what ``scrapy frontier SPIDER`` shows.
+
+Workers publish a small status record every ``FRONTIER_STATUS_INTERVAL`` seconds
+(:class:`WorkerStatusReporter`, an extension the Redis add-on installs); the command reads
+those records plus the queue, lease and filter sizes straight from Redis
+(:func:`read_status`). A worker that stops publishing disappears after three intervals.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from twisted.internet import task
+
+from crawler.frontier import frontier_for
+from crawler.frontier.redis import FrontierKeys, RedisFrontier
+from crawler.seen.redis import BloomInfo, bloom_info
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+#: Status records live this many publishing intervals after the last one.
+STALE_AFTER_INTERVALS = 3
+#: RedisBloom gives each new sub-filter half the error rate of the one before, starting at
+#: half the configured rate (so the sum stays below it).
+TIGHTENING = 0.5
+RATE_WINDOW_S = 60.0
+
+
+def workers_key(prefix: str) -> str:
+    """SET of the ids of workers that published a status."""
+    return f"{prefix}:workers"
+
+
+def worker_key(prefix: str, owner: str) -> str:
+    """One worker's latest status record (JSON, expiring)."""
+    return f"{prefix}:worker:{owner}"
+
+
+def expected_error_rate(info: BloomInfo, error_rate: float) -> float:
+    """False-positive rate a new key meets at the filter's current fill.
+
+    Sub-filter ``i`` holds ``capacity * expansion**i`` keys at error ``error_rate / 2**(i+1)``
+    and they fill in order; each answers "seen" for a new key with probability
+    ``(1 - exp(-k n / m))**k``, and a key is a false positive if any of them does.
+    """
+    expansion = info.expansion or 1
+    first_capacity = info.capacity
+    if info.filters > 1 and expansion > 1:
+        first_capacity = round(info.capacity / sum(expansion**i for i in range(info.filters)))
+    remaining = info.items_inserted
+    all_clear = 1.0
+    for index in range(info.filters):
+        capacity = first_capacity * expansion**index
+        layer_error = error_rate * TIGHTENING ** (index + 1)
+        items = min(remaining, capacity) if index < info.filters - 1 else remaining
+        remaining -= items
+        bits = capacity * -math.log(layer_error) / math.log(2) ** 2
+        hashes = max(1, math.ceil(-math.log2(layer_error)))
+        all_clear *= 1 - (1 - math.exp(-hashes * items / bits)) ** hashes
+    return 1 - all_clear
+
+
+@dataclass
+class FrontierStatus:
+    """One reading of a shared frontier."""
+
+    prefix: str
+    queued: int
+    leased: int
+    failed: int
+    seen_keys: int | None
+    filter_bytes: int | None
+    filter_capacity: int | None
+    expected_error_rate: float | None
+    workers: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def render(self) -> str:
+        """The reading as a person reads it."""
+        lines = [
+            f"frontier {self.prefix}",
+            f"  queued:   {self.queued}",
+            f"  leased:   {self.leased}",
+            f"  failed:   {self.failed}",
+        ]
+        if self.seen_keys is None:
+            lines.append("  seen:     (no filter yet)")
+        else:
+            fill = self.seen_keys / self.filter_capacity if self.filter_capacity else 0.0
+            lines.append(
+                f"  seen:     {self.seen_keys} keys, {fill:.1%} of capacity "
+                f"{self.filter_capacity}, {self.filter_bytes} bytes, "
+                f"expected error now {self.expected_error_rate:.2e}"
+            )
+        lines.append(f"  workers:  {len(self.workers)}")
+        for worker in self.workers:
+            lines.append(
+                f"    {worker['worker']}: {worker['pages_per_min']:.0f} pages/min, "
+                f"{worker['pages_total']} pages, {worker['leased']} leased"
+            )
+        return "\n".join(lines)
+
+
+def read_status(client: redis.Redis, prefix: str, error_rate: float) -> FrontierStatus:
+    """Read the frontier under ``prefix``; sizes in one transaction (a lease moves a request
+    between the queue and the leases: two separate reads could count it twice or not)."""
+    keys = FrontierKeys.for_prefix(prefix)
+    with client.pipeline(transaction=True) as pipe:
+        pipe.zcard(keys.queue).zcard(keys.leases).hlen(keys.failed)
+        queued, leased, failed = pipe.execute()
+    info = bloom_info(client, keys.seen)
+    owners = sorted(_text(owner) for owner in client.smembers(workers_key(prefix)))
+    workers = []
+    for owner in owners:
+        record = client.get(worker_key(prefix, owner))
+        if record is None:
+            client.srem(workers_key(prefix), owner)
+        else:
+            workers.append(json.loads(record))
+    return FrontierStatus(
+        prefix=prefix,
+        queued=queued,
+        leased=leased,
+        failed=failed,
+        seen_keys=info.items_inserted if info else None,
+        filter_bytes=info.size_bytes if info else None,
+        filter_capacity=info.capacity if info else None,
+        expected_error_rate=expected_error_rate(info, error_rate) if info else None,
+        workers=workers,
+    )
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class WorkerStatusReporter:
+    """Publishes this worker's pages/min, pages and leases to the shared frontier.
+
+    Setting: ``FRONTIER_STATUS_INTERVAL`` (seconds, default 10). Only with ``REDIS_URL``.
+    """
+
+    def __init__(self, crawler: Crawler, interval: float) -> None:
+        self.crawler = crawler
+        self.interval = interval
+        self.samples: deque[tuple[float, int]] = deque()
+        self.started = time.time()
+        self._loop = task.LoopingCall(self.publish)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        if not crawler.settings.get("REDIS_URL"):
+            raise NotConfigured("the worker status is for shared (REDIS_URL) frontiers")
+        reporter = cls(crawler, crawler.settings.getfloat("FRONTIER_STATUS_INTERVAL"))
+        crawler.signals.connect(reporter.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(reporter.spider_closed, signal=signals.spider_closed)
+        return reporter
+
+    @property
+    def frontier(self) -> RedisFrontier:
+        frontier = frontier_for(self.crawler)
+        assert isinstance(frontier, RedisFrontier)
+        return frontier
+
+    def spider_opened(self, spider: Spider) -> None:
+        self._loop.start(self.interval, now=True)
+
+    def spider_closed(self, spider: Spider) -> None:
+        if self._loop.running:
+            self._loop.stop()
+        frontier = self.frontier
+        prefix = self._prefix(frontier)
+        frontier.client.delete(worker_key(prefix, frontier.owner))
+        frontier.client.srem(workers_key(prefix), frontier.owner)
+
+    def record(self, now: float) -> dict[str, Any]:
+        """This worker's status, with its page rate over the last minute."""
+        assert self.crawler.stats is not None
+        pages = self.crawler.stats.get_value("response_received_count", 0)
+        self.samples.append((now, pages))
+        while len(self.samples) > 1 and self.samples[1][0] <= now - RATE_WINDOW_S:
+            self.samples.popleft()
+        oldest_time, oldest_pages = self.samples[0]
+        span = now - oldest_time
+        rate = (pages - oldest_pages) * 60.0 / span if span > 0 else 0.0
+        return {
+            "worker": self.frontier.owner,
+            "pages_total": pages,
+            "pages_per_min": round(rate, 1),
+            "leased": self.crawler.stats.get_value("frontier/leased", 0),
+            "started": self.started,
+            "updated": now,
+        }
+
+    def publish(self) -> None:
+        """Write the record; a Redis hiccup only skips one report."""
+        frontier = self.frontier
+        prefix = self._prefix(frontier)
+        record = json.dumps(self.record(time.time()))
+        ttl = max(1, math.ceil(self.interval * STALE_AFTER_INTERVALS))
+        try:
+            with frontier.client.pipeline(transaction=False) as pipe:
+                pipe.set(worker_key(prefix, frontier.owner), record, ex=ttl)
+                pipe.sadd(workers_key(prefix), frontier.owner)
+                pipe.execute()
+        except redis.RedisError:
+            # Status is best effort: the crawl goes on, the next report will do.
+            self.crawler.stats.inc_value("frontier/status_unpublished")
+
+    @staticmethod
+    def _prefix(frontier: RedisFrontier) -> str:
+        return frontier.keys.queue.removesuffix(":queue")
