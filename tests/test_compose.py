@@ -128,6 +128,10 @@ def test_workers_scale_and_wait_for_the_seed() -> None:
     assert "ports" not in worker
     assert worker["depends_on"]["seed"] == {"condition": "service_completed_successfully"}
     assert services["seed"]["restart"] == "no"
+    # Stopping a worker must not kill it before its downloads time out and its leases are back.
+    grace = int(worker["stop_grace_period"].removesuffix("s"))
+    timeout = float(scrapy("settings", "--get", "DOWNLOAD_TIMEOUT"))
+    assert grace > timeout
 
 
 def test_every_command_is_a_command_of_this_project() -> None:
