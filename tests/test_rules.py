@@ -78,6 +78,38 @@ REMOVALS = [
         "https://medium.com/@a/post-1",
         ["tracking:source"],
     ),
+    # shaped tracking: generic names stripped on any host, only with a tracker's value shape
+    (
+        "https://example.com/a?ref_src=twsrc%5Etfw&b=1",
+        "https://example.com/a?b=1",
+        ["tracking-shaped:ref_src"],
+    ),
+    (
+        "https://blog.example.org/p?ref_src=twsrc%5egoogle%7Ctwcamp%5Eserp%7Ctwgr%5Eauthor",
+        "https://blog.example.org/p",
+        ["tracking-shaped:ref_src"],
+    ),
+    (
+        "https://example.com/a?ref_src=twsrc^tfw",
+        "https://example.com/a",
+        ["tracking-shaped:ref_src"],
+    ),
+    (
+        "https://example.com/v?SI=AbCdEfGh-_jKl09z&id=3",
+        "https://example.com/v?id=3",
+        ["tracking-shaped:si"],
+    ),
+    (
+        "https://player.example.net/t/4u?si=4472348a63dd4f83",
+        "https://player.example.net/t/4u",
+        ["tracking-shaped:si"],
+    ),
+    # on a provider's host the name list fires first, whatever the value
+    (
+        "https://www.youtube.com/@c?si=AbCdEfGh-_jKl09z",
+        "https://www.youtube.com/@c",
+        ["tracking:si"],
+    ),
     # session ids
     (
         "https://example.com/shop/item.jsp;jsessionid=0A1B2C3D?id=7",
@@ -146,7 +178,18 @@ UNTOUCHED = [
     "https://example.com/a?source=feed",
     "https://example.com/a?id=3&s=2&t=1",
     "https://example.com/a?si=9xQd1Kk2",
-    "https://example.com/a?ref_src=twsrc%5Etfw",
+    # shaped names whose value lacks the tracker's shape are content
+    "https://example.com/a?si=2",
+    "https://example.com/a?si=en",
+    "https://example.com/a?si=AbCdEfGh-_jKl09",  # 15 characters
+    "https://example.com/a?si=AbCdEfGh-_jKl09zz",  # 17
+    "https://example.com/a?si=AbCdEfGh.-jKl09z",  # 16, with a character outside base64url
+    "https://example.com/a?si=AbCdEfGh+-jKl09z",  # 16, with base64's "+"
+    "https://example.com/a?si=0123456789abcdef0123456789abcdef",  # 32 hex: not stripped
+    "https://example.com/a?ref_src=homepage",
+    "https://example.com/a?ref_src=twsrc",
+    "https://example.com/a?ref_src=xtwsrc%5Etfw",
+    "https://example.com/a?src=twsrc%5Etfw&sid=AbCdEfGh-_jKl09z",
     "https://example.com/a?igsh=MWQ1",
     "https://example.com/forum/viewtopic.php?sid=0123abcd&t=5",
     "https://example.com/a?sessionid=5",
@@ -298,6 +341,26 @@ def test_host_can_switch_a_rule_off(disable: list[str], url: str, expected: str)
     assert dedupe_key(other, rules).partition("|")[2] == key_url(dedupe_key(other))
 
 
+SHAPED = "https://example.com/a?ref_src=twsrc%5Etfw&si=AbCdEfGh-_jKl09z"
+
+
+@pytest.mark.parametrize(
+    ("disable", "expected"),
+    [
+        (["tracking-shaped"], SHAPED),
+        (["tracking-shaped:SI"], "https://example.com/a?si=AbCdEfGh-_jKl09z"),
+        (["tracking-shaped:ref_src"], "https://example.com/a?ref_src=twsrc%5Etfw"),
+        (["tracking"], "https://example.com/a"),  # a family of its own
+    ],
+)
+def test_shaped_tracking_can_be_switched_off_per_host(disable: list[str], expected: str) -> None:
+    rules = custom({"example.com": {"disable": disable}})
+    assert dedupe_key(SHAPED, rules) == f"{rules.version}|{expected}"
+    assert key_url(dedupe_key(SHAPED)) == "https://example.com/a"
+    other = SHAPED.replace("example.com", "example.org")
+    assert dedupe_key(other, rules) == f"{rules.version}|https://example.org/a"
+
+
 def test_default_allowlist_and_provider_list_can_be_switched_off() -> None:
     rules = custom(
         {
@@ -399,9 +462,10 @@ def test_bad_customization_is_rejected(host_rules: dict) -> None:
 def test_ruleset_version_cannot_break_the_key_format() -> None:
     with pytest.raises(ValueError):
         RuleSet(
-            version="r1|x",
+            version=f"{RULES_VERSION}|x",
             tracking=frozenset(),
             tracking_prefixes=(),
+            tracking_shapes={},
             session_params=frozenset(),
             session_prefixes=(),
             session_path_params=(),

@@ -3,13 +3,17 @@
 :func:`dedupe_key` turns a URL into the key the seen filter stores:
 
 * ``<version>|<provider>:<id>`` when a provider claims the URL (:func:`identify`, e.g.
-  ``r1|youtube:kJQP7kiw5Fk``), so every spelling of one video shares a key;
+  ``r2|youtube:kJQP7kiw5Fk``), so every spelling of one video shares a key;
 * otherwise ``<version>|<stage-1 form after the rules>``. The rules, each with the name
   :func:`explain` reports when it fires and :data:`CANON_HOST_RULES` uses to switch it off:
 
   - ``tracking:<name>``: a tracking parameter removed (curated lists in
     :mod:`crawler.canonical.tracking`: global names and ``utm_``/``mtm_`` prefixes, plus
     per-provider names such as ``si`` on YouTube);
+  - ``tracking-shaped:<name>``: a parameter removed on any host because its value has a
+    tracker's token shape (``si=`` + 16 base64url characters, ``ref_src=twsrc%5E...``;
+    :data:`crawler.canonical.tracking.SHAPED_TRACKING`). A family of its own: switching off
+    ``tracking`` on a host leaves it on;
   - ``session:<name>``: a session id removed (``;jsessionid=`` path parameter, ``PHPSESSID``,
     ``ASPSESSIONID...`` and other framework session parameters);
   - ``slashes``: runs of ``/`` in the path collapsed (Nutch does this; nginx and Apache serve
@@ -20,9 +24,9 @@
     parameter removed (e.g. ``news.ycombinator.com/item`` keeps only ``id``);
   - ``identity:<provider>``: the key is the provider identity.
 
-A trailing slash, the path's case and parameter values are never touched. Parameter names
-are matched case-insensitively against the tracking and session lists, exactly against an
-allowlist.
+A trailing slash, the path's case and parameter values are never touched (values are only
+read by the shaped rules). Parameter names are matched case-insensitively against the
+tracking and session lists, exactly against an allowlist.
 
 Rules are data (:class:`RuleSet`); the ruleset's ``version`` prefixes every key, so keys made
 under different rules never collide silently: a customized ruleset gets the version
@@ -48,10 +52,14 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 #: Version of the default rules; bump it whenever a default rule or list changes meaning.
-RULES_VERSION = "r1"
+RULES_VERSION = "r2"
 
 #: Rule families; ``CANON_HOST_RULES`` ``disable`` entries name a family or ``family:item``.
-RULE_FAMILIES = frozenset({"identity", "tracking", "session", "slashes", "allowlist"})
+RULE_FAMILIES = frozenset(
+    {"identity", "tracking", "tracking-shaped", "session", "slashes", "allowlist"}
+)
+#: Families whose items are parameter names, matched case-insensitively.
+_NAMED_FAMILIES = frozenset({"tracking", "tracking-shaped", "session"})
 
 #: Scope of a host rule that applies to every host.
 ANY_HOST = "*"
@@ -101,7 +109,8 @@ class RuleSet:
     """Everything :func:`dedupe_key` applies beyond stage 1, as data.
 
     ``tracking``/``session_params`` (lower-case names) and their ``*_prefixes`` are removed
-    from every query; ``session_path_params`` as ``;name=value`` path parameters; ``hosts``
+    from every query, ``tracking_shapes`` names (lower-case) when the whole value matches
+    their pattern; ``session_path_params`` as ``;name=value`` path parameters; ``hosts``
     maps scopes (``host``, ``host/path``, :data:`ANY_HOST`) to their :class:`HostRule`.
     Build customized rulesets with :meth:`with_host_rules` (which derives a new ``version``),
     not by hand, unless you also choose a new ``version``. Build one per crawl and reuse it:
@@ -111,6 +120,7 @@ class RuleSet:
     version: str
     tracking: frozenset[str]
     tracking_prefixes: tuple[str, ...]
+    tracking_shapes: Mapping[str, re.Pattern[str]]
     session_params: frozenset[str]
     session_prefixes: tuple[str, ...]
     session_path_params: tuple[str, ...]
@@ -128,7 +138,7 @@ class RuleSet:
         derived = {
             "_key_prefix": self.version + "|",
             # Names the rules may drop on any host: a query without one needs no rewriting.
-            "_maybe_dropped": self.tracking | self.session_params,
+            "_maybe_dropped": self.tracking | self.session_params | frozenset(self.tracking_shapes),
             "_dropped_prefixes": self.tracking_prefixes + self.session_prefixes,
             "_path_session": re.compile(
                 f";({'|'.join(map(re.escape, self.session_path_params))})=[^;/]*",
@@ -165,6 +175,7 @@ class RuleSet:
             version=f"{self.version}+{digest}",
             tracking=self.tracking,
             tracking_prefixes=self.tracking_prefixes,
+            tracking_shapes=self.tracking_shapes,
             session_params=self.session_params,
             session_prefixes=self.session_prefixes,
             session_path_params=self.session_path_params,
@@ -218,8 +229,9 @@ class RuleSet:
             name = name[dot + 1 :]
         return _more_general(found, self.hosts.get(ANY_HOST))
 
-    def drop_reason(self, name: str, rule: HostRule | None) -> str | None:
-        """The rule that removes query parameter ``name`` under ``rule``, or None to keep it."""
+    def drop_reason(self, name: str, value: str, rule: HostRule | None) -> str | None:
+        """The rule that removes query parameter ``name=value`` (stage-1 spelling) under
+        ``rule``, or None to keep it."""
         lowered = name.lower()
         if (
             rule is not None
@@ -234,6 +246,13 @@ class RuleSet:
             or (rule is not None and lowered in rule.strip)
         ) and not (rule is not None and rule.is_off("tracking", lowered)):
             return f"tracking:{lowered}"
+        shape = self.tracking_shapes.get(lowered)
+        if (
+            shape is not None
+            and shape.fullmatch(value)
+            and not (rule is not None and rule.is_off("tracking-shaped", lowered))
+        ):
+            return f"tracking-shaped:{lowered}"
         if lowered in self.session_params:
             session = lowered
         elif lowered.startswith(self.session_prefixes):
@@ -287,7 +306,7 @@ def _parse_host_rule(scope: str, spec: Mapping[str, Any]) -> tuple[str, HostRule
                 f"CANON_HOST_RULES[{scope!r}]: cannot disable {name!r}; rules are "
                 f"{sorted(RULE_FAMILIES)}, optionally as family:item"
             )
-        if family in ("tracking", "session"):  # parameter names match case-insensitively
+        if family in _NAMED_FAMILIES:  # parameter names match case-insensitively
             item = item.lower()
         disable.add(f"{family}{colon}{item}")
     keep_only = spec.get("keep_only")
@@ -339,6 +358,9 @@ DEFAULT_RULES = RuleSet(
     version=RULES_VERSION,
     tracking=tracking.GLOBAL_TRACKING,
     tracking_prefixes=tracking.GLOBAL_TRACKING_PREFIXES,
+    tracking_shapes=MappingProxyType(
+        {shape.name: shape.value for shape in tracking.SHAPED_TRACKING}
+    ),
     session_params=tracking.SESSION_PARAMS,
     session_prefixes=tracking.SESSION_PREFIXES,
     session_path_params=tracking.SESSION_PATH_PARAMS,
@@ -394,7 +416,8 @@ def _rewrite_query(
     params = query.split("&")
     kept = []
     for param in params:
-        reason = rules.drop_reason(param.partition("=")[0], rule)
+        name, _, value = param.partition("=")
+        reason = rules.drop_reason(name, value, rule)
         if reason is None:
             kept.append(param)
         elif fired is not None:
@@ -462,7 +485,7 @@ def dedupe_key(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
     """The dedupe key of ``url`` under ``rules`` (see the module docstring).
 
     >>> dedupe_key("https://Example.com/a?utm_source=x&b=1#top")
-    'r1|https://example.com/a?b=1'
+    'r2|https://example.com/a?b=1'
 
     Raises :class:`~crawler.canonical.errors.InvalidURL` for URLs stage 1 rejects.
     """

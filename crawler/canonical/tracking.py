@@ -16,7 +16,7 @@ Sources (names are facts; the lists themselves are not shipped):
   a parameter Brave only strips on those domains; ``B'`` for a name only in another stored
   version, 4d9ded2).
 
-Deliberately NOT global:
+Deliberately NOT global by name:
 
 - ``si`` and ``ref_src`` (also ``ref_url``, ``igsh``): share tokens of YouTube/Spotify,
   Twitter/X and Instagram. No source lists them globally: Brave scopes ``si`` to youtube.com /
@@ -24,8 +24,10 @@ Deliberately NOT global:
   its youtube and spotify providers and ``ref_src`` only under twitter / x; AdGuard's general
   list has neither. ``si`` is a two-letter word that other sites use for content ("site id",
   "search index", Spanish "yes"), so stripping it everywhere could merge distinct pages. They are
-  stripped on their providers' hosts (:data:`PROVIDER_TRACKING`); a site known to append them
-  elsewhere can be given them with ``CANON_HOST_RULES`` (``{"host": {"strip": ["si"]}}``).
+  stripped by name on their providers' hosts (:data:`PROVIDER_TRACKING`); everywhere else only
+  when their *value* has the provider's token shape (:data:`SHAPED_TRACKING`); a site known to
+  append them in another shape can be given them with ``CANON_HOST_RULES``
+  (``{"host": {"strip": ["si"]}}``).
 - ``__s`` (Drip): global for C and B, but AdGuard exempts the univis.* university hosts
   where it carries meaning.
 - ``spm``, ``gs_l``, ``[a-z]?mc``, ``ga_*``: single-source, short or pattern-wide names.
@@ -40,7 +42,9 @@ pages: a crawler gains nothing from fetching one unsubscribe page per recipient 
 
 from __future__ import annotations
 
+import re
 from types import MappingProxyType
+from typing import NamedTuple
 
 #: Name prefixes stripped everywhere (compared case-insensitively).
 #: ``utm_``: Google Analytics campaign fields (C regex ``utm(?:_[a-z_]*)?``; A lists 31 ``utm_*``).
@@ -209,6 +213,43 @@ PROVIDER_TRACKING: tuple[tuple[tuple[str, ...], MappingProxyType[str, str]], ...
         ),
     ),
     (("facebook.com",), MappingProxyType({"mibextid": "C:facebook", "__tn__": "C:facebook"})),
+)
+
+
+class ValueShape(NamedTuple):
+    """A parameter that is tracking only when its value has this shape (see
+    :data:`SHAPED_TRACKING`)."""
+
+    name: str  #: lower-case; matched case-insensitively, like the name lists
+    value: re.Pattern[str]  #: must match the whole stage-1 (percent-encoded) value
+    source: str  #: why the shape identifies a tracker and not content
+
+
+#: Parameters stripped on every host, but only when the value has a tracker's token shape: a
+#: generic name (``si``) is content on some sites, a value in the share widget's own format is
+#: not. Values are matched as stage 1 writes them (escapes with uppercase hex). Applied after
+#: the name lists, so a provider's host still reports its ``tracking:<name>`` rule; the rule
+#: name is ``tracking-shaped:<name>``, switched off per host like any rule.
+SHAPED_TRACKING: tuple[ValueShape, ...] = (
+    ValueShape(
+        "ref_src",
+        # "twsrc^" + source, e.g. twsrc^tfw, twsrc^google|twcamp^serp|twgr^author: the format
+        # Twitter's share button and embedded-tweet widgets append (the ClearURLs and Brave
+        # entries for twitter.com / x.com); no site is known to use that prefix for content.
+        re.compile(r"twsrc%5[Ee].*"),
+        "Twitter/X share and embed widgets (C:twitter,x B:twitter.com,x.com)",
+    ),
+    ValueShape(
+        "si",
+        # Exactly 16 base64url characters: YouTube's share id (youtu.be/ID?si=...), also
+        # matching Spotify's current 16-hex share id. Not extended to Spotify's older 22- or
+        # 32-character forms: 22 base62 characters is the shape of a Spotify *content* id
+        # (track, album), and 32 hex digits that of an MD5 or dashless UUID a site may name
+        # its own "si" (site / story id) with; a wrong strip merges pages, a missed one only
+        # costs a refetch.
+        re.compile(r"[A-Za-z0-9_-]{16}"),
+        "YouTube share id (C:youtube B:youtube.com,youtu.be), Spotify 16-hex (C:spotify.com)",
+    ),
 )
 
 #: Query parameters that carry a server-side session id, compared case-insensitively. Each is
