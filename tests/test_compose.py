@@ -97,7 +97,7 @@ def crawler_services(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_every_service_has_an_image_or_a_build() -> None:
     services = compose(SITE_ENV)["services"]
-    assert set(services) == {"redis", "postgres", "seed", "worker"}
+    assert set(services) == {"redis", "postgres", "seed", "worker", "status"}
     for name, service in services.items():
         assert "image" in service or "build" in service, name
         if "build" in service:
@@ -138,7 +138,7 @@ def test_every_command_is_a_command_of_this_project() -> None:
     commands = set(re.findall(r"^  (\S+) ", scrapy("-h"), flags=re.MULTILINE))
     spiders = set(scrapy("list").split())
     services = crawler_services(compose(SITE_ENV))
-    assert set(services) == {"seed", "worker"}
+    assert set(services) == {"seed", "worker", "status"}
     for name, service in services.items():
         _scrapy, command, spider, *_args = service["command"]
         assert command in commands, f"{name}: no `scrapy {command}` in this project"
@@ -226,6 +226,21 @@ def test_the_compose_commands_crawl_a_site(redis_url: str, pg_url: str, tmp_path
         tails = [(tmp_path / f"worker-{n}.log").read_text()[-3000:] for n in range(2)]
         assert codes == [0, 0], tails
         fetched = Counter(path for path in site.paths() if path != "/robots.txt")
+        # The status view, once, as JSON instead of refreshing in place.
+        status_command = services["status"]["command"][1:]
+        status_command[status_command.index("--watch")] = "--json"
+        status = subprocess.run(
+            [SCRAPY, *status_command],
+            cwd=ROOT,
+            env=run_env(services["status"]),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert status.returncode == 0, status.stderr
+        reading = json.loads(status.stdout.splitlines()[0])
+        assert (reading["queued"], reading["leased"], reading["failed"]) == (0, 0, 0)
+        assert reading["seen_keys"] == 21  # the home page and its 20 pages
 
     assert set(fetched) == {"/", *(f"/p/{n}" for n in range(20))}
     assert max(fetched.values()) == 1
