@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scrapy import Request
 
 from crawler.canonical import resolve_link
 
@@ -67,6 +68,15 @@ JUNK = [
     "https://:443/path",
     "http://user@/path",
     "http://Bü\u0378cher/",  # non-ASCII host that IDNA refuses: cannot be requested
+    # what Scrapy's Request() refuses to build is not a link either
+    "http://f:999999/c",
+    "http://f:b/c",
+    "http://f::80/c",
+    "http://2001::1/",
+    "http://[::1.2.3.]/",
+    "http://[::1]x/",
+    "http://a]b/",
+    "http://[www.example.com]/",
 ]
 
 
@@ -105,6 +115,8 @@ RESOLVED = [
     ("//Bücher.example/x", "https://xn--bcher-kva.example/x"),
     ("http://user:pw@例え.jp:8080/p", "http://user:pw@xn--r8jz45g.jp:8080/p"),
     ("//[::1]:8443/", "https://[::1]:8443/"),
+    ("//[0:0::1]:0080/", "https://[::1]:0080/"),
+    ("http://us[er]@h.example/", "http://us%5Ber%5D@h.example/"),
     # browser readings for http(s)
     ("\\\\evil.example\\a\\b?c\\d", "https://evil.example/a/b?c%5Cd"),
     ("///other.example/x", "https://other.example/x"),
@@ -132,9 +144,10 @@ def test_non_string_arguments_are_junk(base: object) -> None:
 
 
 def assert_requestable(url: str | None) -> None:
-    """Scrapy can request it: absolute http(s), ASCII, no whitespace, no fragment."""
+    """Scrapy can request it: a Request builds; absolute http(s), ASCII, no whitespace."""
     if url is None:
         return
+    Request(url)
     assert url.startswith(("http://", "https://"))
     assert url.isascii()
     assert not any(char.isspace() or ord(char) < 0x20 or char == "\x7f" for char in url)
@@ -162,3 +175,15 @@ def test_resolving_twice_changes_nothing() -> None:
         url = resolve_link(BASE, href)
         assert url is not None
         assert resolve_link(BASE, url) == url
+
+
+WHATWG_CASES = [
+    case
+    for case in json.loads((DATA / "whatwg_urltestdata.json").read_text(encoding="utf-8"))
+    if isinstance(case, dict)
+]
+
+
+@pytest.mark.parametrize("case", WHATWG_CASES, ids=lambda case: repr(case["input"])[:60])
+def test_every_whatwg_input_resolves_to_junk_or_a_requestable_url(case: dict) -> None:
+    assert_requestable(resolve_link(case.get("base") or case["input"], case["input"]))

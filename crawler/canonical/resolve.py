@@ -16,7 +16,7 @@ from functools import lru_cache
 
 from crawler.canonical._host import HostError, normalize_host
 from crawler.canonical._percent import encode_unsafe
-from crawler.canonical.structural import SCHEME, clean_input, remove_dot_segments
+from crawler.canonical.structural import SCHEME, clean_input, parse_port, remove_dot_segments
 
 FETCHABLE_SCHEMES = frozenset({"http", "https"})
 
@@ -53,19 +53,34 @@ def _parse_base(base_url: str) -> tuple[str | None, str | None, str, str | None]
 
 
 def _fetchable_authority(authority: str) -> str | None:
-    """The authority as written, with a non-ASCII host IDNA-encoded; ``None`` without a host."""
+    """The authority as written, made requestable; ``None`` if Scrapy could not request it.
+
+    A non-ASCII host is IDNA-encoded and an IPv6 literal normalized; no host, a bad IPv6
+    literal, stray brackets or a port that is not 0..65535 make the link unusable (Scrapy's
+    ``Request`` would raise). Brackets in userinfo are encoded for the same reason.
+    """
     userinfo, at, hostport = authority.rpartition("@")
-    if not hostport or hostport[0] == ":":
+    if hostport[:1] == "[":
+        end = hostport.find("]") + 1
+        host, port = hostport[:end], hostport[end:]
+        if not end or (port and port[0] != ":"):
+            return None
+        port = port[1:]
+    else:
+        host, _, port = hostport.partition(":")
+        if "[" in host or "]" in host:
+            return None
+    if not host or (port and parse_port(port) is None):
         return None
-    if not hostport.isascii():
-        host, colon, port = hostport.rpartition(":")
-        if not (colon and port.isascii() and port.isdigit()):
-            host, colon, port = hostport, "", ""
+    if host[0] == "[" or not host.isascii():
         try:
-            hostport = normalize_host(host) + colon + port
+            host = normalize_host(host)
         except HostError:
             return None
-    return f"{userinfo}@{hostport}" if at else hostport
+    hostport = f"{host}:{port}" if port else host
+    if not at:
+        return hostport
+    return f"{userinfo.replace('[', '%5B').replace(']', '%5D')}@{hostport}"
 
 
 def _resolve(base_url: str, href: str) -> str | None:

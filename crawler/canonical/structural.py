@@ -85,6 +85,15 @@ def remove_dot_segments(path: str) -> str:
     return "/" + "/".join(output) if absolute else "/".join(output)
 
 
+def parse_port(port: str) -> int | None:
+    """``"0080"`` -> 80; ``None`` unless ``port`` is ASCII digits meaning 0..65535."""
+    if port.isascii() and port.isdigit() and len(port.lstrip("0")) <= 5:  # int() caps digits
+        number = int(port)
+        if number <= 65535:
+            return number
+    return None
+
+
 def _host_port(host: str, port: str | None, scheme: str, url: str) -> str:
     """Canonical ``host[:port]``: host via the cached WHATWG parser, default/empty port dropped."""
     try:
@@ -93,9 +102,10 @@ def _host_port(host: str, port: str | None, scheme: str, url: str) -> str:
         raise InvalidURL("bad-host", url, str(error)) from None
     if not port:
         return host
-    if not (port.isascii() and port.isdigit()) or len(port.lstrip("0")) > 5 or int(port) > 65535:
+    number = parse_port(port)
+    if number is None:
         raise InvalidURL("bad-port", url, f"port {port[:20]!r}")
-    port = str(int(port))
+    port = str(number)
     return host if port == DEFAULT_PORTS[scheme] else f"{host}:{port}"
 
 
