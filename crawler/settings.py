@@ -48,8 +48,6 @@ SEEN_FILTER_KEY = "%(spider)s:seen"
 # dedupe key. One Redis value holds at most 512 MiB, about 300M keys at 0.1%: plan one shard
 # per 250M keys (docs/scaling.md). On Redis Cluster the shards spread over the masters; use a
 # multiple of the number of masters. Fixed for the life of a filter (a change is refused).
-# The shared frontier does not shard: its filter is one key beside its queue, so that marking
-# seen and queueing stay one atomic step (limits and the way past them: docs/scaling.md).
 SEEN_FILTER_SHARDS = 1
 # Per-host dedupe-key rules on top of the built-in ones (crawler.canonical.rules, lists in
 # crawler.canonical.tracking). Keys: a host (applies to its subdomains too), "host/path" (one
