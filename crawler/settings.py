@@ -54,12 +54,13 @@ SEEN_FILTER_SHARDS = 1
 # page) or "*" (every host). Values, all optional:
 #   "strip": [names]      extra tracking parameters removed there (case-insensitive)
 #   "keep_only": [names]  allowlist: every other parameter removed there
-#   "disable": [rules]    rules switched off there: "tracking", "session", "slashes",
-#                         "identity", "allowlist", or one rule as "tracking:utm_source",
-#                         "identity:youtube" (the names `scrapy canon` prints)
+#   "disable": [rules]    rules switched off there: "tracking", "tracking-shaped",
+#                         "session", "slashes", "identity", "allowlist", or one rule as
+#                         "tracking:utm_source", "tracking-shaped:si", "identity:youtube"
+#                         (the names `scrapy canon` prints)
 # e.g. {"forum.example.org": {"strip": ["sid"]}, "example.com/search": {"keep_only": ["q"]},
 #       "wiki.example.net": {"disable": ["slashes"]}}.
-# Any customization changes the keys' version prefix ("r1+<hash>"), so keys made under other
+# Any customization changes the keys' version prefix ("r2+<hash>"), so keys made under other
 # rules never collide silently with a filter filled under these.
 CANON_HOST_RULES: dict[str, dict[str, list[str]]] = {}
 
