@@ -213,15 +213,26 @@ class RedisBloomSeenFilter:
             (reply,) = pipe.execute()
         return added_flags(reply)
 
-    def queue_add(self, pipe: Pipeline | ClusterPipeline, keys: Sequence[str]) -> None:
+    def queue_add(
+        self,
+        pipe: Pipeline | ClusterPipeline,
+        keys: Sequence[str],
+        *,
+        batch_id: str | None = None,
+        reply_ttl: int = REPLY_TTL,
+    ) -> None:
         """Queue the atomic add of ``keys`` (not empty) on ``pipe``, so that the adds of
         several filters (shards) share a round trip; :func:`added_flags` reads its reply.
+
+        The answer is kept ``reply_ttl`` seconds under ``batch_id`` (a random id if None):
+        a caller that retries the batch itself after losing the reply passes the same id
+        and hears the first answer, not "seen" for keys its first attempt added.
 
         Plain ``EVAL`` through ``execute_command``: redis-py's cluster pipeline refuses its
         ``eval``/``evalsha`` helpers (and could not load a script a node lacks), but routes
         an ``EVAL`` by its keys like any other command.
         """
-        reply_key = f"{self.key}:reply:{uuid.uuid4().hex}"
+        reply_key = f"{self.key}:reply:{batch_id or uuid.uuid4().hex}"
         route = {}
         if isinstance(self.client, redis.RedisCluster):
             # Named, the node spares redis-py's cluster pipeline a COMMAND GETKEYS round trip
@@ -236,7 +247,7 @@ class RedisBloomSeenFilter:
             self.capacity,
             self.error_rate,
             self.expansion,
-            REPLY_TTL,
+            reply_ttl,
             *keys,
             **route,
         )

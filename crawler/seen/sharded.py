@@ -28,7 +28,7 @@ import xxhash
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from crawler.redis_client import Client, RedisSetupError, describe, redis_from_url, require_bloom
-from crawler.seen.redis import BloomInfo, RedisBloomSeenFilter, added_flags
+from crawler.seen.redis import REPLY_TTL, BloomInfo, RedisBloomSeenFilter, added_flags
 
 if TYPE_CHECKING:
     from typing import Self
@@ -143,7 +143,17 @@ class ShardedBloomSeenFilter:
         """Index of the shard holding dedupe key ``key``."""
         return xxhash.xxh64_intdigest(key.encode()) % len(self.shards)
 
-    def add_many(self, keys: Sequence[str]) -> list[bool]:
+    @property
+    def parameters(self) -> dict[str, float]:
+        """The parameters each shard is reserved with (capacity: its share)."""
+        return self.shards[0].parameters
+
+    def add_many(
+        self, keys: Sequence[str], *, batch_id: str | None = None, reply_ttl: int = REPLY_TTL
+    ) -> list[bool]:
+        """Add ``keys``; per key, True if it was new. A batch retried with the same
+        ``batch_id`` within ``reply_ttl`` seconds gets the first answer again from every
+        shard (see :meth:`RedisBloomSeenFilter.queue_add`)."""
         if not keys:
             return []
         positions: defaultdict[int, list[int]] = defaultdict(list)
@@ -151,7 +161,12 @@ class ShardedBloomSeenFilter:
             positions[self.shard_of(key)].append(position)
         with self.client.pipeline(transaction=False) as pipe:
             for shard, shard_positions in positions.items():
-                self.shards[shard].queue_add(pipe, [keys[p] for p in shard_positions])
+                self.shards[shard].queue_add(
+                    pipe,
+                    [keys[p] for p in shard_positions],
+                    batch_id=batch_id,
+                    reply_ttl=reply_ttl,
+                )
             replies = pipe.execute()
         fresh = [False] * len(keys)
         for shard_positions, reply in zip(positions.values(), replies, strict=True):
@@ -174,6 +189,12 @@ def _record_shard_count(client: Client, base_key: str, shards: int) -> None:
     A key's shard depends on N, so a filter filled with one N and read with another would
     answer "new" for most keys seen before: the crawl would start over without saying so.
     """
+    if shards > 1 and client.exists(base_key):
+        raise RedisSetupError(
+            f"seen filter {base_key!r} at {describe(client)} was filled as one key, but "
+            f"SEEN_FILTER_SHARDS is {shards}: keys seen before would count as new. Set "
+            f"SEEN_FILTER_SHARDS=1, or delete {base_key!r} to start over."
+        )
     record = f"{base_key}:shards"
     previous = client.set(record, shards, nx=True, get=True)
     if previous is None:
