@@ -31,10 +31,7 @@ for i = 6, #ARGV, 4 do
     queue_it = added[checked] == 1
   end
   if queue_it then
-    local id = string.format('%014x', redis.call('INCR', SEQ))
-    redis.call('ZADD', QUEUE, ARGV[i + 2], id)
-    redis.call('HSET', REQUESTS, id, ARGV[i + 3])
-    redis.call('HSET', SCORES, id, ARGV[i + 2])
+    enqueue(ARGV[i + 2], ARGV[i + 3])
   end
   flags[#flags + 1] = queue_it and '1' or '0'
 end

@@ -1,16 +1,24 @@
 -- Lease up to N requests to a worker, best priority first. Leases that expired (their
 -- worker died or lost Redis for too long) go back to the queue first, unless they expired
 -- too often: a page that kills every worker fetching it is recorded as failed instead.
+-- An expired lease holding a staged batch (stage.lua) has its batch queued instead.
 -- ARGV: owner, N, lease TTL in ms, most expired leases to reclaim in one call, expiries
 -- after which a request is given up.
--- Returns {requeued, given up, id1, json1, id2, json2, ...}.
+-- Returns {requeued, given up, staged batches recovered, requests queued from them,
+--          id1, json1, id2, json2, ...}.
 local owner, n, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_expiries = tonumber(ARGV[5])
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
-local requeued, given_up = 0, 0
+local requeued, given_up, recovered_batches, recovered = 0, 0, 0, 0
 for _, id in ipairs(expired) do
-  if redis.call('HINCRBY', EXPIRIES, id, 1) < max_expiries then
+  local staged = redis.call('HGET', STAGED, id)
+  if staged then
+    -- Its worker died between staging a batch and committing it: the page was handled, its
+    -- batch is queued whole (recover_staged), the page itself is not fetched again.
+    recovered = recovered + recover_staged(id, staged)
+    recovered_batches = recovered_batches + 1
+  elseif redis.call('HINCRBY', EXPIRIES, id, 1) < max_expiries then
     requeue(id)
     requeued = requeued + 1
   else
@@ -20,13 +28,11 @@ for _, id in ipairs(expired) do
     redis.call('HSET', FAILED, url, '{"url":' .. cjson.encode(url) .. ',"reason":' ..
       cjson.encode(reason) .. ',"worker":null,"failed_at":' .. string.format('%.3f', now / 1000)
       .. ',"request":' .. (json or 'null') .. '}')
-    redis.call('ZREM', LEASES, id)
-    redis.call('HDEL', OWNERS, id)
-    forget(id)
+    drop(id)
     given_up = given_up + 1
   end
 end
-local result = {requeued, given_up}
+local result = {requeued, given_up, recovered_batches, recovered}
 if n < 1 then
   return result
 end

@@ -4,7 +4,8 @@ Every worker of one crawl (``scrapy crawl SPIDER -s REDIS_URL=...``) shares, und
 prefix (``FRONTIER_KEY_PREFIX``, one Redis Cluster hash tag):
 
 - a queue of serialized requests (JSON) ordered by priority, then first in, first out;
-- the RedisBloom seen filter of their dedupe keys;
+- the RedisBloom seen filter of their dedupe keys: one key beside the queue, or
+  ``SEEN_FILTER_SHARDS`` keys spread over the cluster's masters (past one key's 512 MiB);
 - leases: a request handed to a worker stays in Redis, owned by that worker until its
   lease expires (``FRONTIER_LEASE_TTL`` seconds on the Redis server's clock, extended by the
   worker's heartbeat every third of it);
@@ -16,6 +17,14 @@ Each step is one Lua script, so it is atomic (``crawler/frontier/*.lua``):
   request whose handling produced them (the parent). A lease is released only once every
   request it produced is in the frontier: a worker killed at any moment loses nothing, its
   lease expires and another worker fetches the page again.
+- With a sharded filter the keys live on other slots than the queue, so admitting a batch
+  whose keys need checking takes three steps, in an order that never loses a request:
+  **stage** the batch in the frontier under a lease (the parent's, or one of its own), mark
+  its keys in the shards, then **commit**: queue the new ones, drop the batch, release the
+  lease. A worker killed between the steps leaves a staged batch whose lease expires; the
+  next lease call queues the whole batch (``frontier/staged_recovered``): a key marked seen
+  always has its request staged or queued, at the cost of a few pages fetched twice after
+  a crash. A commit arriving after its lease expired does the same (see ``commit.lua``).
 - **lease**: requeue expired leases (``frontier/reclaimed``), then lease the best requests.
   A request whose lease expired ``FRONTIER_MAX_EXPIRIES`` times is recorded as failed
   instead (``frontier/given_up``): a page that kills every worker fetching it must not take
@@ -38,15 +47,17 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import secrets
 import socket
 import time
+import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +75,8 @@ from crawler.frontier.serialize import (
     request_to_json,
 )
 from crawler.redis_client import describe, redis_from_url, require_bloom
-from crawler.seen.redis import RedisBloomSeenFilter
+from crawler.seen.redis import REPLY_TTL
+from crawler.seen.sharded import ShardedBloomSeenFilter
 
 if TYPE_CHECKING:
     from typing import Self
@@ -96,10 +108,14 @@ REDIS_UNAVAILABLE = (
 CLIENT_RETRY_ATTEMPTS = 2
 #: Seconds between attempts to deliver the outbox while Redis is unreachable, doubling.
 OUTBOX_RETRY_MIN, OUTBOX_RETRY_MAX = 0.05, 2.0
+#: The filter's parameters admit.lua takes, in its order.
+BLOOM_ARGS = ("capacity", "error_rate", "expansion")
 #: Most expired leases one lease call puts back in the queue.
 RECLAIM_BATCH = 1000
 
 _SCRIPTS_DIR = Path(__file__).parent
+#: The frontier's Lua scripts (``<name>.lua``), each one atomic step.
+SCRIPTS = ("admit", "stage", "commit", "lease", "heartbeat", "fail", "release", "counts")
 
 
 @cache
@@ -118,14 +134,8 @@ def _without_lease(meta: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in meta.items() if name != LEASE_META}
 
 
-def _warn_about_setup(client: redis.Redis, settings: BaseSettings) -> None:
-    """Warn about settings a shared frontier cannot honour or that would lose the crawl."""
-    if settings.getint("SEEN_FILTER_SHARDS", 1) > 1:
-        logger.warning(
-            "SEEN_FILTER_SHARDS does not apply to the shared frontier: its seen filter is one "
-            "key next to the queue (one cluster slot), so that marking seen and queueing stay "
-            "one atomic step. Give very large crawls several FRONTIER_KEY_PREFIX instead."
-        )
+def _warn_about_setup(client: redis.Redis) -> None:
+    """Warn about settings that would lose the crawl."""
     try:
         persistence = client.info("persistence")
     except redis.RedisError:
@@ -151,6 +161,7 @@ class FrontierKeys:
     seen: str
     failed: str
     expiries: str
+    staged: str
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Self:
@@ -176,14 +187,72 @@ def failure_reason(exception: BaseException) -> str:
 
 @dataclass
 class _Answer:
-    """One update waiting in the outbox: a script call and what to do with its reply."""
+    """One update waiting in the outbox: how to deliver it and what to do with its reply."""
 
-    script: str
-    args: list[Any]
+    #: What it is, for the log.
+    name: str
+    #: Sends it; raises ``REDIS_UNAVAILABLE`` errors to be called again later.
+    deliver: Callable[[], Any]
     #: Handles the reply; returns whether the update changed anything.
     on_reply: Callable[[Any], bool]
     #: None until delivered, then what ``on_reply`` returned.
     outcome: bool | None = None
+
+
+class _StagedAdmission:
+    """Delivers one batch in the three steps a sharded filter needs (module docstring):
+    stage it, mark its checked keys in the shards, commit it. Called again after a
+    ``REDIS_UNAVAILABLE`` error, it resumes at the step that failed; a retried step repeats
+    harmlessly (the stage and the shards' answers are kept under the batch's id).
+
+    Returns what the admit script returns: per request "1" if queued, else "0"; or
+    "refused" when the parent's lease may not be released by this worker (nothing done).
+    """
+
+    def __init__(
+        self,
+        frontier: RedisFrontier,
+        parent: str | None,
+        checked_keys: list[str],
+        checks: list[bool],
+        rows: list[Any],
+    ) -> None:
+        self.frontier = frontier
+        self.parent = parent
+        self.checked_keys = checked_keys
+        self.checks = checks
+        self.rows = rows
+        self.batch = uuid.uuid4().hex
+        #: The lease holding the staged batch, once step 1 is done.
+        self.lease: str | None = None
+        #: The shards' answers for ``checked_keys``, once step 2 is done.
+        self.fresh: list[bool] | None = None
+
+    def __call__(self) -> str:
+        frontier = self.frontier
+        if self.lease is None:
+            args = [frontier.owner, self.parent or "", self.batch, frontier.lease_ttl_ms]
+            reply = _text(frontier._run("stage", [*args, *self.rows]))
+            if reply == "refused":
+                return reply
+            self.lease = reply
+        if self.fresh is None:
+            self.fresh = frontier.seen.add_many(
+                self.checked_keys, batch_id=self.batch, reply_ttl=frontier.seen_reply_ttl
+            )
+        answers = iter(self.fresh)
+        flags = "".join("1" if not check or next(answers) else "0" for check in self.checks)
+        status = _text(frontier._run("commit", [self.lease, self.batch, flags]))
+        if status == "late":
+            frontier.stats.inc_value("frontier/staged_recovered", len(self.checks))
+            logger.warning(
+                "Batch %s committed after its lease expired: all its %d requests queued "
+                "(some may be fetched twice)",
+                self.batch,
+                len(self.checks),
+            )
+            return "1" * len(self.checks)
+        return flags if status == "ok" else status
 
 
 class RedisFrontier:
@@ -198,7 +267,8 @@ class RedisFrontier:
     ``frontier/acked``, ``frontier/ack_refused``, ``frontier/failed``,
     ``frontier/unserializable``, ``frontier/unloadable``, ``frontier/lease_lost``,
     ``frontier/released``, ``frontier/unanswered``, ``frontier/redis_unavailable``,
-    ``frontier/errors``; the
+    ``frontier/errors``, ``frontier/staged_recovered`` (requests of staged batches queued
+    whole: their worker died between the steps, or committed after its lease expired); the
     seen-filter verdicts are counted as in the embedded frontier (``seen/new``, ...).
     """
 
@@ -206,7 +276,7 @@ class RedisFrontier:
         self,
         client: redis.Redis,
         keys: FrontierKeys,
-        seen: RedisBloomSeenFilter,
+        seen: ShardedBloomSeenFilter,
         keyer: RequestKeyer,
         stats: StatsCollector,
         *,
@@ -228,10 +298,7 @@ class RedisFrontier:
         self.max_expiries = max_expiries
         self.spider = spider
         self.owner = owner or worker_id()
-        self._scripts = {
-            name: client.register_script(_script_source(name))
-            for name in ("admit", "lease", "heartbeat", "fail", "release", "counts")
-        }
+        self._scripts = {name: client.register_script(_script_source(name)) for name in SCRIPTS}
         # Leases this worker holds, by id; the request objects are held weakly: a request
         # dropped without an answer is noticed (see _unanswered) instead of leaking a lease.
         self._held: dict[str, weakref.finalize] = {}
@@ -243,6 +310,17 @@ class RedisFrontier:
         self._retry_delay = OUTBOX_RETRY_MIN
         self._retry_call: Any = None
         self._logged_unserializable = False
+
+    @property
+    def lease_ttl_ms(self) -> int:
+        return int(self.lease_ttl * 1000)
+
+    @property
+    def seen_reply_ttl(self) -> int:
+        """Seconds each filter shard keeps its answer to a staged batch, for a retry: past
+        the lease's expiry (after which a commit distrusts the answers, see commit.lua),
+        plus a margin for the nodes' clocks."""
+        return math.ceil(self.lease_ttl) + REPLY_TTL
 
     # --- construction ----------------------------------------------------------------
 
@@ -261,9 +339,10 @@ class RedisFrontier:
         try:
             require_bloom(client)
             keys = FrontierKeys.for_prefix(prefix)
-            seen = RedisBloomSeenFilter(
+            seen = ShardedBloomSeenFilter(
                 client,
                 keys.seen,
+                shards=settings.getint("SEEN_FILTER_SHARDS", 1),
                 capacity=settings.getint("SEEN_FILTER_CAPACITY"),
                 error_rate=settings.getfloat("SEEN_FILTER_ERROR_RATE"),
                 expansion=settings.getint("SEEN_FILTER_EXPANSION"),
@@ -282,7 +361,7 @@ class RedisFrontier:
         except BaseException:
             client.close()
             raise
-        _warn_about_setup(client, settings)
+        _warn_about_setup(client)
         logger.info(
             "Shared frontier %s at %s (worker %s, leases of %ss)",
             prefix,
@@ -330,16 +409,13 @@ class RedisFrontier:
         return bool(self._admit(parent, [request]))
 
     def _admit(self, parent: str | None, children: Sequence[Request]) -> list[Request]:
-        """One admit script call; the new requests (all of them while Redis is away)."""
+        """Admit ``children`` in one atomic admit script, or in the three steps of a sharded
+        filter when some of their keys need checking; the new requests (all of them while
+        Redis is away)."""
         pairs = self.keyer.keyed(children)
         entries: list[tuple[Request, str]] = []
-        args: list[Any] = [
-            self.owner,
-            parent or "",
-            self.seen.capacity,
-            self.seen.error_rate,
-            self.seen.expansion,
-        ]
+        checks: list[bool] = []
+        rows: list[Any] = []  # per entry: queue score, JSON
         for request, key in pairs:
             try:
                 text = request_to_json(self._stored_form(request, key), self.spider)
@@ -347,8 +423,8 @@ class RedisFrontier:
                 self._count_unserializable(request, exc)
                 continue
             entries.append((request, key))
-            check = not (request.dont_filter or was_checked(request))
-            args += ["1" if check else "0", key, -request.priority, text]
+            checks.append(not (request.dont_filter or was_checked(request)))
+            rows += [-request.priority, text]
         if parent is None and not entries:
             return []
         admitted: list[Request] = []
@@ -365,13 +441,26 @@ class RedisFrontier:
             admitted.extend(self.keyer.verdicts(entries, fresh))
             return True
 
-        answer = _Answer("admit", args, on_reply)
+        if len(self.seen.shards) > 1 and any(checks):
+            checked_keys = [key for (_, key), check in zip(entries, checks, strict=True) if check]
+            staged = _StagedAdmission(self, parent, checked_keys, checks, rows)
+            answer = _Answer("stage+commit", staged, on_reply)
+        else:
+            bloom = self.seen.parameters  # to recreate a lost filter (admit.lua)
+            args = [self.owner, parent or "", *(bloom[name] for name in BLOOM_ARGS)]
+            for index, (_, key) in enumerate(entries):
+                args += ["1" if checks[index] else "0", key, *rows[2 * index : 2 * index + 2]]
+            answer = _Answer("admit", partial(self._run, "admit", args), on_reply)
         self._send(answer)
         if answer.outcome is None:  # waiting for Redis: the verdict is not known yet
             admitted = [request for request, _ in entries]
         for request in admitted:
             request.meta[QUEUED_META] = True
         return admitted
+
+    def _run(self, script: str, args: Sequence[Any]) -> Any:
+        """Run one of the frontier's scripts over its keys."""
+        return self._scripts[script](keys=self.keys.all, args=args)
 
     @staticmethod
     def _stored_form(request: Request, key: str) -> Request:
@@ -388,11 +477,20 @@ class RedisFrontier:
     def lease(self, count: int) -> list[Request]:
         """Lease up to ``count`` requests (best priority first) to this worker, after
         putting expired leases back in the queue. Raises ``REDIS_UNAVAILABLE`` errors."""
-        reply = self._scripts["lease"](
-            keys=self.keys.all,
-            args=[self.owner, count, int(self.lease_ttl * 1000), RECLAIM_BATCH, self.max_expiries],
+        reply = self._run(
+            "lease", [self.owner, count, self.lease_ttl_ms, RECLAIM_BATCH, self.max_expiries]
         )
-        reclaimed, given_up, pairs = int(reply[0]), int(reply[1]), reply[2:]
+        reclaimed, given_up, pairs = int(reply[0]), int(reply[1]), reply[4:]
+        recovered_batches, recovered = int(reply[2]), int(reply[3])
+        if recovered:
+            self.stats.inc_value("frontier/staged_recovered", recovered)
+        if recovered_batches:
+            logger.warning(
+                "Queued %d requests of %d batches whose worker stopped between staging and "
+                "committing them (some may be fetched twice)",
+                recovered,
+                recovered_batches,
+            )
         if reclaimed:
             self.stats.inc_value("frontier/reclaimed", reclaimed)
             logger.info("Requeued %d requests whose lease had expired", reclaimed)
@@ -462,9 +560,7 @@ class RedisFrontier:
         if not leases:
             return
         try:
-            lost = self._scripts["heartbeat"](
-                keys=self.keys.all, args=[self.owner, int(self.lease_ttl * 1000), *leases]
-            )
+            lost = self._run("heartbeat", [self.owner, self.lease_ttl_ms, *leases])
         except redis.RedisError as exc:
             self.stats.inc_value("frontier/redis_unavailable")
             logger.warning("Cannot extend %d leases now: %s", len(leases), exc)
@@ -485,7 +581,7 @@ class RedisFrontier:
         if not leases:
             return 0
         try:
-            released = int(self._scripts["release"](keys=self.keys.all, args=[self.owner, *leases]))
+            released = int(self._run("release", [self.owner, *leases]))
         except REDIS_UNAVAILABLE as exc:
             logger.warning("Cannot give back %d leases (they will expire): %s", len(leases), exc)
             return 0
@@ -533,7 +629,8 @@ class RedisFrontier:
             self._count_refused(lease)
             return False
 
-        self._send(_Answer("fail", [self.owner, lease, url or lease, record], on_reply), now=now)
+        deliver = partial(self._run, "fail", [self.owner, lease, url or lease, record])
+        self._send(_Answer("fail", deliver, on_reply), now=now)
 
     # --- delivery of answers ---------------------------------------------------------
 
@@ -554,7 +651,7 @@ class RedisFrontier:
             while self._outbox:
                 answer = self._outbox[0]
                 try:
-                    reply = self._scripts[answer.script](keys=self.keys.all, args=answer.args)
+                    reply = answer.deliver()
                 except REDIS_UNAVAILABLE as exc:
                     self.stats.inc_value("frontier/redis_unavailable")
                     if self._retry_delay == OUTBOX_RETRY_MIN:
@@ -569,7 +666,7 @@ class RedisFrontier:
                 except redis.RedisError:
                     # A reply no retry can change (a bug, or a key of the wrong type):
                     # say so loudly, keep crawling.
-                    logger.exception("Frontier update %s failed; dropped", answer.script)
+                    logger.exception("Frontier update %s failed; dropped", answer.name)
                     self.stats.inc_value("frontier/errors")
                     self._outbox.popleft()
                     continue
@@ -601,18 +698,17 @@ class RedisFrontier:
         worker, no answer of this worker waiting. Raises ``REDIS_UNAVAILABLE`` errors."""
         if self._outbox or self._held:
             return False
-        queued, leased, _failed = self._scripts["counts"](keys=self.keys.all)
+        queued, leased, _failed = self._run("counts", [])
         return queued == 0 and leased == 0
 
     def counts(self) -> dict[str, int]:
         """Sizes of the shared state: queued, leased and failed requests, keys seen."""
-        queued, leased, failed = self._scripts["counts"](keys=self.keys.all)
-        info = self.seen.info()
+        queued, leased, failed = self._run("counts", [])
         return {
             "queued": queued,
             "leased": leased,
             "failed": failed,
-            "seen": info.items_inserted if info else 0,
+            "seen": sum(info.items_inserted for info in self.seen.info() if info is not None),
         }
 
     def failures(self) -> dict[str, dict[str, Any]]:
