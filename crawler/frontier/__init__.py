@@ -5,8 +5,8 @@ One interface, one implementation per backend:
 - :class:`crawler.frontier.memory.MemoryFrontier` (default): checks keys against the
   in-process seen filter and hands the new requests back to Scrapy's own scheduler.
 - :class:`crawler.frontier.redis.RedisFrontier` (``REDIS_URL`` set): marks keys seen,
-  queues the new requests and releases the page's lease in Redis in one atomic step,
-  shared by every worker.
+  queues the new requests and releases the page's lease in Redis in one atomic step (three
+  crash-safe steps with a sharded filter), shared by every worker.
 
 :func:`frontier_for` gives the crawler's single instance to the dupefilter, the batching
 spider middleware and the scheduler alike.
@@ -37,8 +37,8 @@ class Frontier(Protocol):
 
         Returns the requests that were new (each carrying ``meta[META_KEY]`` and
         ``meta[META_CHECKED]``). The memory frontier leaves scheduling them to the engine; the
-        shared frontier has already queued them in Redis (and released ``parent``'s lease in
-        the same atomic step) and marks them ``meta["frontier_queued"]`` so its scheduler
+        shared frontier has already queued them in Redis (and released ``parent``'s lease
+        with them) and marks them ``meta["frontier_queued"]`` so its scheduler
         skips them. Call it even for an empty batch: that releases the parent's lease.
         Requests whose URL cannot be keyed are dropped and counted under
         ``dupefilter/invalid/<reason>``.
