@@ -1,0 +1,170 @@
+-- Global per-host politeness, shared by every worker of a crawl. Prepended to every
+-- frontier script, before common.lua (whose helpers call set_host, host_released and
+-- forget_host). A host is ready for a new lease when its next-allowed time (Redis server
+-- clock) has come and fewer than its limit of requests are leased; leasing one of its
+-- requests moves the next-allowed time one delay ahead and counts the request in flight
+-- until its lease ends (answered, failed, given back, expired). Hosts are Scrapy's download
+-- slot keys, computed by the worker that queues a request (in its meta, HOST_META).
+-- KEYS, after common.lua's nine:
+--  10 hosts      HASH  request id -> host of a queued or leased request
+--  11 in_flight  HASH  request id -> host, for the leases counted in host_busy
+--  12 host_next  ZSET  host -> ms before which it gets no new lease (past entries pruned)
+--  13 host_busy  HASH  host -> requests of the host leased now (absent: none)
+--  14 host_delay HASH  host -> Crawl-delay of its robots.txt in ms, as published (uncapped)
+local HOSTS, IN_FLIGHT, HOST_NEXT, HOST_BUSY, HOST_DELAY =
+  KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
+--  request.meta key holding the request's host (crawler.frontier.politeness.HOST_META).
+local HOST_META = 'frontier_host'
+
+-- The politeness rules passed in ARGV[i] to ARGV[i + 4]: queue entries one lease looks at,
+-- delay between two requests to a host (ms), requests of a host in flight at once, cap on a
+-- robots.txt Crawl-delay (ms), per-host overrides as JSON {host: {"delay": ms,
+-- "concurrency": n}} (Scrapy's DOWNLOAD_SLOTS).
+local function read_rules(i)
+  return {
+    scan = tonumber(ARGV[i]),
+    delay = tonumber(ARGV[i + 1]),
+    limit = tonumber(ARGV[i + 2]),
+    cap = tonumber(ARGV[i + 3]),
+    hosts = cjson.decode(ARGV[i + 4]),
+  }
+end
+
+local function host_limit(rules, host)
+  local own = rules.hosts[host]
+  return own and own.concurrency or rules.limit
+end
+
+-- ms between two requests to `host`: its configured delay, or its robots.txt Crawl-delay
+-- (capped) when that is longer.
+local function host_delay(rules, host)
+  local own = rules.hosts[host]
+  local delay = own and own.delay or rules.delay
+  local crawl_delay = redis.call('HGET', HOST_DELAY, host)
+  if crawl_delay then
+    delay = math.max(delay, math.min(tonumber(crawl_delay), rules.cap))
+  end
+  return delay
+end
+
+-- Remember the host of a newly queued request, from its stored JSON. A request without one
+-- (queued by an older version) is never held back.
+local function set_host(id, json)
+  local meta = cjson.decode(json).meta
+  local host = type(meta) == 'table' and meta[HOST_META]
+  if type(host) == 'string' and host ~= '' then
+    redis.call('HSET', HOSTS, id, host)
+  end
+end
+
+-- A request of `host` is leased: one more in flight.
+local function host_leased(id, host)
+  redis.call('HSET', IN_FLIGHT, id, host)
+  redis.call('HINCRBY', HOST_BUSY, host, 1)
+end
+
+-- The lease of `id` ended, however (answered, failed, given back, expired, or it was never
+-- a request's): if it counted against a host, that host has one request fewer in flight.
+local function host_released(id)
+  local host = redis.call('HGET', IN_FLIGHT, id)
+  if not host then
+    return
+  end
+  redis.call('HDEL', IN_FLIGHT, id)
+  if redis.call('HINCRBY', HOST_BUSY, host, -1) <= 0 then
+    redis.call('HDEL', HOST_BUSY, host)
+  end
+end
+
+-- Drop the host of a request that left the frontier.
+local function forget_host(id)
+  redis.call('HDEL', HOSTS, id)
+end
+
+-- Pick up to `n` queued requests (best first) whose host is ready, counting each pick
+-- against its host (one more in flight, next-allowed = now + delay). Requests of hosts that
+-- are not ready are passed over, so one slow host never holds the others back; requests
+-- without a recorded host are always ready. Looks at the first rules.scan entries of
+-- `queue` at most, fetched a few at a time. Returns the picked ids, the delay (ms) each
+-- one's host observes, how many requests were passed over, and ms until the soonest
+-- passed-over host is ready again by time (-1: none waits on time, only on its requests in
+-- flight).
+local function pick_ready(queue, n, now, rules)
+  redis.call('ZREMRANGEBYSCORE', HOST_NEXT, '-inf', now)
+  local state, picked, delays, skipped, soonest = {}, {}, {}, 0, -1
+  local first, chunk = 0, math.max(4 * n, 32)
+  while #picked < n and first < rules.scan do
+    local last = math.min(first + chunk, rules.scan) - 1
+    local ids = redis.call('ZRANGE', queue, first, last)
+    if #ids == 0 then break end
+    local hosts = redis.call('HMGET', HOSTS, unpack(ids))
+    for i = 1, #ids do
+      if #picked >= n then break end
+      local host = hosts[i]
+      if not host then
+        picked[#picked + 1] = ids[i]
+        delays[#delays + 1] = 0
+      else
+        local s = state[host]
+        if not s then
+          s = {
+            next_at = tonumber(redis.call('ZSCORE', HOST_NEXT, host) or 0),
+            busy = tonumber(redis.call('HGET', HOST_BUSY, host) or 0),
+            limit = host_limit(rules, host),
+          }
+          state[host] = s
+        end
+        if s.next_at <= now and s.busy < s.limit then
+          picked[#picked + 1] = ids[i]
+          s.busy = s.busy + 1
+          host_leased(ids[i], host)
+          local delay = host_delay(rules, host)
+          delays[#delays + 1] = delay
+          if delay > 0 then
+            s.next_at = now + delay
+            redis.call('ZADD', HOST_NEXT, s.next_at, host)
+          end
+        else
+          skipped = skipped + 1
+          if s.next_at > now and (soonest < 0 or s.next_at - now < soonest) then
+            soonest = s.next_at - now
+          end
+        end
+      end
+    end
+    first, chunk = last + 1, math.min(2 * chunk, 1000) -- unpack() is limited by Lua's stack
+  end
+  return picked, delays, skipped, soonest
+end
+
+-- A request already leased needs a new turn at its host (its previous one was used by
+-- another request, e.g. the robots.txt fetched for it, or went stale while it waited).
+-- Takes the turn if the host's next-allowed time has come; returns 0 then, else the ms to
+-- wait before asking again. The host's in-flight count is unchanged.
+local function take_turn(host, now, rules)
+  local next_at = tonumber(redis.call('ZSCORE', HOST_NEXT, host) or 0)
+  if next_at > now then
+    return next_at - now
+  end
+  local delay = host_delay(rules, host)
+  if delay > 0 then
+    redis.call('ZADD', HOST_NEXT, now + delay, host)
+  end
+  return 0
+end
+
+-- Hosts waiting on politeness: next-allowed time ahead, or as many requests in flight as
+-- their limit allows.
+local function hosts_waiting(now, rules)
+  local waiting = redis.call('ZCOUNT', HOST_NEXT, '(' .. now, '+inf')
+  local busy = redis.call('HGETALL', HOST_BUSY)
+  for i = 1, #busy, 2 do
+    if tonumber(busy[i + 1]) >= host_limit(rules, busy[i]) then
+      local next_at = redis.call('ZSCORE', HOST_NEXT, busy[i])
+      if not next_at or tonumber(next_at) <= now then
+        waiting = waiting + 1
+      end
+    end
+  end
+  return waiting
+end

@@ -1,0 +1,279 @@
+"""Global per-host politeness for the shared frontier: N workers hit a host no harder than one.
+
+Scrapy's own ``DOWNLOAD_DELAY`` and ``CONCURRENT_REQUESTS_PER_DOMAIN`` hold within one
+process; N workers of a shared frontier would each apply them, hitting a host N times as
+hard. With ``REDIS_URL`` set they apply to all workers together instead, held in Redis next
+to the queue and enforced atomically by the lease script (``politeness.lua``):
+
+- a request is leased only when its host's next-allowed time (Redis server clock) has come
+  and fewer than the host's limit of requests are leased; the lease moves the next-allowed
+  time one delay ahead and counts the request in flight until its lease ends (answered,
+  failed, given back or expired);
+- the delay of a host is ``DOWNLOAD_DELAY`` (or its ``DOWNLOAD_SLOTS`` entry's ``delay``), or
+  the ``Crawl-delay`` of its robots.txt when longer, capped at ``FRONTIER_MAX_CRAWL_DELAY``;
+  the limit is ``FRONTIER_HOST_CONCURRENCY`` (default ``CONCURRENT_REQUESTS_PER_DOMAIN``, or
+  the host's ``DOWNLOAD_SLOTS`` ``concurrency``);
+- requests of hosts that are not ready are passed over (``frontier/politeness_skipped``)
+  among the first ``FRONTIER_POLITENESS_SCAN`` queue entries, so a worker never idles behind
+  one slow host while others are ready; a worker that finds nothing ready asks again when
+  the soonest waiting host is due. Only when those first entries all belong to waiting
+  hosts does a worker wait although a later request's host is ready.
+
+The worker's side (:class:`middlewares.politeness.GlobalPolitenessMiddleware`) keeps each
+download on its turn: a request is sent right after its lease (the scheduler leases no more
+than the downloader can start, and each worker's own download delay is 0, see
+:func:`disable_local_delays`: the two delays would add up and a request could leave long
+after its turn), and one that could not be (it waited for its host's robots.txt, which used
+its turn) takes a new turn first. Each robots.txt is fetched by one worker and shared with
+the others through Redis; its ``Crawl-delay`` is recorded for all.
+
+A host is Scrapy's download slot key (``meta["download_slot"]``, else the host name), stored
+with each queued request as ``meta["frontier_host"]``. Two requests to a host are at least
+its delay apart, less the jitter of the time a request takes from its lease to the wire
+(milliseconds; at most ``STALE_TURN``). ``DOWNLOAD_DELAY_JITTER`` does not apply to the
+shared delay. AutoThrottle, if enabled, still adjusts each worker's own slots on top.
+
+Stats: ``frontier/politeness_skipped``, ``frontier/hosts_waiting`` (at the last lease),
+``frontier/politeness_new_turns``, ``robotstxt/crawl_delay``, ``robotstxt/shared_fetch``,
+``robotstxt/shared_copy``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.httpobj import urlparse_cached
+
+from crawler.frontier.lua import script_source
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Self
+
+    import redis
+    from scrapy import Request
+    from scrapy.core.downloader import Downloader
+    from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
+
+    from crawler.frontier.redis import FrontierKeys
+
+logger = logging.getLogger(__name__)
+
+#: ``request.meta`` key Scrapy's downloader takes a request's slot from.
+DOWNLOAD_SLOT_META = "download_slot"
+#: ``request.meta`` key of a queued request's host (``politeness_key``), stored with it so
+#: the scripts know it (``set_host`` in politeness.lua).
+HOST_META = "frontier_host"
+#: ``request.meta`` key of a leased request's politeness turn: ``[time.monotonic() when
+#: leased, seconds its host observes between two requests]``. Never stored in Redis.
+TURN_META = "frontier_turn"
+#: Seconds a leased request may wait in the worker (e.g. for its host's robots.txt) and
+#: still be sent on the turn of its lease; later, it takes a new turn first. Two requests
+#: to a host are at most this much closer than its delay.
+STALE_TURN = 0.05
+#: Seconds a robots.txt fetched by one worker is shared with the others (Redis keys
+#: ``<prefix>:robots_txt:<url>``, expiring). Longer would keep more of them in Redis; a
+#: worker that needs one later fetches it again (and shares it again).
+ROBOTS_TXT_SHARED_FOR = 3600
+#: Largest robots.txt shared, in bytes (Google reads the first 500 KiB); a larger one is
+#: fetched by each worker.
+ROBOTS_TXT_MAX_SHARED = 512 * 1024
+
+
+def politeness_key(request: Request) -> str:
+    """The host ``request`` counts against: its Scrapy download slot ('' for none)."""
+    slot = request.meta.get(DOWNLOAD_SLOT_META)
+    if slot is not None:
+        return str(slot)
+    return urlparse_cached(request).hostname or ""
+
+
+def _positive(settings: BaseSettings, name: str, value: float, *, zero_ok: bool) -> None:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        bound = "0 or more" if zero_ok else "more than 0"
+        raise ValueError(f"{name} must be a number {bound}, got {settings.get(name)!r}")
+
+
+@dataclass(frozen=True)
+class HostLimits:
+    """What politeness allows each host, across all workers (see the module docstring)."""
+
+    #: Seconds between two requests to one host.
+    delay: float = 0.0
+    #: Requests of one host leased at once.
+    concurrency: int = 16
+    #: Longest robots.txt ``Crawl-delay`` honoured, in seconds.
+    max_crawl_delay: float = 30.0
+    #: Queue entries one lease looks at for requests of ready hosts.
+    scan: int = 500
+    #: Per-host ``delay`` (seconds) and ``concurrency``, from ``DOWNLOAD_SLOTS``.
+    per_host: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        """The limits the settings give (defaults as in ``crawler/settings.py``)."""
+        concurrency = settings.getint("FRONTIER_HOST_CONCURRENCY") or settings.getint(
+            "CONCURRENT_REQUESTS_PER_DOMAIN"
+        )
+        limits = cls(
+            delay=settings.getfloat("DOWNLOAD_DELAY"),
+            concurrency=concurrency,
+            max_crawl_delay=settings.getfloat("FRONTIER_MAX_CRAWL_DELAY", cls.max_crawl_delay),
+            scan=settings.getint("FRONTIER_POLITENESS_SCAN", cls.scan),
+            per_host={
+                host: {name: slot[name] for name in ("delay", "concurrency") if name in slot}
+                for host, slot in settings.getdict("DOWNLOAD_SLOTS").items()
+            },
+        )
+        _positive(settings, "DOWNLOAD_DELAY", limits.delay, zero_ok=True)
+        name = (
+            "FRONTIER_HOST_CONCURRENCY"
+            if settings.getint("FRONTIER_HOST_CONCURRENCY")
+            else ("CONCURRENT_REQUESTS_PER_DOMAIN")
+        )
+        _positive(settings, name, limits.concurrency, zero_ok=False)
+        _positive(settings, "FRONTIER_MAX_CRAWL_DELAY", limits.max_crawl_delay, zero_ok=True)
+        _positive(settings, "FRONTIER_POLITENESS_SCAN", limits.scan, zero_ok=False)
+        return limits
+
+    def script_args(self) -> list[Any]:
+        """The rules as the Lua scripts read them (``read_rules`` in politeness.lua)."""
+        per_host = {
+            host: {
+                name: round(float(value) * 1000) if name == "delay" else int(value)
+                for name, value in slot.items()
+            }
+            for host, slot in self.per_host.items()
+        }
+        return [
+            self.scan,
+            round(self.delay * 1000),
+            self.concurrency,
+            round(self.max_crawl_delay * 1000),
+            json.dumps(per_host) if per_host else "{}",
+        ]
+
+
+class HostPoliteness:
+    """The Redis side of politeness, as one worker sees it: the outcome of its leases
+    (stats, when to ask again), new turns, robots.txt crawl delays and shared copies, hosts
+    waiting.
+
+    Stats: ``frontier/politeness_skipped`` (queued requests a lease passed over because
+    their host was not ready), ``frontier/hosts_waiting`` (hosts waiting on politeness at
+    the last lease), ``robotstxt/crawl_delay`` (robots.txt with a ``Crawl-delay`` recorded).
+    """
+
+    def __init__(
+        self, client: redis.Redis, keys: FrontierKeys, limits: HostLimits, stats: StatsCollector
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.limits = limits
+        self.stats = stats
+        #: Seconds until the soonest host the last lease passed over is ready again (None:
+        #: none was waiting on its delay).
+        self.ready_in: float | None = None
+        self._turn = client.register_script(script_source("turn"))
+
+    def leased(self, skipped: int, soonest_ms: int, waiting: int) -> None:
+        """Note what the lease script reported about politeness."""
+        if skipped:
+            self.stats.inc_value("frontier/politeness_skipped", skipped)
+        self.stats.set_value("frontier/hosts_waiting", waiting)
+        self.ready_in = soonest_ms / 1000 if soonest_ms >= 0 else None
+
+    def hosts_waiting(self) -> int:
+        """Hosts waiting on politeness now, across all workers (:func:`hosts_waiting`)."""
+        return hosts_waiting(self.client, self.keys, self.limits)
+
+    def take_turn(self, host: str) -> float:
+        """Take a new turn at ``host`` for a request already leased: 0 when taken, else
+        the seconds to wait before asking again."""
+        return int(self._turn(keys=self.keys.all, args=[host, *self.limits.script_args()])) / 1000
+
+    def record_crawl_delay(self, host: str, seconds: float | None) -> None:
+        """Record the ``Crawl-delay`` ``host``'s robots.txt asks for (None: none), for every
+        worker's leases. Capped when used, at ``FRONTIER_MAX_CRAWL_DELAY``."""
+        if seconds is None:
+            self.client.hdel(self.keys.host_delay, host)
+            return
+        if not math.isfinite(seconds) or seconds < 0:
+            logger.warning("Ignoring Crawl-delay %r of %s's robots.txt", seconds, host)
+            return
+        self.client.hset(self.keys.host_delay, host, round(seconds * 1000))
+        self.stats.inc_value("robotstxt/crawl_delay")
+        capped = min(seconds, self.limits.max_crawl_delay)
+        logger.log(
+            logging.INFO if capped < seconds else logging.DEBUG,
+            "robots.txt of %s asks for a Crawl-delay of %ss: %ss between its requests%s",
+            host,
+            seconds,
+            max(capped, self.limits.per_host.get(host, {}).get("delay", self.limits.delay)),
+            " (capped by FRONTIER_MAX_CRAWL_DELAY)" if capped < seconds else "",
+        )
+
+    # --- robots.txt fetched once for all workers ---------------------------------------
+
+    def _robots_txt_key(self, url: str) -> str:
+        return f"{self.keys.prefix}:robots_txt:{url}"
+
+    def shared_robots_txt(self, url: str) -> tuple[int, bytes] | None:
+        """The status and body of the robots.txt at ``url`` another worker fetched and
+        shared, or None."""
+        stored = self.client.get(self._robots_txt_key(url))
+        if stored is None:
+            return None
+        record = json.loads(stored)
+        return record["status"], base64.b64decode(record["body"])
+
+    def claim_robots_txt(self, url: str, owner: str, seconds: float) -> bool:
+        """Claim the fetch of the robots.txt at ``url`` for ``seconds``: True if no other
+        worker is fetching it (others wait for the copy this one shares)."""
+        claimed = self.client.set(
+            f"{self._robots_txt_key(url)}:claim", owner, nx=True, px=round(seconds * 1000)
+        )
+        return bool(claimed)
+
+    def share_robots_txt(self, url: str, status: int, body: bytes) -> bool:
+        """Share the robots.txt fetched from ``url`` with the other workers and end the
+        claim; False when it is too large to share (every worker fetches it then)."""
+        key = self._robots_txt_key(url)
+        with self.client.pipeline(transaction=False) as pipe:
+            if len(body) <= ROBOTS_TXT_MAX_SHARED:
+                record = {"status": status, "body": base64.b64encode(body).decode("ascii")}
+                pipe.set(key, json.dumps(record), ex=ROBOTS_TXT_SHARED_FOR)
+            pipe.delete(f"{key}:claim")
+            pipe.execute()
+        return len(body) <= ROBOTS_TXT_MAX_SHARED
+
+    def unclaim_robots_txt(self, url: str) -> None:
+        """The claimed fetch failed: let another worker try."""
+        self.client.delete(f"{self._robots_txt_key(url)}:claim")
+
+
+def hosts_waiting(client: redis.Redis, keys: FrontierKeys, limits: HostLimits) -> int:
+    """Hosts of the crawl at ``keys`` waiting on politeness now: their next-allowed time
+    is ahead, or they have as many requests in flight as ``limits`` allow."""
+    script = client.register_script(script_source("waiting"))
+    return int(script(keys=keys.all, args=limits.script_args()))
+
+
+def disable_local_delays(downloader: Downloader) -> None:
+    """Set this worker's own download delays to 0: the shared frontier spaces the requests
+    to each host across all workers already, and a local delay on top would hold a leased
+    request back past its turn (so another worker's next turn could come right after it).
+    """
+    # Scrapy's AutoThrottle sets this attribute the same way, for new slots.
+    downloader._delay = 0.0
+    downloader.per_slot_settings = {
+        key: {**slot, "delay": 0.0} for key, slot in downloader.per_slot_settings.items()
+    }
+    for slot in downloader.slots.values():
+        slot.delay = 0.0

@@ -1,0 +1,172 @@
+"""Downloader middleware: the worker's side of global per-host politeness (shared frontier)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import redis
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.http import Response
+from scrapy.utils.asyncio import sleep
+from scrapy.utils.httpobj import urlparse_cached
+
+from crawler.frontier import frontier_for
+from crawler.frontier.politeness import STALE_TURN, TURN_META, politeness_key
+from crawler.frontier.redis import RedisFrontier
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.robotstxt import RobotParser
+
+logger = logging.getLogger(__name__)
+
+#: ``request.meta`` key on a robots.txt request this worker fetches for all: the URL its
+#: copy is shared under (a redirected request keeps it).
+ROBOTS_CLAIM_META = "frontier_robots_claim"
+#: Seconds between looks for the robots.txt another worker is fetching.
+ROBOTS_POLL = 0.1
+
+
+class GlobalPolitenessMiddleware:
+    """Keeps a worker's downloads on the turns the shared frontier gives each host
+    (:mod:`crawler.frontier.politeness`):
+
+    - each robots.txt is fetched by one worker for all of them: the first worker to need it
+      claims the fetch and shares the answer through Redis, the others wait for that copy
+      (``robotstxt/shared_fetch``, ``robotstxt/shared_copy``). Without a copy after the
+      longest a fetch may take (``DOWNLOAD_TIMEOUT`` per attempt, retries included), a
+      worker fetches it itself;
+    - a leased request takes a new turn before it is sent (``frontier/politeness_new_turns``)
+      when its host's robots.txt was fetched for it (that fetch used the request's turn), or
+      when it waited in the worker longer than ``STALE_TURN`` (its turn went by): it never
+      comes right after another request to its host;
+    - the ``Crawl-delay`` of each robots.txt Scrapy's ``RobotsTxtMiddleware`` parses is
+      recorded in Redis, for every worker's leases (capped at ``FRONTIER_MAX_CRAWL_DELAY``).
+      Its user agent is the one ``RobotsTxtMiddleware`` checks: ``ROBOTSTXT_USER_AGENT``,
+      else the request's ``User-Agent``.
+
+    Installed by the frontier's add-on when ``REDIS_URL`` is set, right after
+    ``RobotsTxtMiddleware`` (whose wait it must see).
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        if not settings.get("REDIS_URL"):
+            raise NotConfigured
+        self.crawler = crawler
+        self.robots_user_agent: str | None = settings.get("ROBOTSTXT_USER_AGENT")
+        self.default_user_agent: str = settings.get("USER_AGENT", "")
+        attempts = 1 + max(0, settings.getint("RETRY_TIMES")) * settings.getbool("RETRY_ENABLED")
+        #: Longest a worker fetching a robots.txt for all may take.
+        self.robots_fetch_time = settings.getfloat("DOWNLOAD_TIMEOUT") * attempts + 5
+        #: Hosts whose robots.txt this worker fetched on a leased request's turn.
+        self._turn_used: set[str] = set()
+        if settings.getbool("ROBOTSTXT_OBEY"):
+            crawler.signals.connect(self.robots_parsed, signal=signals.robots_parsed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    @property
+    def frontier(self) -> RedisFrontier:
+        frontier = frontier_for(self.crawler)
+        assert isinstance(frontier, RedisFrontier)
+        return frontier
+
+    def _count(self, name: str) -> None:
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value(name)
+
+    async def process_request(self, request: Request) -> Response | None:
+        if request.meta.get(TURN_META):
+            await self._keep_turn(request)
+            return None
+        if _is_robots_txt(request) and ROBOTS_CLAIM_META not in request.meta:
+            return await self._robots_txt(request)
+        return None  # (a redirect of a claimed robots.txt keeps the claim)
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        url = request.meta.pop(ROBOTS_CLAIM_META, None)
+        if url is not None:
+            try:
+                if self.frontier.politeness.share_robots_txt(url, response.status, response.body):
+                    self._count("robotstxt/shared_fetch")
+            except redis.RedisError as exc:
+                logger.warning("Cannot share the robots.txt of %s: %s", url, exc)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        url = request.meta.pop(ROBOTS_CLAIM_META, None)
+        if url is not None:
+            try:
+                self.frontier.politeness.unclaim_robots_txt(url)
+            except redis.RedisError as exc:
+                logger.warning("Cannot end the claim on the robots.txt of %s: %s", url, exc)
+
+    async def _robots_txt(self, request: Request) -> Response | None:
+        """The robots.txt another worker shared, or None after claiming its fetch (or
+        giving up waiting for it, or when Redis is away): the download goes ahead."""
+        politeness = self.frontier.politeness
+        deadline = time.monotonic() + self.robots_fetch_time
+        try:
+            while (shared := politeness.shared_robots_txt(request.url)) is None:
+                owner = self.frontier.owner
+                if politeness.claim_robots_txt(request.url, owner, self.robots_fetch_time):
+                    request.meta[ROBOTS_CLAIM_META] = request.url
+                    break
+                if time.monotonic() >= deadline:
+                    break
+                await sleep(ROBOTS_POLL)
+        except redis.RedisError as exc:
+            logger.warning("Cannot share the robots.txt %s (fetching it): %s", request.url, exc)
+            shared = None
+        if shared is None:
+            self._turn_used.add(politeness_key(request))
+            return None
+        self._count("robotstxt/shared_copy")
+        status, body = shared
+        return Response(request.url, status=status, body=body, request=request, flags=["shared"])
+
+    async def _keep_turn(self, request: Request) -> None:
+        """Take a new turn at the request's host if its lease's turn was used or went by."""
+        leased_at, delay = request.meta[TURN_META]
+        host = politeness_key(request)
+        turn_used = host in self._turn_used
+        self._turn_used.discard(host)
+        if delay <= 0 or (not turn_used and time.monotonic() - leased_at <= STALE_TURN):
+            return
+        try:
+            wait = self.frontier.politeness.take_turn(host)
+            while wait > 0:
+                await sleep(wait)
+                wait = self.frontier.politeness.take_turn(host)
+        except redis.RedisError as exc:
+            logger.warning("Cannot take a new turn at %s (sending %s): %s", host, request, exc)
+        request.meta[TURN_META] = [time.monotonic(), delay]
+        self._count("frontier/politeness_new_turns")
+
+    def robots_parsed(self, robotparser: RobotParser, request: Request) -> None:
+        """A robots.txt was parsed for ``request``'s host: record its crawl delay."""
+        user_agent = self.robots_user_agent or request.headers.get(
+            b"User-Agent", self.default_user_agent
+        )
+        host = politeness_key(request)
+        try:
+            self.frontier.politeness.record_crawl_delay(host, robotparser.crawl_delay(user_agent))
+        except redis.RedisError as exc:
+            # Every worker parsing the same robots.txt records it too.
+            logger.warning("Cannot record the Crawl-delay of %s now: %s", host, exc)
+
+
+def _is_robots_txt(request: Request) -> bool:
+    """True for the robots.txt request of Scrapy's ``RobotsTxtMiddleware``."""
+    return bool(request.meta.get("dont_obey_robotstxt")) and (
+        urlparse_cached(request).path == "/robots.txt"
+    )
