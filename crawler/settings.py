@@ -85,6 +85,19 @@ FRONTIER_LEASE_TTL = 60.0
 FRONTIER_MAX_EXPIRIES = 5
 # Requests one worker leases at a time (a small local buffer in front of the downloader).
 FRONTIER_LEASE_BATCH = 16
+# Global per-host politeness (crawler.frontier.politeness): with REDIS_URL set, DOWNLOAD_DELAY
+# (or a host's DOWNLOAD_SLOTS "delay") is the gap between two requests to one host across ALL
+# workers together, and this is how many of a host's requests are leased at once across all
+# workers (0: CONCURRENT_REQUESTS_PER_DOMAIN, or the host's DOWNLOAD_SLOTS "concurrency").
+# Each worker's own downloader delay is then 0, so the two never add up.
+FRONTIER_HOST_CONCURRENCY = 0
+# Longest robots.txt Crawl-delay honoured, in seconds (a longer one is capped to this). A host's
+# gap is its Crawl-delay when that is longer than DOWNLOAD_DELAY.
+FRONTIER_MAX_CRAWL_DELAY = 30.0
+# Queue entries one lease looks at for requests of hosts that are ready (not waiting on their
+# delay, nor at their concurrency limit). Bounds the work of one lease; a worker finds nothing
+# to do only when the first this-many queued requests all belong to waiting hosts.
+FRONTIER_POLITENESS_SCAN = 500
 # Seconds between a worker's status reports (read by `scrapy frontier SPIDER`).
 FRONTIER_STATUS_INTERVAL = 10.0
 # Switches to the shared frontier's scheduler (and its lease middleware) when REDIS_URL is set,
