@@ -388,7 +388,9 @@ def _locate(url: str) -> tuple[str, Parser, str] | None:
 
 
 def _read(provider: str, parse: Parser, rest: str, *, unwrap: bool) -> Identity | None:
-    rest = rest.partition("#")[0].rstrip(_URL_JUNK).translate(_BROWSER_CLEANUP)
+    rest = rest.partition("#")[0].rstrip(_URL_JUNK)
+    if "\t" in rest or "\n" in rest or "\r" in rest or "\\" in rest:
+        rest = rest.translate(_BROWSER_CLEANUP)  # rare, and a dict translation is slow
     path, _, query = rest.partition("?")
     result = parse(_path_segments(path), _parse_query(query) if query else {})
     if not isinstance(result, str):
