@@ -198,13 +198,17 @@ class RuleSet:
             host, port = hostport, ""
         else:
             host, _, port = hostport.partition(":")
+        rule = self._lookup(host, None)
+        page_host = host if self._has_pages(host) else None
+        if page_host is not None or (rule is not None and rule.keep_only is not None):
+            maybe_dropped = None  # an allowlist may drop any name
+        elif rule is not None and rule.strip:
+            maybe_dropped = self._maybe_dropped | rule.strip
+        else:
+            maybe_dropped = self._maybe_dropped
         # identify() reads only PROVIDER_HOSTS, on a default port; stage 1 keeps :80 on https.
         provider = host in PROVIDER_HOSTS and port in ("", "80", "443")
-        info = _HostInfo(
-            self._lookup(host, None), host if self._has_pages(host) else None, provider
-        )
-        if info == _PLAIN_HOST:
-            info = _PLAIN_HOST  # one object, so the hot path can test identity
+        info = _HostInfo(rule, page_host, maybe_dropped, provider)
         if len(self._host_cache) >= HOST_CACHE_SIZE:
             self._host_cache.clear()
         self._host_cache[authority] = info
@@ -267,16 +271,15 @@ class RuleSet:
 
 class _HostInfo(NamedTuple):
     """What the rules know about one authority: its :class:`HostRule` (None: none applies),
-    the host to look up with each path when it has page entries, and whether
+    the host to look up with each path when it has page entries, the parameter names the
+    rules may drop there (besides :attr:`RuleSet.tracking_prefixes` and
+    :attr:`RuleSet.session_prefixes`; None: any name, under an allowlist), and whether
     :func:`identify` can claim its URLs."""
 
     rule: HostRule | None
     page_host: str | None
+    maybe_dropped: frozenset[str] | None
     provider: bool
-
-
-#: A host with no rule, no pages and no provider: the common case, one shared object.
-_PLAIN_HOST = _HostInfo(None, None, False)
 
 
 def _more_general(specific: HostRule | None, general: HostRule | None) -> HostRule | None:
@@ -425,14 +428,16 @@ def _rewrite_query(
     return query if len(kept) == len(params) else "&".join(kept)
 
 
-def _nothing_to_drop(query: str, rules: RuleSet) -> bool:
-    """True if no parameter of ``query`` has a name the rules may drop on any host."""
-    maybe_dropped, prefixes = rules._maybe_dropped, rules._dropped_prefixes
+def _may_drop(query: str, maybe_dropped: frozenset[str] | None, prefixes: tuple[str, ...]) -> bool:
+    """False if no parameter of ``query`` can be dropped: none is named in ``maybe_dropped``
+    or starts with one of ``prefixes``. Cheaper than asking :meth:`RuleSet.drop_reason`."""
+    if maybe_dropped is None:
+        return True
     for param in query.split("&"):
         name = param.partition("=")[0].lower()
         if name in maybe_dropped or name.startswith(prefixes):
-            return False
-    return True
+            return True
+    return False
 
 
 def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Identity | None, str]:
@@ -442,33 +447,29 @@ def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Ide
     to a video's URL gets the video's key, and a key's URL is its own key.
     """
     canonical = canonicalize(url)
-    authority_start = 7 if canonical[4] == ":" else 8  # stage 1 gives http:// or https://
-    path_start = canonical.find("/", authority_start)
-    query_start = canonical.find("?", path_start)
-    path_end = len(canonical) if query_start < 0 else query_start
-    authority = canonical[authority_start:path_start]
+    # Partitions and ``in``, not str.find(sub, start, end): its argument parsing costs more
+    # than the search on these short strings.
+    head, _, query = canonical.partition("?")
+    authority_start = 7 if head[4] == ":" else 8  # stage 1 gives http:// or https://
+    authority = head[authority_start:].partition("/")[0]
+    path_start = authority_start + len(authority)
+    path = head[path_start:]
     info = rules._host_cache.get(authority) or rules._host_info(authority)
-    if (
-        info is _PLAIN_HOST
-        and fired is None
-        and canonical.find("//", path_start, path_end) < 0
-        and canonical.find(";", path_start, path_end) < 0
-        and (query_start < 0 or _nothing_to_drop(canonical[query_start + 1 :], rules))
-    ):
+    path_changes = "//" in path or ";" in path
+    query_changes = bool(query) and _may_drop(query, info.maybe_dropped, rules._dropped_prefixes)
+    if not (path_changes or query_changes or info.provider):
         return canonical, None, rules._key_prefix + canonical  # the common case, fast
 
-    path = canonical[path_start:path_end]
-    query = "" if query_start < 0 else canonical[query_start + 1 :]
     rule = info.rule if info.page_host is None else rules._lookup(info.page_host, path)
-    new_path = _rewrite_path(path, rules, rule, fired) if ";" in path or "//" in path else path
-    if new_path != path and info.page_host is not None:
-        rule = rules._lookup(info.page_host, new_path)
-    new_query = _rewrite_query(query, rules, rule, fired) if query else query
-    if new_path == path and new_query is query:
-        rewritten = canonical
-    else:
-        prefix = canonical[:path_start]
-        rewritten = f"{prefix}{new_path}?{new_query}" if new_query else f"{prefix}{new_path}"
+    rewritten = canonical
+    if path_changes or query_changes:
+        new_path = _rewrite_path(path, rules, rule, fired) if path_changes else path
+        if new_path != path and info.page_host is not None:
+            rule = rules._lookup(info.page_host, new_path)
+        new_query = _rewrite_query(query, rules, rule, fired) if query_changes else query
+        if new_path != path or new_query is not query:
+            prefix = head[:path_start]
+            rewritten = f"{prefix}{new_path}?{new_query}" if new_query else f"{prefix}{new_path}"
 
     if info.provider and (rule is None or not rule.is_off("identity")):
         identity = identify(rewritten)
