@@ -198,6 +198,7 @@ UNTOUCHED = [
     "https://news.ycombinator.com/news?p=2",
     # values are never looked at, a lone ;param is not a session
     "https://example.com/a?q=utm_source%3Dx",
+    "https://example.com/a?q=gclid&r=utm_x&s=si",
     "https://example.com/a;v=2",
     # an encoded slash is not a slash run
     "https://example.com/a/%2F/b",

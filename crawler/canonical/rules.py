@@ -430,14 +430,16 @@ def _rewrite_query(
 
 def _may_drop(query: str, maybe_dropped: frozenset[str] | None, prefixes: tuple[str, ...]) -> bool:
     """False if no parameter of ``query`` can be dropped: none is named in ``maybe_dropped``
-    or starts with one of ``prefixes``. Cheaper than asking :meth:`RuleSet.drop_reason`."""
+    or starts with one of ``prefixes``. A cheap over-approximation of asking
+    :meth:`RuleSet.drop_reason` for each parameter: values are tested too, so a value spelled
+    like a droppable name (``q=gclid``) only sends its URL through the full rules."""
     if maybe_dropped is None:
         return True
-    for param in query.split("&"):
-        name = param.partition("=")[0].lower()
-        if name in maybe_dropped or name.startswith(prefixes):
+    lowered = query.lower()
+    for prefix in prefixes:
+        if prefix in lowered:
             return True
-    return False
+    return not maybe_dropped.isdisjoint(lowered.replace("=", "&").split("&"))
 
 
 def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Identity | None, str]:
