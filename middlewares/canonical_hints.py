@@ -113,9 +113,14 @@ class _Candidate:
 def _candidate(source: str, href: str, base: str, rules: RuleSet) -> _Candidate:
     url = resolve_link(base, href)
     if url is None:
-        scheme = urlsplit(urljoin(base, href.strip())).scheme.lower()
-        defect = "unparseable" if scheme in {"http", "https"} else "non-http-scheme"
-        return _Candidate(source, href, None, None, defect)
+        joined = urljoin(base, href.strip())
+        if urlsplit(joined).scheme.lower() not in {"http", "https"}:
+            return _Candidate(source, href, None, None, "non-http-scheme")
+        # Not fetchable: say why when stage 1 can (bad port, bad host, ...).
+        _, error = key_or_error(joined, rules)
+        return _Candidate(
+            source, href, None, None, f"invalid-url:{error}" if error else "unparseable"
+        )
     key, error = key_or_error(url, rules)
     return _Candidate(source, href, url, key, f"invalid-url:{error}" if error else None)
 

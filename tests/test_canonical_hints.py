@@ -42,7 +42,7 @@ def verdicts(page: str, *hrefs: str, base: str | None = None) -> list[tuple[bool
         ("javascript:void(0)", False, "non-http-scheme"),
         ("https://exa mple.co.uk/x", False, "invalid-url:bad-host"),
         ("http://a.example.co.uk:99999/", False, "invalid-url:bad-port"),
-        ("http://", False, "unparseable"),
+        ("http://", False, "invalid-url:bad-host"),
     ],
 )
 def test_single_hint_verdicts(href: str, valid: bool, reason: str) -> None:
