@@ -124,3 +124,10 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+@pytest.fixture(autouse=True)
+def store_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Crawls that do not name a store write to the test's own SQLite file, never to
+    ``crawl.sqlite`` in the working tree (subprocesses inherit the environment)."""
+    monkeypatch.setenv("STORE_URL", f"sqlite:///{tmp_path / 'default-store.sqlite'}")
