@@ -10,8 +10,9 @@ from pathlib import Path
 
 import redis
 
-from crawler.frontier.status import expected_error_rate
+from crawler.frontier.status import expected_error_rate, read_status
 from crawler.seen.redis import bloom_info
+from crawler.seen.sharded import ShardedBloomSeenFilter
 from tests.httpserver import TestServer, html
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,3 +82,15 @@ def test_human_output_and_missing_redis_url() -> None:
     )
     assert done.returncode != 0
     assert "REDIS_URL" in done.stderr
+
+
+def test_status_sums_a_sharded_filter(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    seen = ShardedBloomSeenFilter(client, "{site}:seen", 4, capacity=1000, error_rate=0.001)
+    seen.add_many([f"https://example.com/{i}" for i in range(300)])
+    status = read_status(client, "{site}", 0.001)
+    assert status.filter_shards == 4
+    assert status.seen_keys == 300
+    assert status.filter_capacity >= 1000
+    assert 0 < status.expected_error_rate < 0.001
+    assert "in 4 shard(s)" in status.render()

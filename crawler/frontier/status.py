@@ -23,6 +23,7 @@ from twisted.internet import task
 from crawler.frontier import frontier_for
 from crawler.frontier.redis import FrontierKeys, RedisFrontier
 from crawler.seen.redis import BloomInfo, bloom_info
+from crawler.seen.sharded import shard_keys
 
 if TYPE_CHECKING:
     from typing import Self
@@ -84,6 +85,7 @@ class FrontierStatus:
     filter_bytes: int | None
     filter_capacity: int | None
     expected_error_rate: float | None
+    filter_shards: int = 1
     workers: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> str:
@@ -103,7 +105,8 @@ class FrontierStatus:
             fill = self.seen_keys / self.filter_capacity if self.filter_capacity else 0.0
             lines.append(
                 f"  seen:     {self.seen_keys} keys, {fill:.1%} of capacity "
-                f"{self.filter_capacity}, {self.filter_bytes} bytes, "
+                f"{self.filter_capacity}, {self.filter_bytes} bytes in "
+                f"{self.filter_shards} shard(s), "
                 f"expected error now {self.expected_error_rate:.2e}"
             )
         lines.append(f"  workers:  {len(self.workers)}")
@@ -122,7 +125,8 @@ def read_status(client: redis.Redis, prefix: str, error_rate: float) -> Frontier
     with client.pipeline(transaction=True) as pipe:
         pipe.zcard(keys.queue).zcard(keys.leases).hlen(keys.failed)
         queued, leased, failed = pipe.execute()
-    info = bloom_info(client, keys.seen)
+    shards = int(client.get(f"{keys.seen}:shards") or 1)
+    infos = [info for key in shard_keys(keys.seen, shards) if (info := bloom_info(client, key))]
     owners = sorted(_text(owner) for owner in client.smembers(workers_key(prefix)))
     workers = []
     for owner in owners:
@@ -136,10 +140,16 @@ def read_status(client: redis.Redis, prefix: str, error_rate: float) -> Frontier
         queued=queued,
         leased=leased,
         failed=failed,
-        seen_keys=info.items_inserted if info else None,
-        filter_bytes=info.size_bytes if info else None,
-        filter_capacity=info.capacity if info else None,
-        expected_error_rate=expected_error_rate(info, error_rate) if info else None,
+        seen_keys=sum(info.items_inserted for info in infos) if infos else None,
+        filter_bytes=sum(info.size_bytes for info in infos) if infos else None,
+        filter_capacity=sum(info.capacity for info in infos) if infos else None,
+        # A new key meets exactly one shard (by its hash): the mean of the shards' rates.
+        expected_error_rate=(
+            sum(expected_error_rate(info, error_rate) for info in infos) / len(infos)
+            if infos
+            else None
+        ),
+        filter_shards=shards,
         workers=workers,
     )
 
