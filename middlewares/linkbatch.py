@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
-from crawler.frontier import frontier_for
+from crawler.frontier import frontier_for, page_handled
 
 if TYPE_CHECKING:
     from typing import Self
@@ -78,4 +78,5 @@ class BatchDedupeMiddleware:
         return False
 
     def _admit(self, response: Response, batch: list[Request]) -> list[Request]:
+        self.crawler.signals.send_catch_log(signal=page_handled, response=response)
         return self.frontier.admit(response.request, batch)

@@ -42,6 +42,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import OperationalError
 
+from crawler.frontier import page_handled
 from pipelines.records import (
     SEEN,
     CanonicalHint,
@@ -572,13 +573,27 @@ _stores: weakref.WeakKeyDictionary[Crawler, RecordStore] = weakref.WeakKeyDictio
 
 
 def store_for(crawler: Crawler) -> RecordStore:
-    """The crawler's record store, opened on first use and flushed when the spider closes."""
+    """The crawler's record store, opened on first use and flushed when the spider closes.
+
+    On a shared frontier it is also flushed before each handled page's lease is released
+    (:data:`crawler.frontier.page_handled`): a worker killed after that moment must not take
+    the page's redirect chains and canonical hints with it, since nobody refetches the page.
+    """
     store = _stores.get(crawler)
     if store is None:
         store = SqlRecordStore.from_settings(crawler.settings)
         crawler.signals.connect(store.close, signal=signals.spider_closed)
+        if crawler.settings.get("REDIS_URL"):
+            crawler.signals.connect(_flush_on_page_handled(store), signal=page_handled, weak=False)
         _stores[crawler] = store
     return store
+
+
+def _flush_on_page_handled(store: RecordStore) -> Callable[..., None]:
+    def flush(**_: Any) -> None:
+        store.flush()
+
+    return flush
 
 
 def record_chain(crawler: Crawler, chain: Chain) -> None:

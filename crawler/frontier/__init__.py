@@ -27,6 +27,11 @@ META_KEY = "dedupe_key"
 #: ``request.meta`` flag: the key was already checked in a page batch; do not check again.
 META_CHECKED = "dedupe_checked"
 
+#: Signal sent (with ``response``) just before a handled page's links are admitted, which on
+#: a shared frontier also releases the page's lease: after that no worker will fetch the page
+#: again, so whatever was recorded while handling it must be made durable by then.
+page_handled = object()
+
 
 class Frontier(Protocol):
     """Admits a page's links in one batch."""
