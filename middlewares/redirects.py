@@ -43,7 +43,7 @@ from scrapy.utils.response import get_meta_refresh
 
 from crawler.canonical import InvalidURL, dedupe_key, resolve_link
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from crawler.frontier import META_CHECKED, META_KEY, frontier_for
+from crawler.frontier import META_CHECKED, META_KEY, frontier_for, page_handled
 from middlewares.ssrf import DNS_FAILURES, PROCESS_GUARD, AddressBlocked, SSRFPolicy
 from pipelines.records import (
     BLOCKED,
@@ -242,6 +242,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         if end is not None:
             outcome, reason = end
             self.finish(chain.finish(outcome, target, reason))
+            self.crawler.signals.send_catch_log(signal=page_handled, response=response)
             frontier_for(self.crawler).fail(request, f"redirect-{outcome}")
             raise IgnoreRequest(f"redirect chain from {chain.start_url} ended: {outcome}")
 
@@ -256,6 +257,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         if admitted:
             return admitted[0]
         self.finish(chain.finish(SEEN, target, flag=soft_404_flag(chain.start_url, target)))
+        self.crawler.signals.send_catch_log(signal=page_handled, response=response)
         raise IgnoreRequest(f"redirect target {target} already seen")
 
     def redirect_request(

@@ -27,9 +27,9 @@ META_KEY = "dedupe_key"
 #: ``request.meta`` flag: the key was already checked in a page batch; do not check again.
 META_CHECKED = "dedupe_checked"
 
-#: Signal sent (with ``response``) just before a handled page's links are admitted, which on
-#: a shared frontier also releases the page's lease: after that no worker will fetch the page
-#: again, so whatever was recorded while handling it must be made durable by then.
+#: Signal sent (with ``response``) when a page is handled and its lease is about to be (or,
+#: for a redirect to a known target, was just) released: no worker will fetch the page again,
+#: so whatever was recorded while handling it must be made durable now.
 page_handled = object()
 
 
