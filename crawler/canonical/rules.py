@@ -67,7 +67,7 @@ ANY_HOST = "*"
 #: Hosts whose rule lookup a ruleset remembers (the cache is emptied when full).
 HOST_CACHE_SIZE = 50_000
 
-_SLASH_RUN = re.compile(r"/{2,}")
+_SLASH_RUN = re.compile("//+")  # a literal first, so the regex engine skips ahead fast
 _EMPTY: frozenset[str] = frozenset()
 
 
