@@ -3,10 +3,10 @@
 Generates a deterministic corpus of distinct "original" URLs plus equivalent variants of them
 (tracking parameters, parameter order, host case, default port, fragment, dot-segments,
 percent-escape spelling, IDN Unicode vs punycode, ``//``, ``;jsessionid=``, provider share
-links), each variant labelled with its original's id. For every method it prints µs/URL, the
-share of variants that get their original's key, and false merges (keys shared by URLs of
-different originals), then the speed ratios against ``canonicalize_url``. Times are CPU time
-of the fastest of ``--rounds`` interleaved passes.
+links, share-widget tokens pasted on any host), each variant labelled with its original's id.
+For every method it prints µs/URL, the share of variants that get their original's key, and
+false merges (keys shared by URLs of different originals), then the speed ratios against
+``canonicalize_url``. Times are CPU time of the fastest of ``--rounds`` interleaved passes.
 
     .venv/bin/python -m bench.canon [--urls 120000] [--variant-share 0.3] [--seed 1] [--rounds 3]
 """
@@ -282,6 +282,16 @@ def v_jsessionid(rng: random.Random, v: Spelling) -> bool:
     return True
 
 
+def v_shaped(rng: random.Random, v: Spelling) -> bool:
+    """A share widget's token on any host: ``si=`` (YouTube) or ``ref_src=twsrc^`` (Twitter)."""
+    if rng.random() < 0.5:
+        token = "si=" + "".join(rng.choice(B64URL) for _ in range(16))
+    else:
+        token = "ref_src=twsrc%5E" + rng.choice(["tfw", "google%7Ctwcamp%5Eserp%7Ctwgr%5Eauthor"])
+    v.params.insert(rng.randrange(len(v.params) + 1), token)
+    return True
+
+
 def v_share(rng: random.Random, v: Spelling) -> bool:
     """The provider's own share-link spellings."""
     o = v.original
@@ -314,6 +324,7 @@ VARIANTS: dict[str, Callable[[random.Random, Spelling], bool]] = {
     "slashes": v_slashes,
     "jsessionid": v_jsessionid,
     "share": v_share,
+    "shaped": v_shaped,
 }
 
 
