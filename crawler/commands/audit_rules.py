@@ -18,7 +18,6 @@ Formats: ``text`` (a summary and each change) or ``jsonl`` (one change per line)
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -30,7 +29,8 @@ from scrapy.exceptions import UsageError
 
 from crawler.canonical import InvalidURL, dedupe_key
 from crawler.canonical.rules import rules_from_settings
-from pipelines.store import SqlRecordStore, StoreMissing
+from crawler.commands._records import add_format_option, reading_store
+from pipelines.records import write_rows
 
 
 @dataclass
@@ -119,7 +119,7 @@ class Command(ScrapyCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        parser.add_argument("--format", choices=("text", "jsonl"), default="text")
+        add_format_option(parser, ("text", "jsonl"))
         parser.add_argument(
             "--rules-version",
             help="compare the aliases stored under this rule version (default: the newest)",
@@ -127,11 +127,7 @@ class Command(ScrapyCommand):
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
-        try:
-            store = SqlRecordStore.for_reading(self.settings)
-        except StoreMissing as exc:
-            raise UsageError(str(exc), print_help=False) from None
-        try:
+        with reading_store(self.settings) as store:
             versions = store.rules_versions()
             stored_version = opts.rules_version or (versions[-1] if versions else None)
             if stored_version is None:
@@ -144,11 +140,8 @@ class Command(ScrapyCommand):
             rules = rules_from_settings(self.settings)
             aliases = ((a["url"], a["key"]) for a in store.url_aliases(stored_version))
             result = audit(aliases, lambda url: dedupe_key(url, rules))
-        finally:
-            store.close()
         if opts.format == "jsonl":
-            for change in result.changes():
-                sys.stdout.write(json.dumps(change, ensure_ascii=False) + "\n")
+            write_rows(result.changes(), "jsonl", (), sys.stdout)
         else:
             write_text(result, stored_version, rules.version, sys.stdout)
         self.exitcode = 1 if result.merges else 0

@@ -13,10 +13,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
-from scrapy.exceptions import UsageError
 
+from crawler.commands._records import add_format_option, reading_store
 from pipelines.records import write_rows
-from pipelines.store import SqlRecordStore, StoreMissing
 
 COLUMNS = ("page", "canonical", "valid", "reason")
 
@@ -54,16 +53,10 @@ class Command(ScrapyCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        parser.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+        add_format_option(parser, ("jsonl", "csv"))
         parser.add_argument("--valid-only", action="store_true", help="only accepted hints")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
-        try:
-            store = SqlRecordStore.for_reading(self.settings)
-        except StoreMissing as exc:
-            raise UsageError(str(exc), print_help=False) from None
-        try:
+        with reading_store(self.settings) as store:
             write_rows(hint_rows(store.hints(), opts.valid_only), opts.format, COLUMNS, sys.stdout)
-        finally:
-            store.close()

@@ -23,10 +23,10 @@ from typing import Any, ClassVar, TextIO
 from urllib.parse import urlsplit
 
 from scrapy.commands import ScrapyCommand
-from scrapy.exceptions import UsageError
 
+from crawler.commands._records import add_format_option, reading_store
 from pipelines.records import FETCHED, LOOP, SEEN, write_rows
-from pipelines.store import SqlRecordStore, StoredChain, StoredHop, StoreMissing
+from pipelines.store import StoredChain, StoredHop
 
 COLUMNS = ("from", "to", "status", "permanent", "via", "final", "outcome", "flag")
 
@@ -159,7 +159,7 @@ class Command(ScrapyCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        parser.add_argument("--format", choices=("jsonl", "csv", "nginx"), default="jsonl")
+        add_format_option(parser, ("jsonl", "csv", "nginx"))
         parser.add_argument(
             "--permanent-only",
             action="store_true",
@@ -168,16 +168,10 @@ class Command(ScrapyCommand):
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
-        try:
-            store = SqlRecordStore.for_reading(self.settings)
-        except StoreMissing as exc:
-            raise UsageError(str(exc), print_help=False) from None
-        try:
+        with reading_store(self.settings) as store:
             fetched = (page["key"] for page in store.pages() if page["key"])
             rows = RedirectMap(store.chains(), fetched, opts.permanent_only).rows()
             if opts.format == "nginx":
                 write_nginx(rows, sys.stdout)
             else:
                 write_rows(rows, opts.format, COLUMNS, sys.stdout)
-        finally:
-            store.close()

@@ -1,0 +1,39 @@
+"""What the commands reading the record store (``redirects``, ``canonicals``, ``audit-rules``)
+share: their ``--format`` option and opening the store a crawl wrote.
+
+Functions, not a base command: Scrapy lists every ``ScrapyCommand`` subclass of this package
+as a command named after its module.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from scrapy.exceptions import UsageError
+
+from pipelines.store import SqlRecordStore, StoreMissing
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+
+def add_format_option(parser: argparse.ArgumentParser, formats: Sequence[str]) -> None:
+    """``--format``, one of ``formats``; the first is the default."""
+    parser.add_argument("--format", choices=formats, default=formats[0])
+
+
+@contextmanager
+def reading_store(settings: BaseSettings) -> Iterator[SqlRecordStore]:
+    """The store named by ``STORE_URL``, closed when the block ends. A store that does not
+    exist is a usage error saying where it was looked for, not a traceback."""
+    try:
+        store = SqlRecordStore.for_reading(settings)
+    except StoreMissing as exc:
+        raise UsageError(str(exc), print_help=False) from None
+    try:
+        yield store
+    finally:
+        store.close()
