@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import redis
 
@@ -65,6 +65,32 @@ def _text(reply: bytes | str) -> str:
 def added_flags(reply: bytes | str) -> list[bool]:
     """The answer of one queued add: per key, True if it was new."""
     return [flag == "1" for flag in _text(reply)]
+
+
+FilterT = TypeVar("FilterT")
+
+
+def connect_filter(
+    build: Callable[..., FilterT], settings: BaseSettings, spider_name: str, **options: int
+) -> FilterT:
+    """``build(client, key, capacity=, error_rate=, expansion=, owns_client=True, **options)``
+    for the ``SEEN_FILTER_*`` settings, on a new connection to ``REDIS_URL`` (which must have
+    RedisBloom); the connection is closed again if the filter cannot be set up."""
+    client = redis_from_url(settings["REDIS_URL"])
+    try:
+        require_bloom(client)
+        return build(
+            client,
+            settings["SEEN_FILTER_KEY"] % {"spider": spider_name},
+            capacity=settings.getint("SEEN_FILTER_CAPACITY"),
+            error_rate=settings.getfloat("SEEN_FILTER_ERROR_RATE"),
+            expansion=settings.getint("SEEN_FILTER_EXPANSION"),
+            owns_client=True,
+            **options,
+        )
+    except BaseException:
+        client.close()
+        raise
 
 
 @dataclass(frozen=True)
@@ -131,20 +157,7 @@ class RedisBloomSeenFilter:
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> Self:
         """The filter named by ``SEEN_FILTER_KEY`` at ``REDIS_URL``, on its own connection."""
-        client = redis_from_url(settings["REDIS_URL"])
-        try:
-            require_bloom(client)
-            return cls(
-                client,
-                settings["SEEN_FILTER_KEY"] % {"spider": spider_name},
-                capacity=settings.getint("SEEN_FILTER_CAPACITY"),
-                error_rate=settings.getfloat("SEEN_FILTER_ERROR_RATE"),
-                expansion=settings.getint("SEEN_FILTER_EXPANSION"),
-                owns_client=True,
-            )
-        except BaseException:
-            client.close()
-            raise
+        return connect_filter(cls, settings, spider_name)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:

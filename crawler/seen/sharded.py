@@ -27,8 +27,14 @@ import redis
 import xxhash
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from crawler.redis_client import Client, RedisSetupError, describe, redis_from_url, require_bloom
-from crawler.seen.redis import REPLY_TTL, BloomInfo, RedisBloomSeenFilter, added_flags
+from crawler.redis_client import Client, RedisSetupError, describe
+from crawler.seen.redis import (
+    REPLY_TTL,
+    BloomInfo,
+    RedisBloomSeenFilter,
+    added_flags,
+    connect_filter,
+)
 
 if TYPE_CHECKING:
     from typing import Self
@@ -118,21 +124,9 @@ class ShardedBloomSeenFilter:
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> Self:
         """The filter named by ``SEEN_FILTER_KEY`` at ``REDIS_URL`` in ``SEEN_FILTER_SHARDS``
         shards, on its own connection."""
-        client = redis_from_url(settings["REDIS_URL"])
-        try:
-            require_bloom(client)
-            return cls(
-                client,
-                settings["SEEN_FILTER_KEY"] % {"spider": spider_name},
-                shards=settings.getint("SEEN_FILTER_SHARDS"),
-                capacity=settings.getint("SEEN_FILTER_CAPACITY"),
-                error_rate=settings.getfloat("SEEN_FILTER_ERROR_RATE"),
-                expansion=settings.getint("SEEN_FILTER_EXPANSION"),
-                owns_client=True,
-            )
-        except BaseException:
-            client.close()
-            raise
+        return connect_filter(
+            cls, settings, spider_name, shards=settings.getint("SEEN_FILTER_SHARDS")
+        )
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
