@@ -2,36 +2,21 @@
 
 from __future__ import annotations
 
-import json
-import multiprocessing
 import random
 from collections import Counter
 
 import pytest
 import redis
 from redis.crc import key_slot
-from scrapy.settings import Settings
 
 from crawler.redis_client import RedisSetupError, describe, redis_from_url
 from crawler.seen import SeenFilter
 from crawler.seen.redis import RedisBloomSeenFilter
 from crawler.seen.sharded import ShardedBloomSeenFilter, shard_keys
 from tests.cluster import RedisClusterServers
+from tests.seen_support import SHARED_KEYS, page_keys, race_to_add_shared_keys, settings_for
 
 WORKERS = 4
-SHARED_KEYS = 2000
-
-
-def settings_for(url: str, **overrides: object) -> Settings:
-    settings = Settings()
-    settings.setmodule("crawler.settings")
-    settings.set("REDIS_URL", url)
-    settings.update(overrides)
-    return settings
-
-
-def page_keys(count: int, site: str = "example.com") -> list[str]:
-    return [f"v1|https://www.{site}/catalogue/book_{n}/index.html" for n in range(count)]
 
 
 @pytest.fixture
@@ -205,36 +190,11 @@ def test_shards_share_the_capacity_without_outgrowing_it(redis_url: str) -> None
     seen.close()
 
 
-def _add_shared_keys(url: str, seed: int, start: multiprocessing.synchronize.Barrier) -> None:
-    """One worker process: add the shared keys in its own order, in page-sized batches;
-    report the keys it was told are new."""
-    keys = page_keys(SHARED_KEYS)
-    random.Random(seed).shuffle(keys)
-    seen = ShardedBloomSeenFilter.from_settings(settings_for(url, SEEN_FILTER_SHARDS=6), "books")
-    start.wait(timeout=60)
-    new = []
-    for offset in range(0, len(keys), 25):
-        batch = keys[offset : offset + 25]
-        new += [key for key, is_new in zip(batch, seen.add_many(batch), strict=True) if is_new]
-    seen.client.rpush("test:new", json.dumps(new))
-    seen.close()
-
-
 def test_concurrent_processes_get_each_key_new_exactly_once(cluster_url: str) -> None:
-    context = multiprocessing.get_context("spawn")
-    start = context.Barrier(WORKERS)
-    workers = [
-        context.Process(target=_add_shared_keys, args=(cluster_url, seed, start))
-        for seed in range(WORKERS)
-    ]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=120)
-    assert [worker.exitcode for worker in workers] == [0] * WORKERS
-    client = redis_from_url(cluster_url)
-    reports = [json.loads(report) for report in client.lrange("test:new", 0, -1)]
-    client.close()
+    exitcodes, reports = race_to_add_shared_keys(
+        ShardedBloomSeenFilter, cluster_url, WORKERS, SEEN_FILTER_SHARDS=6
+    )
+    assert exitcodes == [0] * WORKERS
     assert len(reports) == WORKERS
     new_keys = [key for report in reports for key in report]
     assert sorted(new_keys) == sorted(page_keys(SHARED_KEYS))

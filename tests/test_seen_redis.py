@@ -2,40 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import multiprocessing
-import random
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import redis
-from scrapy.settings import Settings
 
 from crawler.redis_client import RedisSetupError, redis_from_url, require_bloom
 from crawler.seen import SeenFilter
 from crawler.seen.redis import RedisBloomSeenFilter
+from tests.seen_support import SHARED_KEYS, page_keys, race_to_add_shared_keys, settings_for
 from tests.servers import RedisServer, make_tls_files
 
 WORKERS = 8
-SHARED_KEYS = 2000
-
-
-def settings_for(url: str, **overrides: object) -> Settings:
-    settings = Settings()
-    settings.setmodule("crawler.settings")
-    settings.set("REDIS_URL", url)
-    settings.update(overrides)
-    return settings
-
-
-def page_keys(count: int, site: str = "example.com") -> list[str]:
-    return [
-        f"v1|https://www.{site}/catalogue/category/books_{n}/page-{n % 50}.html"
-        for n in range(count)
-    ]
 
 
 def test_reports_new_keys_once(redis_url: str) -> None:
@@ -61,37 +42,10 @@ def test_workers_of_one_spider_share_the_filter(redis_url: str) -> None:
         seen.close()
 
 
-def _add_shared_keys(url: str, seed: int, start: threading.Barrier) -> None:
-    """One worker process: add the shared keys in its own order, in batches; record which
-    keys it was told are new."""
-    keys = page_keys(SHARED_KEYS)
-    random.Random(seed).shuffle(keys)
-    seen = RedisBloomSeenFilter.from_settings(settings_for(url), "books")
-    start.wait(timeout=60)
-    new = []
-    for offset in range(0, len(keys), 25):
-        batch = keys[offset : offset + 25]
-        new += [key for key, is_new in zip(batch, seen.add_many(batch), strict=True) if is_new]
-    seen.client.rpush("test:new", json.dumps(new))
-    seen.close()
-
-
 @pytest.mark.slow
 def test_concurrent_processes_get_each_key_new_exactly_once(redis_url: str) -> None:
-    context = multiprocessing.get_context("spawn")
-    start = context.Barrier(WORKERS)
-    workers = [
-        context.Process(target=_add_shared_keys, args=(redis_url, seed, start))
-        for seed in range(WORKERS)
-    ]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=120)
-    assert [worker.exitcode for worker in workers] == [0] * WORKERS
-    client = redis.Redis.from_url(redis_url)
-    reports = [json.loads(report) for report in client.lrange("test:new", 0, -1)]
-    client.close()
+    exitcodes, reports = race_to_add_shared_keys(RedisBloomSeenFilter, redis_url, WORKERS)
+    assert exitcodes == [0] * WORKERS
     assert len(reports) == WORKERS
     new_keys = [key for report in reports for key in report]
     assert len(new_keys) == SHARED_KEYS
