@@ -10,11 +10,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from types import TracebackType
 
 import redis
 
-from tests.servers import RedisServer, ServiceUnavailable, free_port
+from tests.servers import RedisServer, Service, ServiceUnavailable, free_port
 
 REDIS_CLI_FIX = "install it: `apt-get install redis-tools` (Debian/Ubuntu)"
 SLOTS = 16384
@@ -35,7 +34,7 @@ class ClusterNodeServer(RedisServer):
         ]  # fmt: skip
 
 
-class RedisClusterServers:
+class RedisClusterServers(Service):
     """``masters`` cluster nodes on 127.0.0.1 holding all 16384 slots between them."""
 
     def __init__(self, masters: int = 3, *, bloom: bool = True) -> None:
@@ -120,18 +119,3 @@ class RedisClusterServers:
         """Stop every node and delete their directories."""
         for node in self.nodes:
             node.close()
-
-    def __enter__(self) -> RedisClusterServers:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

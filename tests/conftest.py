@@ -11,13 +11,14 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 import pytest
 import redis
 
 from tests.cluster import RedisClusterServers
-from tests.servers import RedisServer, ServiceUnavailable
+from tests.servers import RedisServer, Service, ServiceUnavailable
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
@@ -39,30 +40,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgres)
 
 
+ServiceT = TypeVar("ServiceT", bound=Service)
+
+
+def serve(service: ServiceT, what: str) -> Iterator[ServiceT]:
+    """A fixture's ``service``, started, then closed after its tests; one that cannot start
+    fails the tests that need it, saying why."""
+    try:
+        service.start()
+    except ServiceUnavailable as exc:
+        service.close()
+        pytest.fail(f"cannot start {what}: {exc}", pytrace=False)
+    yield service
+    service.close()
+
+
 @pytest.fixture(scope="session")
 def redis_bloom_server() -> Iterator[RedisServer]:
     """One redis-server with RedisBloom for the whole session, on a free loopback port."""
-    server = RedisServer(bloom=True)
-    try:
-        server.start()
-    except ServiceUnavailable as exc:
-        server.close()
-        pytest.fail(f"cannot start redis-server with RedisBloom: {exc}", pytrace=False)
-    yield server
-    server.close()
+    yield from serve(RedisServer(bloom=True), "redis-server with RedisBloom")
 
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisClusterServers]:
     """A 3-master Redis Cluster with RedisBloom for the whole session, on loopback."""
-    cluster = RedisClusterServers(masters=3)
-    try:
-        cluster.start()
-    except ServiceUnavailable as exc:
-        cluster.close()
-        pytest.fail(f"cannot start a Redis Cluster: {exc}", pytrace=False)
-    yield cluster
-    cluster.close()
+    yield from serve(RedisClusterServers(masters=3), "a Redis Cluster")
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 from urllib.parse import quote
 
 import redis
@@ -30,6 +31,32 @@ START_TIMEOUT = 10.0
 
 class ServiceUnavailable(RuntimeError):
     """A service the tests need is missing; the message says how to get it."""
+
+
+class Service:
+    """Processes a test starts and must clean up after: ``with`` starts them, and closes
+    them again when the block ends or when starting fails half-way."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 def redis_server_path() -> Path:
@@ -123,7 +150,7 @@ def make_tls_files(directory: Path) -> TLSFiles:
     return files
 
 
-class RedisServer:
+class RedisServer(Service):
     """A private ``redis-server`` on 127.0.0.1.
 
     ``bloom`` loads RedisBloom; ``appendonly`` turns on the AOF with ``appendfsync always`` so
@@ -284,14 +311,3 @@ class RedisServer:
         """Stop the server and delete its directory."""
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
