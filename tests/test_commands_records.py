@@ -13,27 +13,13 @@ from pipelines.records import (
     BLOCKED,
     FETCHED,
     SEEN,
-    VIA_LOCATION,
     CanonicalHint,
     Chain,
-    Hop,
     UrlAlias,
 )
 from pipelines.store import SqlRecordStore
+from tests.record_builders import A, B, C, chain, hop
 from tests.redirect_server import command_rows, scrapy
-
-A, B, C = "https://e.org/a", "https://e.org/b", "https://e.org/c"
-
-
-def hop(source: str, target: str, status: int = 301) -> Hop:
-    return Hop(source, dedupe_key(source), status, target, target, dedupe_key(target), VIA_LOCATION)
-
-
-def chain(chain_id: str, outcome: str, *hops: Hop, flag: str | None = None) -> Chain:
-    state = Chain(chain_id, hops[0].source, dedupe_key(hops[0].source))
-    for one in hops:
-        state = state.add(one)
-    return state.finish(outcome, hops[-1].target, flag=flag)
 
 
 def write(store_url: str, *chains: Chain) -> None:

@@ -15,10 +15,7 @@ from pipelines.records import (
     FETCHED,
     LOOP,
     SEEN,
-    VIA_LOCATION,
     CanonicalHint,
-    Chain,
-    Hop,
     KeyAlias,
     PageRecord,
     UrlAlias,
@@ -29,20 +26,7 @@ from pipelines.store import (
     StoreMissing,
     normalize_store_url,
 )
-
-A, B, C = "https://e.org/a", "https://e.org/b", "https://e.org/c"
-
-
-def hop(source: str, target: str, status: int = 301) -> Hop:
-    return Hop(source, f"r1|{source}", status, target, target, f"r1|{target}", VIA_LOCATION, 1.0)
-
-
-def chain(*hops: Hop, outcome: str = FETCHED, chain_id: str = "c1") -> Chain:
-    start = hops[0].source
-    state = Chain(chain_id, start, f"r1|{start}")
-    for one in hops:
-        state = state.add(one)
-    return state.finish(outcome, hops[-1].target)
+from tests.record_builders import A, B, C, chain, hop
 
 
 def count(store: SqlRecordStore) -> dict[str, int]:
@@ -57,7 +41,7 @@ def count(store: SqlRecordStore) -> dict[str, int]:
 
 
 def write_everything(store: SqlRecordStore) -> None:
-    store.add_chain(chain(hop(A, B, 301), hop(B, C, 302)))
+    store.add_chain(chain("c1", FETCHED, hop(A, B, 301), hop(B, C, 302)))
     store.add_page(PageRecord(A, C, f"r1|{C}", 200, "c1", None, 2.0))
     store.add_hints(
         [CanonicalHint(C, f"r1|{C}", "link-element", "/c", C, f"r1|{C}", True, "self", 3.0)]
@@ -133,15 +117,15 @@ def test_a_chain_only_moves_forward(store_url: str) -> None:
         [stored] = reader.chains()
         return stored.outcome, stored.hop_count
 
-    store.add_chain(chain(hop(A, B), outcome=SEEN))
+    store.add_chain(chain("c1", SEEN, hop(A, B)))
     assert state() == (SEEN, 1)
-    store.add_chain(chain(hop(A, B), outcome=FETCHED))  # the worker that fetched B reports
+    store.add_chain(chain("c1", FETCHED, hop(A, B)))  # the worker that fetched B reports
     assert state() == (FETCHED, 1)
-    store.add_chain(chain(hop(A, B), outcome=SEEN))  # a late "seen" does not undo it
+    store.add_chain(chain("c1", SEEN, hop(A, B)))  # a late "seen" does not undo it
     assert state() == (FETCHED, 1)
-    store.add_chain(chain(hop(A, B), hop(B, A), outcome=LOOP))
+    store.add_chain(chain("c1", LOOP, hop(A, B), hop(B, A)))
     assert state() == (LOOP, 2)
-    store.add_chain(chain(hop(A, B), outcome=FETCHED))  # an older, shorter state
+    store.add_chain(chain("c1", FETCHED, hop(A, B)))  # an older, shorter state
     assert state() == (LOOP, 2)
     store.close()
     reader.close()
