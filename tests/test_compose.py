@@ -69,17 +69,25 @@ def compose(env: Mapping[str, str]) -> dict[str, Any]:
     return interpolate(yaml.safe_load(COMPOSE_FILE.read_text()), env)
 
 
-def scrapy(*args: str, env: Mapping[str, str] | None = None) -> str:
-    """Output of ``scrapy ARGS`` run in the project, as a shell in the image would."""
-    done = subprocess.run(
+def run_scrapy(
+    *args: str, env: Mapping[str, str] | None = None, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    """``scrapy ARGS`` run in ``cwd`` (the project), as a shell in the image would, with
+    ``env`` added to this environment; checking its exit status is the caller's part."""
+    return subprocess.run(
         [SCRAPY, *args],
-        cwd=ROOT,
+        cwd=cwd,
         env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,
-        check=True,
     )
+
+
+def scrapy(*args: str, env: Mapping[str, str] | None = None) -> str:
+    """Output of ``scrapy ARGS`` run in the project, which must succeed."""
+    done = run_scrapy(*args, env=env)
+    done.check_returncode()
     return done.stdout
 
 
@@ -198,14 +206,7 @@ def test_the_compose_commands_crawl_a_site(redis_url: str, pg_url: str, tmp_path
             # ...replaced by the local ones, as Docker's DNS would resolve them.
             return {**os.environ, **env, "REDIS_URL": redis_url, "STORE_URL": pg_url}
 
-        seed = subprocess.run(
-            [SCRAPY, *services["seed"]["command"][1:]],
-            cwd=ROOT,
-            env=run_env(services["seed"]),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        seed = run_scrapy(*services["seed"]["command"][1:], env=run_env(services["seed"]))
         assert seed.returncode == 0, seed.stderr
         assert seed.stdout.startswith("1 queued"), seed.stdout
 
@@ -229,14 +230,7 @@ def test_the_compose_commands_crawl_a_site(redis_url: str, pg_url: str, tmp_path
         # The status view, once, as JSON instead of refreshing in place.
         status_command = services["status"]["command"][1:]
         status_command[status_command.index("--watch")] = "--json"
-        status = subprocess.run(
-            [SCRAPY, *status_command],
-            cwd=ROOT,
-            env=run_env(services["status"]),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        status = run_scrapy(*status_command, env=run_env(services["status"]))
         assert status.returncode == 0, status.stderr
         reading = json.loads(status.stdout.splitlines()[0])
         assert (reading["queued"], reading["leased"], reading["failed"]) == (0, 0, 0)
@@ -314,7 +308,5 @@ def test_the_image_install_has_every_file_the_worker_loads(tmp_path: Path) -> No
         check=True,
     )
     assert check.stdout.startswith(str(site_packages))
-    help_text = subprocess.run(
-        [SCRAPY, "-h"], cwd=app, env={**os.environ, **installed}, capture_output=True, text=True
-    ).stdout
+    help_text = run_scrapy("-h", env=installed, cwd=app).stdout
     assert "seed" in help_text and "crawl" in help_text
