@@ -47,6 +47,19 @@ class Audit:
         return [*self.merges, *self.splits, *self.rejected]
 
 
+def _regrouping(
+    change: str, key_name: str, key: str, others_name: str, others: dict[str, list[str]]
+) -> dict[str, Any]:
+    """A merge or split as reported: the one key, the keys on the other side (each with its
+    URLs in ``others``) and every URL concerned."""
+    return {
+        "change": change,
+        key_name: key,
+        others_name: sorted(others),
+        "urls": sorted(url for urls in others.values() for url in urls),
+    }
+
+
 def audit(aliases: Iterable[tuple[str, str]], new_key: Callable[[str], str]) -> Audit:
     """Compare the stored ``(url, key)`` pairs with ``new_key(url)``."""
     result = Audit()
@@ -65,24 +78,10 @@ def audit(aliases: Iterable[tuple[str, str]], new_key: Callable[[str], str]) -> 
         by_new[new][old].append(url)
     for new, olds in sorted(by_new.items()):
         if len(olds) > 1:
-            result.merges.append(
-                {
-                    "change": "merge",
-                    "new_key": new,
-                    "old_keys": sorted(olds),
-                    "urls": sorted(url for urls in olds.values() for url in urls),
-                }
-            )
+            result.merges.append(_regrouping("merge", "new_key", new, "old_keys", olds))
     for old, news in sorted(by_old.items()):
         if len(news) > 1:
-            result.splits.append(
-                {
-                    "change": "split",
-                    "old_key": old,
-                    "new_keys": sorted(news),
-                    "urls": sorted(url for urls in news.values() for url in urls),
-                }
-            )
+            result.splits.append(_regrouping("split", "old_key", old, "new_keys", news))
         elif not any(len(by_new[new]) > 1 for new in news):
             result.unchanged_groups += 1
     return result
