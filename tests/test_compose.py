@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
@@ -69,26 +69,29 @@ def compose(env: Mapping[str, str]) -> dict[str, Any]:
     return interpolate(yaml.safe_load(COMPOSE_FILE.read_text()), env)
 
 
-def run_scrapy(
-    *args: str, env: Mapping[str, str] | None = None, cwd: Path = ROOT
+def run(
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path = ROOT,
+    check: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """``scrapy ARGS`` run in ``cwd`` (the project), as a shell in the image would, with
-    ``env`` added to this environment; checking its exit status is the caller's part."""
+    """``command`` run in ``cwd`` (the project), as a shell in the image would, with ``env``
+    added to this environment; ``check``: a failure raises."""
     return subprocess.run(
-        [SCRAPY, *args],
+        command,
         cwd=cwd,
         env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,
+        check=check,
     )
 
 
 def scrapy(*args: str, env: Mapping[str, str] | None = None) -> str:
     """Output of ``scrapy ARGS`` run in the project, which must succeed."""
-    done = run_scrapy(*args, env=env)
-    done.check_returncode()
-    return done.stdout
+    return run([SCRAPY, *args], env=env, check=True).stdout
 
 
 SITE_ENV = {"START_URL": "https://example.com/"}
@@ -164,7 +167,7 @@ def test_the_environment_reaches_the_settings() -> None:
     for env in (SITE_ENV, {**SITE_ENV, "CONCURRENT_REQUESTS": "48", "LOG_LEVEL": "DEBUG"}):
         for name, service in crawler_services(compose(env)).items():
             passed = {key: str(value) for key, value in service["environment"].items()}
-            read = subprocess.run(
+            read = run(
                 [
                     sys.executable,
                     "-c",
@@ -173,10 +176,7 @@ def test_the_environment_reaches_the_settings() -> None:
                     "print(json.dumps({n: str(s.get(n)) for n in sys.argv[1:]}))",
                     *passed,
                 ],
-                cwd=ROOT,
-                env={**os.environ, **passed},
-                capture_output=True,
-                text=True,
+                env=passed,
                 check=True,
             )
             assert json.loads(read.stdout) == passed, name
@@ -206,7 +206,7 @@ def test_the_compose_commands_crawl_a_site(redis_url: str, pg_url: str, tmp_path
             # ...replaced by the local ones, as Docker's DNS would resolve them.
             return {**os.environ, **env, "REDIS_URL": redis_url, "STORE_URL": pg_url}
 
-        seed = run_scrapy(*services["seed"]["command"][1:], env=run_env(services["seed"]))
+        seed = run([SCRAPY, *services["seed"]["command"][1:]], env=run_env(services["seed"]))
         assert seed.returncode == 0, seed.stderr
         assert seed.stdout.startswith("1 queued"), seed.stdout
 
@@ -230,7 +230,7 @@ def test_the_compose_commands_crawl_a_site(redis_url: str, pg_url: str, tmp_path
         # The status view, once, as JSON instead of refreshing in place.
         status_command = services["status"]["command"][1:]
         status_command[status_command.index("--watch")] = "--json"
-        status = run_scrapy(*status_command, env=run_env(services["status"]))
+        status = run([SCRAPY, *status_command], env=run_env(services["status"]))
         assert status.returncode == 0, status.stderr
         reading = json.loads(status.stdout.splitlines()[0])
         assert (reading["queued"], reading["leased"], reading["failed"]) == (0, 0, 0)
@@ -295,18 +295,16 @@ def test_the_image_install_has_every_file_the_worker_loads(tmp_path: Path) -> No
         timeout=300,
     )  # fmt: skip
     installed = {"PYTHONPATH": str(site_packages)}
-    check = subprocess.run(
+    check = run(
         [
             sys.executable,
             "-c",
             "import crawler.frontier.redis as r; print(r.__file__); r._script_source('admit')",
         ],
+        env=installed,
         cwd=tmp_path,
-        env={**os.environ, **installed},
-        capture_output=True,
-        text=True,
         check=True,
     )
     assert check.stdout.startswith(str(site_packages))
-    help_text = run_scrapy("-h", env=installed, cwd=app).stdout
+    help_text = run([SCRAPY, "-h"], env=installed, cwd=app).stdout
     assert "seed" in help_text and "crawl" in help_text
