@@ -41,16 +41,15 @@ DUPEFILTER_CLASS = "crawler.dupefilter.BloomDupeFilter"
 SEEN_FILTER_CAPACITY = 1_000_000
 SEEN_FILTER_ERROR_RATE = 0.001
 SEEN_FILTER_EXPANSION = 2
-# Redis key of the shared RedisBloom filter (REDIS_URL set); %(spider)s is the spider's name,
-# so every worker of one spider shares one filter.
-SEEN_FILTER_KEY = "%(spider)s:seen"
+# With REDIS_URL set, the shared RedisBloom filter lives beside the shared frontier, at
+# <FRONTIER_KEY_PREFIX>:seen, so every worker of one crawl shares one filter.
 # Number of RedisBloom keys the filter is split over (crawler.seen.sharded), by a hash of the
 # dedupe key. One Redis value holds at most 512 MiB, about 300M keys at 0.1%: plan one shard
 # per 250M keys (docs/scaling.md). On Redis Cluster the shards spread over the masters; use a
 # multiple of the number of masters. Fixed for the life of a filter (a change is refused).
-# The shared frontier splits its own filter (<prefix>:seen) the same way: with 1, one atomic
-# script marks a page's links seen and queues them; above 1, three steps (stage, mark in the
-# shards, commit) that lose no request if a worker dies between them (crawler.frontier.redis).
+# With 1, one atomic script marks a page's links seen and queues them; above 1, three steps
+# (stage, mark in the shards, commit) that lose no request if a worker dies between them
+# (crawler.frontier.redis).
 SEEN_FILTER_SHARDS = 1
 # Per-host dedupe-key rules on top of the built-in ones (crawler.canonical.rules, lists in
 # crawler.canonical.tracking). Keys: a host (applies to its subdomains too), "host/path" (one

@@ -76,7 +76,7 @@ from crawler.frontier.serialize import (
 )
 from crawler.redis_client import describe, redis_from_url, require_bloom
 from crawler.seen.redis import REPLY_TTL
-from crawler.seen.sharded import ShardedBloomSeenFilter
+from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
 
 if TYPE_CHECKING:
     from typing import Self
@@ -339,14 +339,7 @@ class RedisFrontier:
         try:
             require_bloom(client)
             keys = FrontierKeys.for_prefix(prefix)
-            seen = ShardedBloomSeenFilter(
-                client,
-                keys.seen,
-                shards=settings.getint("SEEN_FILTER_SHARDS", 1),
-                capacity=settings.getint("SEEN_FILTER_CAPACITY"),
-                error_rate=settings.getfloat("SEEN_FILTER_ERROR_RATE"),
-                expansion=settings.getint("SEEN_FILTER_EXPANSION"),
-            )
+            seen = seen_filter_from_settings(client, keys.seen, settings)
             keyer = RequestKeyer.from_settings(stats, settings)
             frontier = cls(
                 client,

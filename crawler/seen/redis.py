@@ -5,21 +5,17 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import redis
 
-from crawler.redis_client import RedisSetupError, describe, redis_from_url, require_bloom
+from crawler.redis_client import RedisSetupError, describe
 
 if TYPE_CHECKING:
-    from typing import Self
-
     from redis.client import Pipeline
     from redis.cluster import ClusterPipeline
-    from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
@@ -67,32 +63,6 @@ def added_flags(reply: bytes | str) -> list[bool]:
     return [flag == "1" for flag in _text(reply)]
 
 
-FilterT = TypeVar("FilterT")
-
-
-def connect_filter(
-    build: Callable[..., FilterT], settings: BaseSettings, spider_name: str, **options: int
-) -> FilterT:
-    """``build(client, key, capacity=, error_rate=, expansion=, owns_client=True, **options)``
-    for the ``SEEN_FILTER_*`` settings, on a new connection to ``REDIS_URL`` (which must have
-    RedisBloom); the connection is closed again if the filter cannot be set up."""
-    client = redis_from_url(settings["REDIS_URL"])
-    try:
-        require_bloom(client)
-        return build(
-            client,
-            settings["SEEN_FILTER_KEY"] % {"spider": spider_name},
-            capacity=settings.getint("SEEN_FILTER_CAPACITY"),
-            error_rate=settings.getfloat("SEEN_FILTER_ERROR_RATE"),
-            expansion=settings.getint("SEEN_FILTER_EXPANSION"),
-            owns_client=True,
-            **options,
-        )
-    except BaseException:
-        client.close()
-        raise
-
-
 @dataclass(frozen=True)
 class BloomInfo:
     """``BF.INFO`` of the filter, for status reports."""
@@ -137,8 +107,6 @@ class RedisBloomSeenFilter:
         capacity: int,
         error_rate: float,
         expansion: int = 2,
-        *,
-        owns_client: bool = False,
     ) -> None:
         if capacity < 1 or not 0 < error_rate < 1 or expansion < 1:
             raise ValueError(
@@ -150,19 +118,8 @@ class RedisBloomSeenFilter:
         self.capacity = capacity
         self.error_rate = error_rate
         self.expansion = expansion
-        self._owns_client = owns_client
         self._params_key = f"{key}:params"
         self._reserve()
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings, spider_name: str) -> Self:
-        """The filter named by ``SEEN_FILTER_KEY`` at ``REDIS_URL``, on its own connection."""
-        return connect_filter(cls, settings, spider_name)
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        assert crawler.spidercls is not None
-        return cls.from_settings(crawler.settings, crawler.spidercls.name)
 
     @property
     def parameters(self) -> dict[str, float]:
@@ -178,7 +135,7 @@ class RedisBloomSeenFilter:
         if key_type not in ("none", "MBbloom--"):
             raise RedisSetupError(
                 f"key {self.key!r} at {describe(self.client)} holds a {key_type}, not a "
-                "Bloom filter: set SEEN_FILTER_KEY to another name"
+                "Bloom filter: set FRONTIER_KEY_PREFIX to another name"
             )
         recorded = self.client.eval(
             _RESERVE,
@@ -270,5 +227,4 @@ class RedisBloomSeenFilter:
         return bloom_info(self.client, self.key)
 
     def close(self) -> None:
-        if self._owns_client:
-            self.client.close()
+        """Nothing to release: ``client`` belongs to the caller, who closes it."""

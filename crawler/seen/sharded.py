@@ -28,18 +28,9 @@ import xxhash
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from crawler.redis_client import Client, RedisSetupError, describe
-from crawler.seen.redis import (
-    REPLY_TTL,
-    BloomInfo,
-    RedisBloomSeenFilter,
-    added_flags,
-    connect_filter,
-)
+from crawler.seen.redis import REPLY_TTL, BloomInfo, RedisBloomSeenFilter, added_flags
 
 if TYPE_CHECKING:
-    from typing import Self
-
-    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 
@@ -110,8 +101,9 @@ class ShardedBloomSeenFilter:
         if shards == 1 and isinstance(client, redis.RedisCluster) and not has_hash_tag(base_key):
             # The filter's add script also touches <key>:params and <key>:reply:*.
             raise RedisSetupError(
-                f"seen filter key {base_key!r} needs a {{hash tag}} on Redis Cluster (e.g. "
-                "'{%(spider)s}:seen'), or set SEEN_FILTER_SHARDS above 1"
+                f"seen filter key {base_key!r} needs a {{hash tag}} on Redis Cluster: give "
+                "FRONTIER_KEY_PREFIX one (the default '{%(spider)s}' is one), or set "
+                "SEEN_FILTER_SHARDS above 1"
             )
         _record_shard_count(client, base_key, shards)
         per_shard = shard_capacity(capacity, shards)
@@ -119,19 +111,6 @@ class ShardedBloomSeenFilter:
             RedisBloomSeenFilter(client, key, per_shard, error_rate, expansion)
             for key in shard_keys(base_key, shards)
         ]
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings, spider_name: str) -> Self:
-        """The filter named by ``SEEN_FILTER_KEY`` at ``REDIS_URL`` in ``SEEN_FILTER_SHARDS``
-        shards, on its own connection."""
-        return connect_filter(
-            cls, settings, spider_name, shards=settings.getint("SEEN_FILTER_SHARDS")
-        )
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        assert crawler.spidercls is not None
-        return cls.from_settings(crawler.settings, crawler.spidercls.name)
 
     def shard_of(self, key: str) -> int:
         """Index of the shard holding dedupe key ``key``."""
@@ -175,6 +154,26 @@ class ShardedBloomSeenFilter:
     def close(self) -> None:
         if self._owns_client:
             self.client.close()
+
+
+def seen_filter_from_settings(
+    client: Client, key: str, settings: BaseSettings
+) -> ShardedBloomSeenFilter:
+    """The seen filter at ``key`` on ``client`` (which must have RedisBloom, and stays the
+    caller's to close), sized by ``SEEN_FILTER_CAPACITY``, ``SEEN_FILTER_ERROR_RATE`` and
+    ``SEEN_FILTER_EXPANSION`` and split into ``SEEN_FILTER_SHARDS`` shards (one shard is the
+    plain :class:`RedisBloomSeenFilter` at ``key`` itself).
+
+    The one place these settings are read, so that every worker of a crawl builds the same
+    filter."""
+    return ShardedBloomSeenFilter(
+        client,
+        key,
+        shards=settings.getint("SEEN_FILTER_SHARDS"),
+        capacity=settings.getint("SEEN_FILTER_CAPACITY"),
+        error_rate=settings.getfloat("SEEN_FILTER_ERROR_RATE"),
+        expansion=settings.getint("SEEN_FILTER_EXPANSION"),
+    )
 
 
 def _record_shard_count(client: Client, base_key: str, shards: int) -> None:
