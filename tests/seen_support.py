@@ -11,22 +11,25 @@ from multiprocessing.synchronize import Barrier
 from scrapy.settings import Settings
 
 from crawler.redis_client import redis_from_url
-from crawler.seen.redis import RedisBloomSeenFilter
-from crawler.seen.sharded import ShardedBloomSeenFilter
+from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
 
 #: Keys every racing worker adds, each in its own order.
 SHARED_KEYS = 2000
-#: The filters whose ``from_settings`` the racing workers use.
-RedisFilter = type[RedisBloomSeenFilter] | type[ShardedBloomSeenFilter]
 
 
-def settings_for(url: str, **overrides: object) -> Settings:
-    """The project's settings with ``REDIS_URL=url`` and ``overrides``."""
+def open_filter(url: str, key: str = "books:seen", **overrides: object) -> ShardedBloomSeenFilter:
+    """The seen filter at ``key`` that the project's settings with ``overrides`` make, on a
+    new connection to ``url`` (close it with ``seen.client.close()``; closed already if the
+    filter is refused)."""
     settings = Settings()
     settings.setmodule("crawler.settings")
-    settings.set("REDIS_URL", url)
     settings.update(overrides)
-    return settings
+    client = redis_from_url(url)
+    try:
+        return seen_filter_from_settings(client, key, settings)
+    except BaseException:
+        client.close()
+        raise
 
 
 def page_keys(count: int, site: str = "example.com") -> list[str]:
@@ -38,7 +41,6 @@ def page_keys(count: int, site: str = "example.com") -> list[str]:
 
 
 def _add_shared_keys(
-    filter_class: RedisFilter,
     url: str,
     overrides: dict[str, object],
     seed: int,
@@ -48,26 +50,26 @@ def _add_shared_keys(
     report the keys it was told are new."""
     keys = page_keys(SHARED_KEYS)
     random.Random(seed).shuffle(keys)
-    seen = filter_class.from_settings(settings_for(url, **overrides), "books")
+    seen = open_filter(url, **overrides)
     start.wait(timeout=60)
     new = []
     for offset in range(0, len(keys), 25):
         batch = keys[offset : offset + 25]
         new += [key for key, is_new in zip(batch, seen.add_many(batch), strict=True) if is_new]
     seen.client.rpush("test:new", json.dumps(new))
-    seen.close()
+    seen.client.close()
 
 
 def race_to_add_shared_keys(
-    filter_class: RedisFilter, url: str, workers: int, **overrides: object
+    url: str, workers: int, **overrides: object
 ) -> tuple[list[int | None], list[list[str]]]:
     """Start ``workers`` processes at once, each adding :data:`SHARED_KEYS` through its own
-    ``filter_class.from_settings(settings, "books")``; return their exit codes and, per
+    :func:`open_filter` with ``overrides``; return their exit codes and, per
     worker, the keys it was told are new."""
     context = multiprocessing.get_context("spawn")
     start = context.Barrier(workers)
     processes = [
-        context.Process(target=_add_shared_keys, args=(filter_class, url, overrides, seed, start))
+        context.Process(target=_add_shared_keys, args=(url, overrides, seed, start))
         for seed in range(workers)
     ]
     for process in processes:

@@ -12,9 +12,9 @@ from redis.crc import key_slot
 from crawler.redis_client import RedisSetupError, describe, redis_from_url
 from crawler.seen import SeenFilter
 from crawler.seen.redis import RedisBloomSeenFilter
-from crawler.seen.sharded import ShardedBloomSeenFilter, shard_keys
+from crawler.seen.sharded import shard_keys
 from tests.cluster import RedisClusterServers
-from tests.seen_support import SHARED_KEYS, page_keys, race_to_add_shared_keys, settings_for
+from tests.seen_support import SHARED_KEYS, open_filter, page_keys, race_to_add_shared_keys
 
 WORKERS = 4
 
@@ -51,9 +51,7 @@ def test_shard_i_of_n_hashes_into_the_i_th_slot_range() -> None:
 def test_shards_spread_over_every_master(
     cluster_url: str, redis_cluster: RedisClusterServers, shards: int, per_master: int
 ) -> None:
-    seen = ShardedBloomSeenFilter.from_settings(
-        settings_for(cluster_url, SEEN_FILTER_SHARDS=shards), "books"
-    )
+    seen = open_filter(cluster_url, SEEN_FILTER_SHARDS=shards)
     keys = page_keys(600)
     assert seen.add_many(keys) == [True] * 600
     holders = Counter(redis_cluster.node_holding(shard.key).port for shard in seen.shards)
@@ -62,7 +60,7 @@ def test_shards_spread_over_every_master(
     assert len(fills) == shards
     assert sum(fills) == 600
     assert min(fills) > 600 / shards / 2  # the key hash spreads keys over the shards
-    seen.close()
+    seen.client.close()
 
 
 def test_a_batch_is_one_eval_per_shard_and_nothing_else(
@@ -70,9 +68,7 @@ def test_a_batch_is_one_eval_per_shard_and_nothing_else(
 ) -> None:
     """Round trips: each node gets the EVALs of its shards in one pipeline, and no helper
     command (redis-py would otherwise ask a node for each EVAL's keys: COMMAND GETKEYS)."""
-    seen = ShardedBloomSeenFilter.from_settings(
-        settings_for(cluster_url, SEEN_FILTER_SHARDS=6), "books"
-    )
+    seen = open_filter(cluster_url, SEEN_FILTER_SHARDS=6)
     holder = [redis_cluster.node_holding(shard.key).port for shard in seen.shards]
     observers = {node.port: node.client() for node in redis_cluster.nodes}
     for observer in observers.values():
@@ -91,7 +87,7 @@ def test_a_batch_is_one_eval_per_shard_and_nothing_else(
         assert calls["eval"] == sum(1 for shard in touched if holder[shard] == port) == 2
         # Only what the add script itself runs: reply lookup, the Bloom insert, reply store.
         assert set(calls) == {"eval", "get", "bf.insert", "set"}
-    seen.close()
+    seen.client.close()
 
 
 def batches_with_repeats() -> list[list[str]]:
@@ -120,64 +116,60 @@ def exact_answers(batches: list[list[str]]) -> list[list[bool]]:
 
 
 @pytest.mark.parametrize("shards", [1, 4])
-def test_same_answers_as_one_filter_on_one_redis(redis_url: str, shards: int) -> None:
-    single = RedisBloomSeenFilter.from_settings(settings_for(redis_url), "single")
-    sharded = ShardedBloomSeenFilter.from_settings(
-        settings_for(redis_url, SEEN_FILTER_SHARDS=shards), "sharded"
-    )
+def test_same_answers_as_one_filter_on_one_redis(
+    redis_client: redis.Redis, redis_url: str, shards: int
+) -> None:
+    single = RedisBloomSeenFilter(redis_client, "single:seen", 1_000_000, 0.001)
+    sharded = open_filter(redis_url, "sharded:seen", SEEN_FILTER_SHARDS=shards)
     assert isinstance(sharded, SeenFilter)
     batches = batches_with_repeats()
     expected = exact_answers(batches)
     assert [single.add_many(batch) for batch in batches] == expected
     assert [sharded.add_many(batch) for batch in batches] == expected
-    single.close()
-    sharded.close()
+    sharded.client.close()
 
 
 def test_same_answers_as_one_filter_on_the_cluster(cluster_url: str) -> None:
-    sharded = ShardedBloomSeenFilter.from_settings(
-        settings_for(cluster_url, SEEN_FILTER_SHARDS=6), "books"
-    )
+    sharded = open_filter(cluster_url, SEEN_FILTER_SHARDS=6)
     batches = batches_with_repeats()
     assert [sharded.add_many(batch) for batch in batches] == exact_answers(batches)
-    sharded.close()
+    sharded.client.close()
 
 
-def test_one_shard_is_the_plain_filter(redis_url: str) -> None:
-    plain = RedisBloomSeenFilter.from_settings(settings_for(redis_url), "books")
+def test_one_shard_is_the_plain_filter(redis_client: redis.Redis, redis_url: str) -> None:
+    plain = RedisBloomSeenFilter(redis_client, "books:seen", 1_000_000, 0.001)
     assert plain.add_many(page_keys(5)) == [True] * 5
-    one_shard = ShardedBloomSeenFilter.from_settings(settings_for(redis_url), "books")
+    one_shard = open_filter(redis_url, "books:seen")
     assert [shard.key for shard in one_shard.shards] == ["books:seen"]
     assert one_shard.add_many(page_keys(6)) == [False] * 5 + [True]
-    plain.close()
-    one_shard.close()
+    one_shard.client.close()
 
 
 def test_one_shard_on_the_cluster_needs_a_hash_tag(cluster_url: str) -> None:
-    with pytest.raises(RedisSetupError, match=r"needs a \{hash tag\} on Redis Cluster"):
-        ShardedBloomSeenFilter.from_settings(settings_for(cluster_url), "books")
-    tagged = settings_for(cluster_url, SEEN_FILTER_KEY="{%(spider)s}:seen")
-    seen = ShardedBloomSeenFilter.from_settings(tagged, "books")
+    with pytest.raises(
+        RedisSetupError, match=r"needs a \{hash tag\} on Redis Cluster: give FRONTIER_KEY_PREFIX"
+    ):
+        open_filter(cluster_url, "books:seen")
+    seen = open_filter(cluster_url, "{books}:seen")
     assert seen.add_many(page_keys(3) * 2) == [True] * 3 + [False] * 3
-    seen.close()
+    seen.client.close()
 
 
 def test_changing_the_number_of_shards_is_refused(redis_url: str) -> None:
-    first = ShardedBloomSeenFilter.from_settings(settings_for(redis_url, SEEN_FILTER_SHARDS=4), "b")
+    first = open_filter(redis_url, SEEN_FILTER_SHARDS=4)
     first.add_many(page_keys(10))
     with pytest.raises(RedisSetupError, match=r"split into 4 shards, but SEEN_FILTER_SHARDS is 8"):
-        ShardedBloomSeenFilter.from_settings(settings_for(redis_url, SEEN_FILTER_SHARDS=8), "b")
-    again = ShardedBloomSeenFilter.from_settings(settings_for(redis_url, SEEN_FILTER_SHARDS=4), "b")
+        open_filter(redis_url, SEEN_FILTER_SHARDS=8)
+    again = open_filter(redis_url, SEEN_FILTER_SHARDS=4)
     assert again.add_many(page_keys(10)) == [False] * 10
-    first.close()
-    again.close()
+    first.client.close()
+    again.client.close()
 
 
 def test_shards_share_the_capacity_without_outgrowing_it(redis_url: str) -> None:
     """A filter filled to its capacity: no shard grows a second sub-filter (twice as big)
     because the key hash gave it a few more keys than its share."""
-    settings = settings_for(redis_url, SEEN_FILTER_SHARDS=4, SEEN_FILTER_CAPACITY=20_000)
-    seen = ShardedBloomSeenFilter.from_settings(settings, "books")
+    seen = open_filter(redis_url, SEEN_FILTER_SHARDS=4, SEEN_FILTER_CAPACITY=20_000)
     keys = page_keys(20_000)
     for offset in range(0, len(keys), 1000):
         seen.add_many(keys[offset : offset + 1000])
@@ -187,13 +179,11 @@ def test_shards_share_the_capacity_without_outgrowing_it(redis_url: str) -> None
     assert max(info.items_inserted for info in infos) > 5000  # some shard got more than 1/4
     assert [info.filters for info in infos] == [1] * 4
     assert all(5000 <= info.capacity < 5000 * 1.1 for info in infos)
-    seen.close()
+    seen.client.close()
 
 
 def test_concurrent_processes_get_each_key_new_exactly_once(cluster_url: str) -> None:
-    exitcodes, reports = race_to_add_shared_keys(
-        ShardedBloomSeenFilter, cluster_url, WORKERS, SEEN_FILTER_SHARDS=6
-    )
+    exitcodes, reports = race_to_add_shared_keys(cluster_url, WORKERS, SEEN_FILTER_SHARDS=6)
     assert exitcodes == [0] * WORKERS
     assert len(reports) == WORKERS
     new_keys = [key for report in reports for key in report]

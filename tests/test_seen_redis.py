@@ -13,38 +13,37 @@ import redis
 from crawler.redis_client import RedisSetupError, redis_from_url, require_bloom
 from crawler.seen import SeenFilter
 from crawler.seen.redis import RedisBloomSeenFilter
-from tests.seen_support import SHARED_KEYS, page_keys, race_to_add_shared_keys, settings_for
+from tests.seen_support import SHARED_KEYS, open_filter, page_keys, race_to_add_shared_keys
 from tests.servers import RedisServer, make_tls_files
 
 WORKERS = 8
 
 
 def test_reports_new_keys_once(redis_url: str) -> None:
-    seen = RedisBloomSeenFilter.from_settings(settings_for(redis_url), "books")
+    seen = open_filter(redis_url)
     assert isinstance(seen, SeenFilter)
     first, second, third = page_keys(3)
     assert seen.add_many([first, second, first]) == [True, True, False]
     assert seen.add_many([second, third]) == [False, True]
     assert seen.add_many([]) == []
-    seen.close()
+    seen.client.close()
 
 
-def test_workers_of_one_spider_share_the_filter(redis_url: str) -> None:
-    settings = settings_for(redis_url)
-    one = RedisBloomSeenFilter.from_settings(settings, "books")
-    other = RedisBloomSeenFilter.from_settings(settings, "books")
-    another_spider = RedisBloomSeenFilter.from_settings(settings, "quotes")
+def test_workers_of_one_crawl_share_the_filter(redis_url: str) -> None:
+    one = open_filter(redis_url, "{books}:seen")
+    other = open_filter(redis_url, "{books}:seen")
+    another_crawl = open_filter(redis_url, "{quotes}:seen")
     keys = page_keys(10)
     assert one.add_many(keys) == [True] * 10
     assert other.add_many(keys) == [False] * 10
-    assert another_spider.add_many(keys) == [True] * 10
-    for seen in (one, other, another_spider):
-        seen.close()
+    assert another_crawl.add_many(keys) == [True] * 10
+    for seen in (one, other, another_crawl):
+        seen.client.close()
 
 
 @pytest.mark.slow
 def test_concurrent_processes_get_each_key_new_exactly_once(redis_url: str) -> None:
-    exitcodes, reports = race_to_add_shared_keys(RedisBloomSeenFilter, redis_url, WORKERS)
+    exitcodes, reports = race_to_add_shared_keys(redis_url, WORKERS)
     assert exitcodes == [0] * WORKERS
     assert len(reports) == WORKERS
     new_keys = [key for report in reports for key in report]
@@ -53,11 +52,11 @@ def test_concurrent_processes_get_each_key_new_exactly_once(redis_url: str) -> N
 
 
 def test_redis_without_bloom_module_gives_the_fix() -> None:
-    with (
-        RedisServer(bloom=False) as server,
-        pytest.raises(RedisSetupError, match=r"no Bloom module: .*--loadmodule"),
-    ):
-        RedisBloomSeenFilter.from_settings(settings_for(server.url), "books")
+    with RedisServer(bloom=False) as server:
+        client = redis_from_url(server.url)
+        with pytest.raises(RedisSetupError, match=r"no Bloom module: .*--loadmodule"):
+            require_bloom(client)  # what the shared frontier checks before building its filter
+        client.close()
 
 
 def test_unreachable_redis_is_a_clear_error() -> None:
@@ -69,19 +68,22 @@ def test_unreachable_redis_is_a_clear_error() -> None:
     client.close()
 
 
-def test_key_of_another_type_is_refused(redis_client: redis.Redis, redis_url: str) -> None:
-    redis_client.set("books:seen", "something else")
-    with pytest.raises(RedisSetupError, match="holds a string, not a Bloom filter"):
-        RedisBloomSeenFilter.from_settings(settings_for(redis_url), "books")
-    assert redis_client.get("books:seen") == b"something else"
+def test_key_of_another_type_is_refused(redis_client: redis.Redis) -> None:
+    redis_client.set("{books}:seen", "something else")
+    with pytest.raises(
+        RedisSetupError,
+        match="holds a string, not a Bloom filter: set FRONTIER_KEY_PREFIX to another name",
+    ):
+        RedisBloomSeenFilter(redis_client, "{books}:seen", 1000, 0.001)
+    assert redis_client.get("{books}:seen") == b"something else"
 
 
 def test_password_from_the_url() -> None:
     password = "p@ss word/:1"
     with RedisServer(password=password) as server:
-        seen = RedisBloomSeenFilter.from_settings(settings_for(server.url), "books")
+        seen = open_filter(server.url)
         assert seen.add_many(page_keys(2)) == [True, True]
-        seen.close()
+        seen.client.close()
         with pytest.raises(redis.AuthenticationError):
             redis_from_url(f"redis://127.0.0.1:{server.port}/0").ping()
 
@@ -91,9 +93,9 @@ def test_tls_with_rediss_url(tmp_path: Path) -> None:
     with RedisServer(tls=tls) as server:
         assert server.url.startswith("rediss://")
         url = f"{server.url}?ssl_ca_certs={tls.ca}"
-        seen = RedisBloomSeenFilter.from_settings(settings_for(url), "books")
+        seen = open_filter(url)
         assert seen.add_many(page_keys(2)) == [True, True]
-        seen.close()
+        seen.client.close()
         # The same port refuses plain connections, so the data above did travel over TLS.
         plain = redis_from_url(f"redis://127.0.0.1:{server.port}/0", retry=None)
         with pytest.raises(redis.ConnectionError):
@@ -101,61 +103,57 @@ def test_tls_with_rediss_url(tmp_path: Path) -> None:
 
 
 def test_reserves_the_configured_size(redis_url: str) -> None:
-    settings = settings_for(redis_url, SEEN_FILTER_CAPACITY=5000, SEEN_FILTER_EXPANSION=4)
-    seen = RedisBloomSeenFilter.from_settings(settings, "books")
+    seen = open_filter(redis_url, SEEN_FILTER_CAPACITY=5000, SEEN_FILTER_EXPANSION=4)
     seen.add_many(page_keys(100))
-    info = seen.info()
+    (info,) = seen.info()
     assert info is not None
     assert (info.capacity, info.items_inserted, info.filters, info.expansion) == (5000, 100, 1, 4)
     # -ln(0.001) / ln(2)^2 bits per key, halved error rate for the first of the scaling filters.
     assert 5000 * 1.7 < info.size_bytes < 5000 * 2.2
     seen.add_many(page_keys(6000, site="example.org"))
-    grown = seen.info()
+    (grown,) = seen.info()
     assert grown is not None
     assert (grown.capacity, grown.filters) == (5000 + 20000, 2)
-    seen.close()
+    seen.client.close()
 
 
 def test_existing_filter_with_other_error_rate_is_kept_with_a_warning(
     redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    first = RedisBloomSeenFilter.from_settings(settings_for(redis_url), "books")
+    first = open_filter(redis_url)
     first.add_many(page_keys(5))
     with caplog.at_level(logging.WARNING, logger="crawler.seen.redis"):
-        second = RedisBloomSeenFilter.from_settings(
-            settings_for(redis_url, SEEN_FILTER_ERROR_RATE=0.01), "books"
-        )
+        second = open_filter(redis_url, SEEN_FILTER_ERROR_RATE=0.01)
     assert "{'error_rate': 0.001}; settings say {'error_rate': 0.01}" in caplog.text
     assert second.add_many(page_keys(5)) == [False] * 5
     for seen in (first, second):
-        seen.close()
+        seen.client.close()
 
 
 def test_same_settings_do_not_warn(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="crawler.seen.redis"):
         for _worker in range(2):
-            RedisBloomSeenFilter.from_settings(settings_for(redis_url), "books").close()
+            open_filter(redis_url).client.close()
     assert caplog.records == []
 
 
 def test_lost_filter_comes_back_with_configured_parameters(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
-    settings = settings_for(redis_url, SEEN_FILTER_CAPACITY=5000)
-    seen = RedisBloomSeenFilter.from_settings(settings, "books")
+    seen = open_filter(redis_url, SEEN_FILTER_CAPACITY=5000)
     seen.add_many(page_keys(5))
     redis_client.flushall()  # e.g. a Redis restarted without persistence
-    assert seen.info() is None
+    assert seen.info() == [None]
     assert seen.add_many(page_keys(5)) == [True] * 5
-    info = seen.info()
+    (info,) = seen.info()
     assert info is not None
     assert (info.capacity, info.items_inserted) == (5000, 5)
-    seen.close()
+    seen.client.close()
 
 
 def test_worker_survives_a_redis_restart() -> None:
     with RedisServer(appendonly=True) as server:
-        seen = RedisBloomSeenFilter.from_settings(settings_for(server.url), "books")
+        seen = open_filter(server.url)
         before = page_keys(10)
         assert seen.add_many(before) == [True] * 10
         server.kill()
@@ -165,7 +163,7 @@ def test_worker_survives_a_redis_restart() -> None:
         # Blocks, retrying, until the server is back; the AOF kept the keys added before.
         assert seen.add_many(before + after) == [False] * 10 + [True] * 10
         restarter.join()
-        seen.close()
+        seen.client.close()
 
 
 def test_batch_whose_reply_is_lost_still_reports_its_new_keys(redis_url: str) -> None:
