@@ -25,3 +25,12 @@ class SeenFilter(Protocol):
     def close(self) -> None:
         """Persist what needs persisting and release resources."""
         ...
+
+
+def check_filter_parameters(capacity: int, error_rate: float, expansion: int) -> None:
+    """ValueError, naming them, for Bloom parameters no filter can honour."""
+    if capacity < 1 or not 0 < error_rate < 1 or expansion < 1:
+        raise ValueError(
+            f"bad seen-filter parameters: capacity={capacity} error_rate={error_rate} "
+            f"expansion={expansion}"
+        )

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import xxhash
 from rbloom import Bloom
 
+from crawler.seen import check_filter_parameters
+
 if TYPE_CHECKING:
     from typing import Self
 
@@ -64,11 +66,7 @@ class MemoryBloomSeenFilter:
         expansion: int = 2,
         directory: str | os.PathLike[str] | None = None,
     ) -> None:
-        if capacity < 1 or not 0 < error_rate < 1 or expansion < 1:
-            raise ValueError(
-                f"bad seen-filter parameters: capacity={capacity} error_rate={error_rate} "
-                f"expansion={expansion}"
-            )
+        check_filter_parameters(capacity, error_rate, expansion)
         self.capacity = capacity
         self.error_rate = error_rate
         self.expansion = expansion

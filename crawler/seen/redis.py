@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from crawler.redis_client import RedisSetupError, describe
+from crawler.seen import check_filter_parameters
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
@@ -108,11 +109,7 @@ class RedisBloomSeenFilter:
         error_rate: float,
         expansion: int = 2,
     ) -> None:
-        if capacity < 1 or not 0 < error_rate < 1 or expansion < 1:
-            raise ValueError(
-                f"bad seen-filter parameters: capacity={capacity} error_rate={error_rate} "
-                f"expansion={expansion}"
-            )
+        check_filter_parameters(capacity, error_rate, expansion)
         self.client = client
         self.key = key
         self.capacity = capacity
