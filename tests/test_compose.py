@@ -299,7 +299,7 @@ def test_the_image_install_has_every_file_the_worker_loads(tmp_path: Path) -> No
         [
             sys.executable,
             "-c",
-            "import crawler.frontier.redis as r; print(r.__file__); r._script_source('admit')",
+            "import crawler.frontier.lua as r; print(r.__file__); r.script_source('admit')",
         ],
         env=installed,
         cwd=tmp_path,

@@ -11,6 +11,7 @@
 --   9 expiries HASH  request id -> times its lease expired
 --  10 staged   HASH  lease id -> {"batch": id, "entries": [[score, JSON], ...]}: a batch kept
 --                    while its keys are marked in a sharded seen filter (stage.lua)
+--  11-15: per-host politeness, see politeness.lua (prepended before this file)
 local QUEUE, REQUESTS, SCORES, LEASES, OWNERS, SEQ, SEEN, FAILED, EXPIRIES, STAGED =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 
@@ -26,10 +27,12 @@ local function enqueue(score, json)
   redis.call('ZADD', QUEUE, score, id)
   redis.call('HSET', REQUESTS, id, json)
   redis.call('HSET', SCORES, id, score)
+  set_host(id, json)
 end
 
 -- Put a leased request back in the queue at its old place.
 local function requeue(id)
+  host_released(id)
   redis.call('ZREM', LEASES, id)
   redis.call('HDEL', OWNERS, id)
   local score = redis.call('HGET', SCORES, id)
@@ -45,6 +48,8 @@ local function drop(id)
   redis.call('HDEL', REQUESTS, id)
   redis.call('HDEL', SCORES, id)
   redis.call('HDEL', EXPIRIES, id)
+  host_released(id)
+  forget_host(id)
 end
 
 -- True if `owner` may answer for the request `id`: it holds the lease, or the lease expired

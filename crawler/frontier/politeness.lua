@@ -5,15 +5,15 @@
 -- requests moves the next-allowed time one delay ahead and counts the request in flight
 -- until its lease ends (answered, failed, given back, expired). Hosts are Scrapy's download
 -- slot keys, computed by the worker that queues a request (in its meta, HOST_META).
--- KEYS, after common.lua's nine:
---  10 hosts      HASH  request id -> host of a queued or leased request
---  11 in_flight  HASH  request id -> host, for the leases counted in host_busy
---  12 host_next  ZSET  host -> ms before which it gets no new lease (past entries pruned)
---  13 host_busy  HASH  host -> requests of the host leased now (absent: none)
---  14 host_delay HASH  host -> Crawl-delay of its robots.txt in ms, as published (uncapped)
+-- KEYS, after common.lua's ten:
+--  11 hosts      HASH  request id -> host of a queued or leased request
+--  12 in_flight  HASH  request id -> host, for the leases counted in host_busy
+--  13 host_next  ZSET  host -> ms before which it gets no new lease (past entries pruned)
+--  14 host_busy  HASH  host -> requests of the host leased now (absent: none)
+--  15 host_delay HASH  host -> Crawl-delay of its robots.txt in ms, as published (uncapped)
 local HOSTS, IN_FLIGHT, HOST_NEXT, HOST_BUSY, HOST_DELAY =
-  KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
---  request.meta key holding the request's host (crawler.frontier.politeness.HOST_META).
+  KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+-- The request.meta key of a request's host (crawler.frontier.politeness.HOST_META).
 local HOST_META = 'frontier_host'
 
 -- The politeness rules passed in ARGV[i] to ARGV[i + 4]: queue entries one lease looks at,
@@ -50,7 +50,8 @@ end
 -- Remember the host of a newly queued request, from its stored JSON. A request without one
 -- (queued by an older version) is never held back.
 local function set_host(id, json)
-  local meta = cjson.decode(json).meta
+  local ok, request = pcall(cjson.decode, json)
+  local meta = ok and type(request) == 'table' and request.meta
   local host = type(meta) == 'table' and meta[HOST_META]
   if type(host) == 'string' and host ~= '' then
     redis.call('HSET', HOSTS, id, host)

@@ -118,12 +118,14 @@ class HostLimits:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
         """The limits the settings give (defaults as in ``crawler/settings.py``)."""
-        concurrency = settings.getint("FRONTIER_HOST_CONCURRENCY") or settings.getint(
-            "CONCURRENT_REQUESTS_PER_DOMAIN"
+        concurrency_setting = (
+            "FRONTIER_HOST_CONCURRENCY"
+            if settings.getint("FRONTIER_HOST_CONCURRENCY")
+            else "CONCURRENT_REQUESTS_PER_DOMAIN"
         )
         limits = cls(
             delay=settings.getfloat("DOWNLOAD_DELAY"),
-            concurrency=concurrency,
+            concurrency=settings.getint(concurrency_setting),
             max_crawl_delay=settings.getfloat("FRONTIER_MAX_CRAWL_DELAY", cls.max_crawl_delay),
             scan=settings.getint("FRONTIER_POLITENESS_SCAN", cls.scan),
             per_host={
@@ -132,12 +134,7 @@ class HostLimits:
             },
         )
         _positive(settings, "DOWNLOAD_DELAY", limits.delay, zero_ok=True)
-        name = (
-            "FRONTIER_HOST_CONCURRENCY"
-            if settings.getint("FRONTIER_HOST_CONCURRENCY")
-            else ("CONCURRENT_REQUESTS_PER_DOMAIN")
-        )
-        _positive(settings, name, limits.concurrency, zero_ok=False)
+        _positive(settings, concurrency_setting, limits.concurrency, zero_ok=False)
         _positive(settings, "FRONTIER_MAX_CRAWL_DELAY", limits.max_crawl_delay, zero_ok=True)
         _positive(settings, "FRONTIER_POLITENESS_SCAN", limits.scan, zero_ok=False)
         return limits
@@ -270,6 +267,13 @@ def disable_local_delays(downloader: Downloader) -> None:
     to each host across all workers already, and a local delay on top would hold a leased
     request back past its turn (so another worker's next turn could come right after it).
     """
+    if downloader._delay or any(
+        slot.get("delay") for slot in downloader.per_slot_settings.values()
+    ):
+        logger.info(
+            "Download delays apply across all workers of the shared frontier (global "
+            "politeness); this worker adds none of its own"
+        )
     # Scrapy's AutoThrottle sets this attribute the same way, for new slots.
     downloader._delay = 0.0
     downloader.per_slot_settings = {

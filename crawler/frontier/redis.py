@@ -25,7 +25,8 @@ Each step is one Lua script, so it is atomic (``crawler/frontier/*.lua``):
   next lease call queues the whole batch (``frontier/staged_recovered``): a key marked seen
   always has its request staged or queued, at the cost of a few pages fetched twice after
   a crash. A commit arriving after its lease expired does the same (see ``commit.lua``).
-- **lease**: requeue expired leases (``frontier/reclaimed``), then lease the best requests.
+- **lease**: requeue expired leases (``frontier/reclaimed``), then lease the best requests
+  whose host is ready: global per-host politeness, see :mod:`crawler.frontier.politeness`.
   A request whose lease expired ``FRONTIER_MAX_EXPIRIES`` times is recorded as failed
   instead (``frontier/given_up``): a page that kills every worker fetching it must not take
   the whole crawl down, one worker after the other.
@@ -57,8 +58,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from functools import cache, partial
-from pathlib import Path
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -68,6 +68,14 @@ from scrapy import Request, signals
 
 from crawler.frontier import META_CHECKED, META_KEY
 from crawler.frontier.keys import RequestKeyer, was_checked
+from crawler.frontier.lua import script_source
+from crawler.frontier.politeness import (
+    HOST_META,
+    TURN_META,
+    HostLimits,
+    HostPoliteness,
+    politeness_key,
+)
 from crawler.frontier.serialize import (
     RequestNotLoadable,
     RequestNotSerializable,
@@ -113,16 +121,8 @@ BLOOM_ARGS = ("capacity", "error_rate", "expansion")
 #: Most expired leases one lease call puts back in the queue.
 RECLAIM_BATCH = 1000
 
-_SCRIPTS_DIR = Path(__file__).parent
 #: The frontier's Lua scripts (``<name>.lua``), each one atomic step.
 SCRIPTS = ("admit", "stage", "commit", "lease", "heartbeat", "fail", "release", "counts")
-
-
-@cache
-def _script_source(name: str) -> str:
-    """``<name>.lua`` with the shared helpers of ``common.lua`` in front."""
-    common = (_SCRIPTS_DIR / "common.lua").read_text()
-    return common + "\n" + (_SCRIPTS_DIR / f"{name}.lua").read_text()
 
 
 def _text(value: bytes | str) -> str:
@@ -130,8 +130,9 @@ def _text(value: bytes | str) -> str:
 
 
 def _without_lease(meta: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``meta`` without this worker's lease id (never stored nor inherited)."""
-    return {name: value for name, value in meta.items() if name != LEASE_META}
+    """A copy of ``meta`` without this worker's lease id and politeness turn (never stored
+    nor inherited)."""
+    return {name: value for name, value in meta.items() if name not in (LEASE_META, TURN_META)}
 
 
 def _warn_about_setup(client: redis.Redis) -> None:
@@ -162,10 +163,20 @@ class FrontierKeys:
     failed: str
     expiries: str
     staged: str
+    hosts: str
+    in_flight: str
+    host_next: str
+    host_busy: str
+    host_delay: str
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Self:
         return cls(**{field.name: f"{prefix}:{field.name}" for field in fields(cls)})
+
+    @property
+    def prefix(self) -> str:
+        """The crawl's prefix (with its hash tag), for keys named per item."""
+        return self.queue.removesuffix(":queue")
 
     @property
     def all(self) -> list[str]:
@@ -284,6 +295,7 @@ class RedisFrontier:
         max_expiries: int = 5,
         spider: Spider | None = None,
         owner: str | None = None,
+        limits: HostLimits | None = None,
     ) -> None:
         if lease_ttl <= 0:
             raise ValueError(f"FRONTIER_LEASE_TTL must be positive, got {lease_ttl}")
@@ -298,7 +310,8 @@ class RedisFrontier:
         self.max_expiries = max_expiries
         self.spider = spider
         self.owner = owner or worker_id()
-        self._scripts = {name: client.register_script(_script_source(name)) for name in SCRIPTS}
+        self.politeness = HostPoliteness(client, keys, limits or HostLimits(), stats)
+        self._scripts = {name: client.register_script(script_source(name)) for name in SCRIPTS}
         # Leases this worker holds, by id; the request objects are held weakly: a request
         # dropped without an answer is noticed (see _unanswered) instead of leaking a lease.
         self._held: dict[str, weakref.finalize] = {}
@@ -350,6 +363,7 @@ class RedisFrontier:
                 lease_ttl=settings.getfloat("FRONTIER_LEASE_TTL"),
                 max_expiries=settings.getint("FRONTIER_MAX_EXPIRIES"),
                 spider=spider,
+                limits=HostLimits.from_settings(settings),
             )
         except BaseException:
             client.close()
@@ -461,6 +475,7 @@ class RedisFrontier:
         meta = _without_lease(request.meta)
         meta.pop(QUEUED_META, None)
         meta[META_KEY] = key
+        meta[HOST_META] = politeness_key(request)
         # The URL, not True: a copy of the request with another URL is checked again.
         meta[META_CHECKED] = request.url
         return request.replace(meta=meta)
@@ -468,13 +483,14 @@ class RedisFrontier:
     # --- leases ----------------------------------------------------------------------
 
     def lease(self, count: int) -> list[Request]:
-        """Lease up to ``count`` requests (best priority first) to this worker, after
-        putting expired leases back in the queue. Raises ``REDIS_UNAVAILABLE`` errors."""
-        reply = self._run(
-            "lease", [self.owner, count, self.lease_ttl_ms, RECLAIM_BATCH, self.max_expiries]
-        )
-        reclaimed, given_up, pairs = int(reply[0]), int(reply[1]), reply[4:]
+        """Lease up to ``count`` requests (best priority first, of hosts ready by
+        politeness) to this worker, after putting expired leases back in the queue. Raises
+        ``REDIS_UNAVAILABLE`` errors."""
+        args = [self.owner, count, self.lease_ttl_ms, RECLAIM_BATCH, self.max_expiries]
+        reply = self._run("lease", [*args, *self.politeness.limits.script_args()])
+        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[7:]
         recovered_batches, recovered = int(reply[2]), int(reply[3])
+        self.politeness.leased(int(reply[4]), int(reply[5]), int(reply[6]))
         if recovered:
             self.stats.inc_value("frontier/staged_recovered", recovered)
         if recovered_batches:
@@ -495,7 +511,8 @@ class RedisFrontier:
                 self.max_expiries,
             )
         leased = []
-        for lease, text in zip(pairs[::2], pairs[1::2], strict=True):
+        leased_at = time.monotonic()
+        for lease, text, delay in zip(triples[::3], triples[1::3], triples[2::3], strict=True):
             lease = _text(lease)
             try:
                 request = request_from_json(text, self.spider)
@@ -505,6 +522,7 @@ class RedisFrontier:
                 self._fail_lease(lease, f"not loadable: {exc}", url="", request_json=_text(text))
                 continue
             request.meta[LEASE_META] = lease
+            request.meta[TURN_META] = [leased_at, int(delay) / 1000]
             self._hold(lease, request)
             leased.append(request)
         self.stats.inc_value("frontier/leased", len(leased))
