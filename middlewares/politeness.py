@@ -113,11 +113,10 @@ class GlobalPolitenessMiddleware:
     async def _robots_txt(self, request: Request) -> Response | None:
         """The robots.txt another worker shared, or None after claiming its fetch (or
         giving up waiting for it, or when Redis is away): the download goes ahead."""
-        politeness = self.frontier.politeness
+        politeness, owner = self.frontier.politeness, self.frontier.owner
         deadline = time.monotonic() + self.robots_fetch_time
         try:
             while (shared := politeness.shared_robots_txt(request.url)) is None:
-                owner = self.frontier.owner
                 if politeness.claim_robots_txt(request.url, owner, self.robots_fetch_time):
                     request.meta[ROBOTS_CLAIM_META] = request.url
                     break

@@ -19,12 +19,14 @@ from twisted.internet import defer
 from twisted.internet.task import LoopingCall
 
 from crawler.frontier import frontier_for
+from crawler.frontier.politeness import disable_local_delays
 from crawler.frontier.redis import REDIS_UNAVAILABLE, RedisFrontier, failure_reason
 
 if TYPE_CHECKING:
     from typing import Self
 
     from scrapy import Request, Spider
+    from scrapy.core.downloader import Downloader
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
@@ -46,12 +48,15 @@ class RedisScheduler(BaseScheduler):
     """Serves requests leased from the shared frontier (:mod:`crawler.frontier.redis`).
 
     ``next_request`` hands out requests from a small local buffer, refilled with up to
-    ``FRONTIER_LEASE_BATCH`` leases at a time; when the shared queue is empty it polls again
-    after a delay doubling up to one second. The crawl ends only when the whole frontier is
-    drained: nothing queued and no lease outstanding in any worker (another worker may still
-    find links, or die and have its pages requeued). While this worker works, a heartbeat
-    extends its leases every third of ``FRONTIER_LEASE_TTL``. On close, leases not yet
-    answered go back to the queue.
+    ``FRONTIER_LEASE_BATCH`` leases at a time, and no more than the downloader can start at
+    once: a request leaves right after its host's politeness turn, not after waiting in the
+    buffer (the worker's own download delay is 0, see :mod:`crawler.frontier.politeness`).
+    When nothing can be leased it polls again after a delay doubling up to one second, or
+    sooner when a host waiting on its delay becomes ready. The crawl ends only when the whole
+    frontier is drained: nothing queued and no lease outstanding in any worker (another
+    worker may still find links, or die and have its pages requeued). While this worker
+    works, a heartbeat extends its leases every third of ``FRONTIER_LEASE_TTL``. On close,
+    leases not yet answered go back to the queue.
     """
 
     def __init__(self, crawler: Crawler, frontier: RedisFrontier, batch_size: int) -> None:
@@ -75,6 +80,9 @@ class RedisScheduler(BaseScheduler):
 
     def open(self, spider: Spider) -> None:
         self.frontier.spider = spider
+        downloader = self._downloader()
+        if downloader is not None:
+            disable_local_delays(downloader)
         self._heartbeat.start(self.frontier.lease_ttl / 3, now=False)
 
     def close(self, reason: str) -> None:
@@ -119,7 +127,7 @@ class RedisScheduler(BaseScheduler):
 
     def _refill(self) -> None:
         try:
-            leased = self.frontier.lease(self.batch_size)
+            leased = self.frontier.lease(self._lease_count())
         except redis.RedisError as exc:  # unavailable, or a script error: keep polling
             if not self._redis_away:
                 log = logger.warning if isinstance(exc, REDIS_UNAVAILABLE) else logger.error
@@ -136,15 +144,36 @@ class RedisScheduler(BaseScheduler):
             self._poll_delay = POLL_MIN
             self._next_poll = 0.0
             return
-        self._next_poll = time.monotonic() + self._poll_delay
-        self._wake_later(self._poll_delay)
+        wait = self._poll_delay
+        ready_in = self.frontier.politeness.ready_in
+        if ready_in is not None:
+            wait = min(wait, ready_in)
+        self._next_poll = time.monotonic() + wait
+        self._wake_later(wait)
         self._poll_delay = min(self._poll_delay * 2, POLL_MAX)
+
+    def _lease_count(self) -> int:
+        """Requests to lease now: the batch size, at most what the downloader has room for."""
+        downloader = self._downloader()
+        if downloader is None or downloader.total_concurrency <= 0:  # no engine, or no limit
+            return self.batch_size
+        room = downloader.total_concurrency - len(downloader.active)
+        return max(1, min(self.batch_size, room))
+
+    def _downloader(self) -> Downloader | None:
+        """The engine's downloader; None while driven without an engine (as in tests)."""
+        try:
+            return self.crawler.engine.downloader
+        except RuntimeError:  # Crawler.engine is not set yet
+            return None
 
     def _wake_later(self, delay: float) -> None:
         """Have the engine ask for requests again after ``delay`` seconds (its own periodic
         check only comes every 5 s)."""
         if self._wake_call is not None and self._wake_call.active():
-            return
+            if self._wake_call.getTime() <= self._wake_call.seconds() + delay:
+                return
+            self._wake_call.cancel()  # a host is ready sooner than the planned poll
         from twisted.internet import reactor
 
         self._wake_call = reactor.callLater(delay, self._wake_engine)  # type: ignore[attr-defined]

@@ -1,0 +1,284 @@
+"""Global per-host politeness of the shared frontier, against a real redis-server with
+RedisBloom: the lease script's rules (concurrency limit, delay on the server's clock, ready
+hosts served past a waiting one, robots.txt Crawl-delay applied and capped), and four real
+``scrapy crawl`` workers on one host, seen from the host's side."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scrapy import Request, Spider, signals
+from scrapy.core.downloader import Downloader
+from scrapy.robotstxt import ProtegoRobotParser
+from scrapy.utils.test import get_crawler
+
+import crawler.settings as project_settings
+from crawler.frontier import frontier_for
+from crawler.frontier.politeness import HostLimits, disable_local_delays
+from crawler.frontier.redis import RedisFrontier
+from middlewares.politeness import GlobalPolitenessMiddleware
+from tests.servers import RedisServer
+from tests.sitegen import LinkGraph, serve
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Project settings a worker's frontier reads; the tests override some of them.
+FRONTIER_SETTINGS = {
+    name: getattr(project_settings, name)
+    for name in dir(project_settings)
+    if name.startswith(("FRONTIER_", "SEEN_FILTER_"))
+    or name in ("CONCURRENT_REQUESTS_PER_DOMAIN", "USER_AGENT")
+}
+
+
+class ExampleSpider(Spider):
+    name = "example"
+
+    def parse(self, response: Any) -> None:
+        """Default callback."""
+
+
+def worker_crawler(redis_url: str, **overrides: Any) -> Any:
+    """A crawler configured like ``scrapy crawl example -s REDIS_URL=... -s NAME=VALUE``."""
+    settings = {**FRONTIER_SETTINGS, "REDIS_URL": redis_url, "ROBOTSTXT_OBEY": True, **overrides}
+    return get_crawler(ExampleSpider, settings)
+
+
+@pytest.fixture
+def workers(redis_url: str) -> Iterator[Any]:
+    """Makes workers' frontiers sharing the test's Redis, with setting overrides."""
+    made: list[RedisFrontier] = []
+
+    def make(**overrides: Any) -> RedisFrontier:
+        crawler = worker_crawler(redis_url, **overrides)
+        frontier = frontier_for(crawler)
+        assert isinstance(frontier, RedisFrontier)
+        made.append(frontier)
+        return frontier
+
+    yield make
+    for frontier in made:
+        frontier.close()
+
+
+def pages(host: str, *paths: str) -> list[Request]:
+    return [Request(f"http://{host}/{path}") for path in paths]
+
+
+def urls(requests: list[Request]) -> list[str]:
+    return [request.url for request in requests]
+
+
+def stat(frontier: RedisFrontier, name: str) -> Any:
+    return frontier.stats.get_value(name, 0)
+
+
+def test_requests_of_a_host_in_flight_stay_within_its_limit_across_workers(
+    workers: Any,
+) -> None:
+    first, second = workers(FRONTIER_HOST_CONCURRENCY=2), workers(FRONTIER_HOST_CONCURRENCY=2)
+    first.admit(None, [*pages("a.example", "1", "2", "3", "4"), *pages("b.example", "1")])
+    held = first.lease(10)
+    assert urls(held) == [
+        "http://a.example/1",
+        "http://a.example/2",
+        "http://b.example/1",
+    ]
+    assert second.lease(10) == []  # a.example has 2 in flight: its limit, whoever asks
+    assert second.politeness.hosts_waiting() == 1
+    first.admit(held[0], [])  # answered: one fewer in flight
+    held += second.lease(10)
+    assert urls(held[3:]) == ["http://a.example/3"]
+    first.fail(held[1], "TimeoutError")  # failed for good: one fewer too
+    held += second.lease(10)
+    assert urls(held[4:]) == ["http://a.example/4"]
+    assert second.lease(10) == []
+    assert second.politeness.hosts_waiting() == 1
+
+
+def test_given_back_and_expired_leases_free_their_hosts_slots(workers: Any) -> None:
+    quitting = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=0.3)
+    dying = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=0.3)
+    other = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=0.3)
+    quitting.admit(None, pages("a.example", "1", "2"))
+    held = quitting.lease(5)
+    assert urls(held) == ["http://a.example/1"]
+    assert other.lease(5) == []
+    assert quitting.release_all() == 1  # shutdown: given back
+    stuck = dying.lease(5)
+    assert urls(stuck) == ["http://a.example/1"]
+    assert other.lease(5) == []
+    time.sleep(0.4)  # dying never answers: its lease expires, its slot with it
+    held = other.lease(5)
+    assert urls(held) == ["http://a.example/1"]
+    assert stat(other, "frontier/reclaimed") == 1
+
+
+def test_delay_spaces_a_hosts_leases_across_workers_on_the_server_clock(
+    workers: Any,
+) -> None:
+    first, second = workers(DOWNLOAD_DELAY=0.3), workers(DOWNLOAD_DELAY=0.3)
+    first.admit(None, pages("a.example", "1", "2", "3"))
+    held = first.lease(5)
+    assert len(held) == 1  # one per host per delay, even in one batch
+    started = time.monotonic()
+    assert second.lease(5) == []
+    assert second.politeness.ready_in is not None
+    assert 0.2 < second.politeness.ready_in <= 0.3
+    leased: list[Request] = []
+    deadline = started + 2.0
+    while not leased and time.monotonic() < deadline:
+        time.sleep(0.01)
+        leased = second.lease(5)
+    assert urls(leased) == ["http://a.example/2"]
+    assert time.monotonic() - started >= 0.25
+
+
+def test_ready_hosts_are_served_while_another_host_waits(workers: Any) -> None:
+    first, second = workers(DOWNLOAD_DELAY=10), workers(DOWNLOAD_DELAY=10)
+    first.admit(
+        None,
+        [*pages("slow.example", "1", "2", "3"), *pages("b.example", "1"), *pages("c.example", "1")],
+    )
+    held = first.lease(1)
+    held += second.lease(1)  # slow.example/2 and /3 passed over
+    held += second.lease(5)
+    assert urls(held) == ["http://slow.example/1", "http://b.example/1", "http://c.example/1"]
+    assert first.lease(5) == []
+    assert second.politeness.hosts_waiting() == 3
+    assert stat(second, "frontier/politeness_skipped") == 4
+    assert stat(first, "frontier/hosts_waiting") == 3
+
+
+def test_a_lease_looks_only_at_the_first_entries_of_the_queue(workers: Any) -> None:
+    worker = workers(DOWNLOAD_DELAY=10, FRONTIER_POLITENESS_SCAN=3)
+    worker.admit(None, [*pages("slow.example", "1", "2", "3", "4"), *pages("b.example", "1")])
+    held = worker.lease(5)
+    assert urls(held) == ["http://slow.example/1"]
+    # b.example/1 is ready, but behind three requests of a waiting host: out of reach.
+    assert worker.lease(5) == []
+    assert worker.counts()["queued"] == 4
+
+
+@pytest.mark.parametrize(
+    ("robots_txt", "expected"),
+    [
+        # Our user agent's group wins over '*'; the project's USER_AGENT is
+        # "bloom-frontier/0.1 (+https://...)".
+        (b"User-agent: bloom-frontier\nCrawl-delay: 0.5\n\nUser-agent: *\nCrawl-delay: 9\n", 0.5),
+        (b"User-agent: *\nCrawl-delay: 3600\n", 0.8),  # capped by FRONTIER_MAX_CRAWL_DELAY
+        (b"User-agent: *\nDisallow: /private\n", 0.2),  # none: DOWNLOAD_DELAY
+    ],
+)
+def test_robots_txt_crawl_delay_spaces_every_workers_leases(
+    redis_url: str, workers: Any, robots_txt: bytes, expected: float
+) -> None:
+    settings = {"DOWNLOAD_DELAY": 0.2, "FRONTIER_MAX_CRAWL_DELAY": 0.8}
+    crawler = worker_crawler(redis_url, **settings)
+    _middleware = GlobalPolitenessMiddleware.from_crawler(crawler)  # signals hold it weakly
+    crawler.signals.send_catch_log(
+        signals.robots_parsed,
+        robotparser=ProtegoRobotParser.from_crawler(crawler, robots_txt),
+        request=Request("http://a.example/1"),
+    )
+    frontier_for(crawler).close()
+    other = workers(**settings)  # learns the delay from Redis, not from its own robots.txt
+    other.admit(None, pages("a.example", "1", "2"))
+    held = other.lease(5)
+    assert len(held) == 1
+    assert other.lease(5) == []
+    assert other.politeness.ready_in is not None
+    assert expected - 0.1 < other.politeness.ready_in <= expected
+
+
+def test_one_worker_fetches_a_robots_txt_the_others_get_its_copy(workers: Any) -> None:
+    first, second = workers(), workers()
+    url = "http://a.example/robots.txt"
+    assert first.politeness.claim_robots_txt(url, first.owner, 30)
+    assert not second.politeness.claim_robots_txt(url, second.owner, 30)  # waits instead
+    assert second.politeness.shared_robots_txt(url) is None
+    body = b"User-agent: *\nDisallow: /private\n\xff"
+    assert first.politeness.share_robots_txt(url, 200, body)
+    assert second.politeness.shared_robots_txt(url) == (200, body)
+
+
+def test_a_failed_robots_txt_fetch_lets_another_worker_try(workers: Any) -> None:
+    first, second = workers(), workers()
+    url = "http://a.example/robots.txt"
+    assert first.politeness.claim_robots_txt(url, first.owner, 30)
+    first.politeness.unclaim_robots_txt(url)
+    assert second.politeness.claim_robots_txt(url, second.owner, 30)
+
+
+def test_worker_keeps_no_download_delay_of_its_own(redis_url: str) -> None:
+    slots = {"slow.example": {"delay": 2.0, "concurrency": 1}}
+    crawler = worker_crawler(redis_url, DOWNLOAD_DELAY=0.5, DOWNLOAD_SLOTS=slots)
+    limits = HostLimits.from_settings(crawler.settings)
+    assert (limits.delay, limits.per_host) == (0.5, slots)  # applied by the frontier instead
+    downloader = Downloader(crawler)
+    disable_local_delays(downloader)
+    _, plain = downloader._get_slot(Request("http://a.example/"))
+    _, slow = downloader._get_slot(Request("http://slow.example/"))
+    assert (plain.delay, slow.delay, slow.concurrency) == (0.0, 0.0, 1)
+
+
+def test_invalid_politeness_settings_name_the_setting(redis_url: str) -> None:
+    crawler = worker_crawler(redis_url, FRONTIER_POLITENESS_SCAN=-1)
+    with pytest.raises(ValueError, match="FRONTIER_POLITENESS_SCAN"):
+        HostLimits.from_settings(crawler.settings)
+
+
+# --- four workers, one host ----------------------------------------------------------------
+
+GRAPH = LinkGraph(pages=28)
+DELAY = 0.5
+#: How much closer than DELAY two requests may come: a request leaves its worker a few
+#: milliseconds after its lease, more on a busy machine.
+TOLERANCE = 0.1
+WORKERS = 4
+
+
+@pytest.mark.slow
+def test_four_workers_hit_a_host_no_harder_than_one(tmp_path: Path) -> None:
+    with RedisServer(bloom=True) as redis_server, serve(GRAPH) as site:
+        processes = []
+        for number in range(WORKERS):
+            command = [
+                str(ROOT / ".venv" / "bin" / "scrapy"), "crawl", "site",
+                "-a", f"start_url={site.url}/p/0",
+                "-s", f"REDIS_URL={redis_server.url}",
+                "-s", f"DOWNLOAD_DELAY={DELAY}",
+                "-s", f"STORE_URL=sqlite:///{tmp_path / f'w{number}.sqlite'}",
+            ]  # fmt: skip
+            log = (tmp_path / f"w{number}.log").open("w")
+            processes.append(
+                subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+            )
+        for process in processes:
+            process.wait(timeout=180)
+        hits = sorted(site.hits, key=lambda hit: hit.time)
+    logs = [(tmp_path / f"w{number}.log").read_text() for number in range(WORKERS)]
+    assert [process.returncode for process in processes] == [0] * WORKERS, logs[0][-3000:]
+    paths = [hit.path.partition("?")[0] for hit in hits]
+    assert GRAPH.expected_paths() <= set(paths)
+    # One worker fetched robots.txt for all (on a turn of its own, like any request).
+    assert paths.count("/robots.txt") == 1
+
+    gaps = [later.time - earlier.time for earlier, later in itertools.pairwise(hits)]
+    closest = min(gaps)
+    span = hits[-1].time - hits[0].time
+    print(f"{len(hits)} requests in {span:.2f}s, closest two {closest:.3f}s apart")
+    assert closest >= DELAY - TOLERANCE
+    assert span >= (len(hits) - 1) * DELAY - TOLERANCE  # not / WORKERS
+    # The workers shared the crawl: the host was not merely left to one of them.
+    leased = [
+        int(m.group(1)) for log in logs for m in re.finditer(r"'frontier/leased': (\d+)", log)
+    ]
+    assert sum(count > 0 for count in leased) >= 2, leased
