@@ -15,6 +15,14 @@ worker, no downloads), printing:
 3. **Memory**: Redis bytes per queued request of the politeness host index.
 
     .venv/bin/python -m bench.politeness [--requests 20000] [--hosts 1000] [--calls 2000]
+
+Last figures (2026-11-30, the shared 2-CPU machine, load average 1.3-2, four runs): the
+lease cycle with the bookkeeping runs at 0.77x-1.19x of the anchor (1,500-2,500 requests/s;
+one admit round trip per request dominates both, the difference is within this machine's
+noise); a lease call scanning 500 entries of a waiting host at 0.52x-0.61x of one on an
+empty queue (1,250-1,400 calls/s, under 1 ms of Redis time each; an idle worker calls at
+most a few times a second); the host index takes 70 bytes per queued request (plus the host
+in each stored request's JSON).
 """
 
 from __future__ import annotations
