@@ -9,6 +9,8 @@ Run by ``bench/site.sh`` inside the site's loopback-only network namespace, with
   the namespace still reaches); ``--kills K`` SIGKILLs worker 2 K times at random moments
   and restarts it, as an operator's crash would.
 
+Scrapy arguments after ``--`` go to every crawl (``-- -s FRONTIER_HOST_CONCURRENCY=64``).
+
 Afterwards the redirect map and the canonical hints are exported to ``EXPORT`` with the
 project's own commands (``scrapy redirects``/``scrapy canonicals --format jsonl``).
 """
@@ -101,8 +103,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--kills", type=int, default=0)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("extra", nargs="*", help="more scrapy arguments, after --")
-    options = parser.parse_args()
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    options = parser.parse_args(argv[:split])
+    options.extra = argv[split + 1 :]  # more scrapy arguments, after --
     start_url, export_path = os.environ["START_URL"], os.environ["EXPORT"]
     workdir = Path(tempfile.mkdtemp(prefix="messy-site-"))
     if options.mode == "embedded":
