@@ -10,6 +10,7 @@ from pathlib import Path
 
 import redis
 
+from crawler.frontier.politeness import HostLimits
 from crawler.frontier.status import expected_error_rate, read_status
 from crawler.seen.redis import bloom_info
 from crawler.seen.sharded import ShardedBloomSeenFilter
@@ -71,7 +72,7 @@ def test_status_of_a_running_crawl_and_of_a_finished_one(redis_url: str, tmp_pat
             worker.kill()
     final = frontier_json(redis_url)
     assert final["workers"] == []  # a worker that finished says so
-    assert final["queued"] == 0 and final["leased"] == 0
+    assert final["queued"] == 0 and final["leased"] == 0 and final["hosts_waiting"] == 0
     assert final["seen_keys"] == 43  # '/' and /p/0 ... /p/41 (/p/40 and /p/41 are 404s)
     assert 0 <= final["expected_error_rate"] < 1e-9  # 43 keys in a 1M-key filter
 
@@ -88,7 +89,7 @@ def test_status_sums_a_sharded_filter(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     seen = ShardedBloomSeenFilter(client, "{site}:seen", 4, capacity=1000, error_rate=0.001)
     seen.add_many([f"https://example.com/{i}" for i in range(300)])
-    status = read_status(client, "{site}", 0.001)
+    status = read_status(client, "{site}", 0.001, HostLimits())
     assert status.filter_shards == 4
     assert status.seen_keys == 300
     assert status.filter_capacity >= 1000

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from crawler.frontier.politeness import HostLimits
 from crawler.frontier.status import read_status
 from crawler.redis_client import redis_from_url
 
@@ -49,10 +50,11 @@ class Command(ScrapyCommand):
             raise UsageError("set REDIS_URL (environment or -s REDIS_URL=...)")
         prefix = self.settings["FRONTIER_KEY_PREFIX"] % {"spider": args[0]}
         error_rate = self.settings.getfloat("SEEN_FILTER_ERROR_RATE")
+        limits = HostLimits.from_settings(self.settings)
         client = redis_from_url(url)
         try:
             while True:
-                status = read_status(client, prefix, error_rate)
+                status = read_status(client, prefix, error_rate, limits)
                 if opts.json:
                     print(status.to_json(), flush=True)
                 else:

@@ -21,6 +21,7 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
 from crawler.frontier import frontier_for
+from crawler.frontier.politeness import HostLimits, hosts_waiting
 from crawler.frontier.redis import FrontierKeys, RedisFrontier
 from crawler.seen.redis import BloomInfo, bloom_info
 from crawler.seen.sharded import shard_keys
@@ -81,6 +82,7 @@ class FrontierStatus:
     queued: int
     leased: int
     failed: int
+    hosts_waiting: int
     seen_keys: int | None
     filter_bytes: int | None
     filter_capacity: int | None
@@ -98,6 +100,7 @@ class FrontierStatus:
             f"  queued:   {self.queued}",
             f"  leased:   {self.leased}",
             f"  failed:   {self.failed}",
+            f"  hosts waiting on politeness: {self.hosts_waiting}",
         ]
         if self.seen_keys is None:
             lines.append("  seen:     (no filter yet)")
@@ -118,9 +121,12 @@ class FrontierStatus:
         return "\n".join(lines)
 
 
-def read_status(client: redis.Redis, prefix: str, error_rate: float) -> FrontierStatus:
+def read_status(
+    client: redis.Redis, prefix: str, error_rate: float, limits: HostLimits
+) -> FrontierStatus:
     """Read the frontier under ``prefix``; sizes in one transaction (a lease moves a request
-    between the queue and the leases: two separate reads could count it twice or not)."""
+    between the queue and the leases: two separate reads could count it twice or not).
+    ``limits`` are the crawl's politeness limits, to tell which hosts are waiting."""
     keys = FrontierKeys.for_prefix(prefix)
     with client.pipeline(transaction=True) as pipe:
         pipe.zcard(keys.queue).zcard(keys.leases).hlen(keys.failed)
@@ -140,6 +146,7 @@ def read_status(client: redis.Redis, prefix: str, error_rate: float) -> Frontier
         queued=queued,
         leased=leased,
         failed=failed,
+        hosts_waiting=hosts_waiting(client, keys, limits),
         seen_keys=sum(info.items_inserted for info in infos) if infos else None,
         filter_bytes=sum(info.size_bytes for info in infos) if infos else None,
         filter_capacity=sum(info.capacity for info in infos) if infos else None,
@@ -233,4 +240,4 @@ class WorkerStatusReporter:
 
     @staticmethod
     def _prefix(frontier: RedisFrontier) -> str:
-        return frontier.keys.queue.removesuffix(":queue")
+        return frontier.keys.prefix
