@@ -273,7 +273,7 @@ class RedisFrontier:
     :class:`crawler.frontier.scheduler.RedisScheduler` needs: :meth:`enqueue`,
     :meth:`lease`, :meth:`heartbeat`, :meth:`release_all`, :meth:`is_drained`.
 
-    Stats: ``frontier/queued``, ``frontier/leased``, ``frontier/reclaimed``,
+    Stats: ``frontier/enqueued``, ``frontier/leased``, ``frontier/reclaimed``,
     ``frontier/given_up`` (lease expired ``FRONTIER_MAX_EXPIRIES`` times),
     ``frontier/acked``, ``frontier/ack_refused``, ``frontier/failed``,
     ``frontier/unserializable``, ``frontier/unloadable``, ``frontier/lease_lost``,
@@ -444,7 +444,7 @@ class RedisFrontier:
             if parent is not None:
                 self.stats.inc_value("frontier/acked")
             fresh = [flag == "1" for flag in flags]
-            self.stats.inc_value("frontier/queued", sum(fresh))
+            self.stats.inc_value("frontier/enqueued", sum(fresh))
             admitted.extend(self.keyer.verdicts(entries, fresh))
             return True
 
