@@ -4,6 +4,7 @@ Run by ``bench/site.sh`` inside the site's loopback-only network namespace, with
 ``START_URL`` and ``EXPORT`` in the environment. Modes:
 
 - ``embedded``: ``scrapy crawl site`` on embedded defaults (in-process Bloom, SQLite store).
+- ``anchor``: plain Scrapy (``bench/anchor_scrapy.py``), the figure to compare against.
 - ``shared``: ``--workers N`` workers on a shared Redis frontier (a private redis-server with
   RedisBloom and AOF, started here) and a shared PostgreSQL store (over its Unix socket, which
   the namespace still reaches); ``--kills K`` SIGKILLs worker 2 K times at random moments
@@ -66,6 +67,15 @@ def crawl_embedded(start_url: str, workdir: Path, extra: list[str]) -> str:
     return store_url
 
 
+def crawl_anchor(start_url: str, workdir: Path) -> None:
+    """Plain Scrapy (bench/anchor_scrapy.py), run outside the project so that none of its
+    settings apply."""
+    spider = Path(__file__).with_name("anchor_scrapy.py")
+    command = [*SCRAPY, "runspider", str(spider), "-a", f"start_url={start_url}"]
+    if subprocess.Popen(command, cwd=workdir).wait() != 0:
+        raise SystemExit("anchor crawl failed")
+
+
 def crawl_shared(
     start_url: str, workdir: Path, workers: int, kills: int, seed: int, extra: list[str]
 ) -> str:
@@ -99,7 +109,7 @@ def crawl_shared(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["embedded", "shared"])
+    parser.add_argument("mode", choices=["embedded", "shared", "anchor"])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--kills", type=int, default=0)
     parser.add_argument("--seed", type=int, default=1)
@@ -109,6 +119,9 @@ def main() -> None:
     options.extra = argv[split + 1 :]  # more scrapy arguments, after --
     start_url, export_path = os.environ["START_URL"], os.environ["EXPORT"]
     workdir = Path(tempfile.mkdtemp(prefix="messy-site-"))
+    if options.mode == "anchor":
+        crawl_anchor(start_url, workdir)
+        return
     if options.mode == "embedded":
         store_url = crawl_embedded(start_url, workdir, options.extra)
     else:
