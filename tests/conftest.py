@@ -1,13 +1,11 @@
 """Shared fixtures: a private RedisBloom server, the PostgreSQL test database, store URLs.
 
-Under CI (``CI=true``) a missing service fails the test that needs it; locally a missing
-PostgreSQL skips with the reason (run ``python -m tests.services ensure`` to start it).
-A missing redis-server or RedisBloom module always fails: ``make test`` installs both.
+A missing service fails the test that needs it, with the reason, never skips: ``make test``
+starts PostgreSQL (``python -m tests.services ensure``) and installs RedisBloom.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,10 +20,6 @@ from tests.servers import RedisServer, Service, ServiceUnavailable
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
-
-
-def running_in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in {"true", "1", "yes"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -96,9 +90,7 @@ def pg_url(_postgres_available: str | None) -> Iterator[str]:
     each other's tables; it is dropped afterwards.
     """
     if _postgres_available:
-        if running_in_ci():
-            pytest.fail(_postgres_available, pytrace=False)
-        pytest.skip(_postgres_available)
+        pytest.fail(_postgres_available, pytrace=False)
     schema = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(PG_DSN, autocommit=True) as connection:
         connection.execute(f'CREATE SCHEMA "{schema}"')
