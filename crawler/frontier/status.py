@@ -200,7 +200,7 @@ class WorkerStatusReporter:
         if self._loop.running:
             self._loop.stop()
         frontier = self.frontier
-        prefix = self._prefix(frontier)
+        prefix = frontier.keys.prefix
         frontier.client.delete(worker_key(prefix, frontier.owner))
         frontier.client.srem(workers_key(prefix), frontier.owner)
 
@@ -226,7 +226,7 @@ class WorkerStatusReporter:
     def publish(self) -> None:
         """Write the record; a Redis hiccup only skips one report."""
         frontier = self.frontier
-        prefix = self._prefix(frontier)
+        prefix = frontier.keys.prefix
         record = json.dumps(self.record(time.time()))
         ttl = max(1, math.ceil(self.interval * STALE_AFTER_INTERVALS))
         try:
@@ -237,7 +237,3 @@ class WorkerStatusReporter:
         except redis.RedisError:
             # Status is best effort: the crawl goes on, the next report will do.
             self.crawler.stats.inc_value("frontier/status_unpublished")
-
-    @staticmethod
-    def _prefix(frontier: RedisFrontier) -> str:
-        return frontier.keys.prefix
