@@ -97,6 +97,13 @@ FRONTIER_MAX_CRAWL_DELAY = 30.0
 # delay, nor at their concurrency limit). Bounds the work of one lease; a worker finds nothing
 # to do only when the first this-many queued requests all belong to waiting hosts.
 FRONTIER_POLITENESS_SCAN = 500
+# Largest stored request (bytes of JSON). A larger one is refused when queued (counted under
+# frontier/unserializable) and, written by someone else, quarantined when leased, so no stored
+# message can hold a worker for seconds or gigabytes (crawler.frontier.decode).
+FRONTIER_MAX_REQUEST_BYTES = 1_048_576
+# Request classes a stored request may name besides Scrapy's own (Request, FormRequest,
+# JsonRequest, XmlRpcRequest), as dotted paths. Checked as text before anything is imported.
+FRONTIER_REQUEST_CLASSES: list[str] = []
 # Seconds between a worker's status reports (read by `scrapy frontier SPIDER`).
 FRONTIER_STATUS_INTERVAL = 10.0
 # Switches to the shared frontier's scheduler (and its lease middleware) when REDIS_URL is set,

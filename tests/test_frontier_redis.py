@@ -473,7 +473,7 @@ def test_corrupt_stored_request_is_recorded_as_failed_not_crashing_the_worker(
     worker.client.hset(worker.keys.requests, stored_id, b"{not json")
     assert worker.lease(5) == []
     [record] = worker.failures().values()
-    assert record["reason"].startswith("not loadable: stored request is not valid")
+    assert record["reason"].startswith("not loadable: stored request is not JSON")
     assert record["request"] == "{not json"
     assert stat(worker, "frontier/unloadable") == 1
     assert worker.is_drained()

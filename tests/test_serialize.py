@@ -13,13 +13,9 @@ from scrapy.core.scheduler import Scheduler
 from scrapy.http import JsonRequest
 from scrapy.utils.test import get_crawler
 
+from crawler.frontier.decode import RequestNotLoadable, request_from_json
 from crawler.frontier.diskqueue import JsonFifoDiskQueue, JsonLifoDiskQueue
-from crawler.frontier.serialize import (
-    RequestNotLoadable,
-    RequestNotSerializable,
-    request_from_json,
-    request_to_json,
-)
+from crawler.frontier.serialize import RequestNotSerializable, request_to_json
 
 
 class ExampleSpider(Spider):

@@ -13,7 +13,8 @@ from typing import Any
 from queuelib import queue
 from scrapy.squeues import _scrapy_serialization_queue, _serializable_queue, _with_mkdir
 
-from crawler.frontier.serialize import request_dict_from_json, request_dict_to_json
+from crawler.frontier.decode import request_dict_from_json
+from crawler.frontier.serialize import request_dict_to_json
 
 
 def _dumps(request_dict: dict[str, Any]) -> bytes:

@@ -67,6 +67,7 @@ from redis.retry import Retry
 from scrapy import Request, signals
 
 from crawler.frontier import META_CHECKED, META_KEY
+from crawler.frontier.decode import RequestNotLoadable, request_from_json
 from crawler.frontier.keys import RequestKeyer, was_checked
 from crawler.frontier.lua import script_source
 from crawler.frontier.politeness import (
@@ -76,12 +77,7 @@ from crawler.frontier.politeness import (
     HostPoliteness,
     politeness_key,
 )
-from crawler.frontier.serialize import (
-    RequestNotLoadable,
-    RequestNotSerializable,
-    request_from_json,
-    request_to_json,
-)
+from crawler.frontier.serialize import RequestNotSerializable, request_to_json
 from crawler.redis_client import describe, redis_from_url, require_bloom
 from crawler.seen.redis import REPLY_TTL
 from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
