@@ -132,6 +132,17 @@ SSRF_GUARD_ENABLED = True
 SSRF_ALLOWED_HOSTS = [h for h in os.environ.get("SSRF_ALLOWED_HOSTS", "").split(",") if h]
 # The resolver half of the guard: refuses private answers before any connection is made.
 TWISTED_DNS_RESOLVER = "middlewares.ssrf.SSRFGuardResolver"
+# URL schemes that may reach the downloader, whatever the request's origin (link, redirect,
+# stored request, canonical hint, seed). Widening it also needs the scheme's download handler
+# back in DOWNLOAD_HANDLERS.
+SSRF_ALLOWED_SCHEMES = ["http", "https"]
+# The guard cannot see where a proxy connects, so by default a crawl refuses to start with a
+# proxy in the environment (http_proxy, https_proxy) and refuses requests with meta["proxy"].
+# True allows proxies: the proxy must then enforce egress (no private or metadata addresses).
+SSRF_ALLOW_PROXY = False
+# Local files, data: URLs, S3 buckets and FTP servers are never a crawl target.
+# (To move into the project add-on's defaults table when it lands; kept here meanwhile.)
+DOWNLOAD_HANDLERS = {"file": None, "data": None, "s3": None, "ftp": None}
 
 # --- Wiring ------------------------------------------------------------------------------
 SPIDER_MIDDLEWARES = {

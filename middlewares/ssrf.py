@@ -13,10 +13,24 @@ Two layers, both on by default (``SSRF_GUARD_ENABLED``):
   handlers (Twisted); the optional httpx/aiohttp handlers resolve names themselves and only get
   the middleware's checks.
 
+Only ``http`` and ``https`` URLs reach the downloader (``SSRF_ALLOWED_SCHEMES`` widens
+that), whatever the request's origin: a link, a redirect hop, a stored request, a canonical
+hint, a seed. A refused scheme is reason ``scheme:<name>``; a URL whose host the stage-1
+canonicalizer rejects is ``invalid-host``. The ``file``, ``data``, ``s3`` and ``ftp`` download
+handlers are switched off as well (``DOWNLOAD_HANDLERS`` in ``crawler/settings.py``).
+
+A proxy hides where a connection really goes (the proxy resolves the name, the resolver
+never sees it), so by default the guard refuses to run with one: a crawl started with
+``http_proxy``/``https_proxy`` in the environment stops with a one-line error, and a request
+whose ``meta["proxy"]`` is set is refused (reason ``proxy``). ``SSRF_ALLOW_PROXY = True``
+allows proxies: the proxy must then enforce egress itself.
+
 Hosts the crawl was started on (the spider's ``allowed_hosts``, ``start_url``,
 ``start_urls``) and hosts in ``SSRF_ALLOWED_HOSTS`` are exempt: crawling your own intranet
-server is a choice, being redirected to one is not. Refusals are recorded as ``blocked``
-chains in the record store and counted under ``ssrf/blocked/<reason>``.
+server is a choice, being redirected to one is not. The exemption is by host name (or
+address) only: every port of that host, and every address its name resolves to, is allowed.
+Refusals are recorded as ``blocked`` chains in the record store and counted under
+``ssrf/blocked/<reason>``.
 
 Scrapy installs one resolver per process, so the hosts exempted at spider start and the names
 the resolver refused are kept process-wide (:data:`PROCESS_GUARD`).
@@ -26,6 +40,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import urllib.request
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -160,18 +175,65 @@ class ProcessGuard:
 PROCESS_GUARD = ProcessGuard()
 
 
+#: Schemes that reach the downloader unless ``SSRF_ALLOWED_SCHEMES`` says otherwise.
+DEFAULT_SCHEMES = ("http", "https")
+
+
+class ProxyWithGuard(RuntimeError):
+    """A proxy is configured while the SSRF guard is on and ``SSRF_ALLOW_PROXY`` is not."""
+
+
+def environment_proxies() -> dict[str, str]:
+    """The ``http``/``https`` proxies Scrapy's HttpProxyMiddleware would take from the
+    environment (``http_proxy``, ``HTTPS_PROXY``...)."""
+    return {
+        scheme: url
+        for scheme, url in urllib.request.getproxies().items()
+        if scheme in ("http", "https") and url
+    }
+
+
+def check_proxy_setup(settings: BaseSettings) -> None:
+    """Raise :class:`ProxyWithGuard`, saying what to do, when the environment configures a
+    proxy Scrapy would use while the guard is on and proxies are not allowed."""
+    if (
+        not settings.getbool("SSRF_GUARD_ENABLED")
+        or settings.getbool("SSRF_ALLOW_PROXY")
+        or not settings.getbool("HTTPPROXY_ENABLED", True)
+    ):
+        return
+    proxies = environment_proxies()
+    if proxies:
+        names = ", ".join(f"{scheme}_proxy" for scheme in sorted(proxies))
+        raise ProxyWithGuard(
+            f"a proxy is configured ({names}) and the SSRF guard cannot see where a proxy "
+            "connects: unset it, or set SSRF_ALLOW_PROXY=True if the proxy enforces egress "
+            "itself"
+        )
+
+
 class SSRFPolicy:
     """Decides whether a URL, or a DNS answer for a name, may be connected to."""
 
     def __init__(
-        self, allowed_hosts: Iterable[str] = (), guard: ProcessGuard = PROCESS_GUARD
+        self,
+        allowed_hosts: Iterable[str] = (),
+        guard: ProcessGuard = PROCESS_GUARD,
+        schemes: Iterable[str] = DEFAULT_SCHEMES,
+        allow_proxy: bool = False,
     ) -> None:
         self.allowed_hosts = frozenset(host_key(host) for host in allowed_hosts)
         self.guard = guard
+        self.schemes = frozenset(scheme.lower() for scheme in schemes)
+        self.allow_proxy = allow_proxy
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
-        return cls(settings.getlist("SSRF_ALLOWED_HOSTS"))
+        return cls(
+            settings.getlist("SSRF_ALLOWED_HOSTS"),
+            schemes=settings.getlist("SSRF_ALLOWED_SCHEMES") or DEFAULT_SCHEMES,
+            allow_proxy=settings.getbool("SSRF_ALLOW_PROXY"),
+        )
 
     def allows(self, host: str) -> bool:
         """The user started the crawl on ``host`` or allowed it explicitly."""
@@ -179,11 +241,24 @@ class SSRFPolicy:
         return key in self.allowed_hosts or key in self.guard.crawl_hosts
 
     def refusal(self, url: str) -> str | None:
-        """Why ``url`` must not be requested, or None. Names are judged by what they resolve
-        to (see :class:`SSRFGuardResolver`), except metadata names and names the resolver
-        already refused."""
-        host = normalized_host(url)
-        if host is None or self.allows(host):
+        """Why ``url`` must not be requested, or None. A scheme outside the allowed ones is
+        refused whatever the host; names are judged by what they resolve to (see
+        :class:`SSRFGuardResolver`), except metadata names and names the resolver already
+        refused.
+
+        >>> SSRFPolicy().refusal("file:///etc/passwd")
+        'scheme:file'
+        """
+        scheme = url.partition(":")[0].lower() if ":" in url else ""
+        if scheme not in self.schemes:
+            return f"scheme:{scheme[:20] or 'none'}"
+        # A widened scheme's host is read as an http URL's (the canonicalizer knows http).
+        host = normalized_host(
+            url if scheme in DEFAULT_SCHEMES else f"http:{url[len(scheme) + 1 :]}"
+        )
+        if host is None:
+            return "invalid-host"
+        if self.allows(host):
             return None
         try:
             address = ipaddress.ip_address(host)
@@ -284,6 +359,7 @@ class SSRFGuardMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         if not crawler.settings.getbool("SSRF_GUARD_ENABLED"):
             raise NotConfigured
+        check_proxy_setup(crawler.settings)
         middleware = cls(crawler, SSRFPolicy.from_settings(crawler.settings))
         crawler.signals.connect(middleware.spider_opened, signal=signals.spider_opened)
         return middleware
@@ -293,6 +369,8 @@ class SSRFGuardMiddleware:
 
     def process_request(self, request: Request) -> None:
         reason = self.policy.refusal(request.url)
+        if reason is None and request.meta.get("proxy") and not self.policy.allow_proxy:
+            reason = "proxy"
         if reason is not None:
             self.record_block(request, reason)
             raise AddressBlocked(request.url, reason)

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 from scrapy import Request
+from scrapy.settings import Settings
+from scrapy.utils.python import without_none_values
 from scrapy.utils.test import get_crawler
 
 from middlewares.ssrf import (
     PROCESS_GUARD,
     AddressBlocked,
+    ProxyWithGuard,
     SSRFGuardMiddleware,
     SSRFPolicy,
     address_refusal,
@@ -171,3 +174,82 @@ def test_without_the_guard_the_spy_sees_the_attempts(tmp_path: Path) -> None:
     attempted = set(spy_hosts(crawl.spy_log)) - LOOPBACK
     assert {"169.254.169.254", "10.0.0.1"} <= attempted
     assert crawl.hits["/secret"] == 1
+
+
+# --- schemes, download handlers, proxies ----------------------------------------------------
+
+
+def project_settings(**overrides: object) -> Settings:
+    settings = Settings()
+    settings.setmodule("crawler.settings", priority="project")
+    settings.setdict(overrides, priority="cmdline")
+    return settings
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("file:///etc/passwd", "scheme:file"),
+        ("file://intranet.example/secret.html", "scheme:file"),  # exempt host, wrong scheme
+        ("data:text/html,<a href=x>", "scheme:data"),
+        ("ftp://example.com/pub/", "scheme:ftp"),
+        ("s3://bucket/key", "scheme:s3"),
+        ("gopher://example.com/", "scheme:gopher"),
+        ("javascript:alert(1)", "scheme:javascript"),
+        ("http://[::1/", "invalid-host"),  # the canonicalizer rejects it: not "no refusal"
+        ("HTTPS://intranet.example:8443/", None),
+    ],
+)
+def test_only_http_and_https_reach_the_downloader(url: str, reason: str | None) -> None:
+    assert SSRFPolicy(["intranet.example"]).refusal(url) == reason
+
+
+def test_allowed_schemes_setting_widens_the_list() -> None:
+    policy = SSRFPolicy.from_settings(project_settings(SSRF_ALLOWED_SCHEMES=["http", "ftp"]))
+    assert policy.refusal("ftp://example.com/pub/") is None
+    assert policy.refusal("https://example.com/") == "scheme:https"
+
+
+def test_a_stored_file_request_is_refused_and_recorded(tmp_path: Path) -> None:
+    store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    crawler = get_crawler(settings_dict={"STORE_URL": store_url, "SSRF_GUARD_ENABLED": True})
+    crawler.stats.open_spider()  # type: ignore[union-attr]
+    middleware = SSRFGuardMiddleware.from_crawler(crawler)
+    with pytest.raises(AddressBlocked) as refused:
+        middleware.process_request(Request("file:///etc/passwd"))
+    assert refused.value.reason == "scheme:file"
+    store_for(crawler).close()
+    [chain] = SqlRecordStore.from_url(store_url).chains()
+    assert (chain.outcome, chain.reason) == ("blocked", "scheme:file")
+    assert crawler.stats.get_value("ssrf/blocked/scheme:file") == 1  # type: ignore[union-attr]
+
+
+def test_file_data_s3_and_ftp_download_handlers_are_off() -> None:
+    # What Scrapy's DownloadHandlers loads: the merged table without the None entries.
+    handlers = without_none_values(project_settings().getwithbase("DOWNLOAD_HANDLERS"))
+    assert not {"file", "data", "s3", "ftp"} & set(handlers)
+    assert {"http", "https"} <= set(handlers)
+
+
+def test_a_request_through_a_proxy_is_refused_unless_proxies_are_allowed() -> None:
+    proxied = Request("https://example.com/", meta={"proxy": "http://proxy.example:3128"})
+    crawler = get_crawler(settings_dict={"SSRF_GUARD_ENABLED": True})
+    crawler.stats.open_spider()  # type: ignore[union-attr]
+    with pytest.raises(AddressBlocked) as refused:
+        SSRFGuardMiddleware.from_crawler(crawler).process_request(proxied)
+    assert refused.value.reason == "proxy"
+    allowing = get_crawler(settings_dict={"SSRF_GUARD_ENABLED": True, "SSRF_ALLOW_PROXY": True})
+    assert SSRFGuardMiddleware.from_crawler(allowing).process_request(proxied) is None
+
+
+@pytest.mark.parametrize("variable", ["http_proxy", "HTTPS_PROXY"])
+def test_a_proxy_in_the_environment_stops_the_guarded_crawl_with_the_reason(
+    variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(variable, "http://proxy.example:3128")
+    with pytest.raises(ProxyWithGuard, match="SSRF_ALLOW_PROXY=True if the proxy enforces"):
+        SSRFGuardMiddleware.from_crawler(get_crawler(settings_dict={"SSRF_GUARD_ENABLED": True}))
+    for allowed in ({"SSRF_ALLOW_PROXY": True}, {"HTTPPROXY_ENABLED": False}):
+        SSRFGuardMiddleware.from_crawler(
+            get_crawler(settings_dict={"SSRF_GUARD_ENABLED": True, **allowed})
+        )
