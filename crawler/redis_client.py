@@ -27,6 +27,15 @@ HEALTH_CHECK_INTERVAL = 15
 RETRIES = 12
 BACKOFF_BASE = 0.05
 BACKOFF_CAP = 2.0
+#: A command (``scrapy seed``, ``scrapy frontier``, the checks before ``scrapy crawl``) answers
+#: within 10 s when a server does not: short timeouts (the TLS handshake runs under the socket
+#: timeout), one retry of a dropped connection, none of a timeout (a server that did not
+#: answer in 2 s is reported, not waited for again).
+COMMAND_CONNECT_TIMEOUT = 2.0
+COMMAND_SOCKET_TIMEOUT = 2.0
+COMMAND_RETRIES = 1
+#: URL schemes REDIS_URL may use.
+SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
 
 T = TypeVar("T")
@@ -78,6 +87,12 @@ def redis_from_url(url: str, **options: object) -> Client:
     arguments (``?ssl_cert_reqs=none``, ``?ssl_ca_certs=/path/ca.pem``) or ``options``,
     which override the defaults here.
     """
+    scheme, _, rest = url.partition("://")
+    if scheme not in SCHEMES:
+        raise RedisSetupError(
+            f"REDIS_URL must start with {', '.join(s + '://' for s in SCHEMES)}, not "
+            f"{scheme[:20]}://"
+        )
     defaults: dict[str, object] = {
         "socket_timeout": SOCKET_TIMEOUT,
         "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT,
@@ -90,7 +105,6 @@ def redis_from_url(url: str, **options: object) -> Client:
         ),
         "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
     }
-    scheme, _, rest = url.partition("://")
     if scheme in CLUSTER_SCHEMES:
         # Per-node settings the cluster client does not take (it checks nodes itself).
         for name in ("health_check_interval", "retry_on_error"):
@@ -99,6 +113,23 @@ def redis_from_url(url: str, **options: object) -> Client:
             f"{CLUSTER_SCHEMES[scheme]}://{rest}", **{**defaults, **options}
         )
     return redis.Redis.from_url(url, **{**defaults, **options})
+
+
+def command_client(url: str) -> Client:
+    """A client for a command: :func:`redis_from_url` with the command timeouts, so that a
+    server that does not answer is reported in seconds, not minutes."""
+    options: dict[str, object] = {
+        "socket_connect_timeout": COMMAND_CONNECT_TIMEOUT,
+        "socket_timeout": COMMAND_SOCKET_TIMEOUT,
+        "retry": _RetryTransient(
+            ExponentialWithJitterBackoff(cap=0.2, base=BACKOFF_BASE),
+            COMMAND_RETRIES,
+            supported_errors=(redis.ConnectionError,),
+        ),
+    }
+    if url.partition("://")[0] not in CLUSTER_SCHEMES:
+        options["retry_on_error"] = [redis.ConnectionError]
+    return redis_from_url(url, **options)
 
 
 def describe(client: Client) -> str:
@@ -120,8 +151,18 @@ def require_bloom(client: Client) -> None:
     try:
         # BF.EXISTS on a key that does not exist answers 0 and creates nothing.
         client.execute_command("BF.EXISTS", "crawler:bloom-probe", "probe")
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise RedisSetupError(f"cannot reach Redis at {describe(client)}: {exc}") from None
+    except redis.AuthenticationError:
+        raise
+    except redis.TimeoutError as exc:
+        raise RedisSetupError(
+            f"Redis at {describe(client)} did not answer in time ({exc}): check REDIS_URL's "
+            "host and port (rediss:// needs a TLS port)"
+        ) from None
+    except redis.ConnectionError as exc:
+        raise RedisSetupError(
+            f"cannot reach Redis at {describe(client)}: {exc} (is it running? check "
+            "REDIS_URL; rediss:// needs a TLS port)"
+        ) from None
     except redis.ResponseError as exc:
         if "unknown command" not in str(exc).lower():
             raise

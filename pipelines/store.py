@@ -65,6 +65,8 @@ DEFAULT_BATCH_SIZE = 500
 DEFAULT_FLUSH_INTERVAL = 5.0
 #: A flush that hits a deadlock or a locked SQLite file is retried this many times.
 FLUSH_ATTEMPTS = 5
+#: Seconds to wait for a database server to accept a connection.
+CONNECT_TIMEOUT = 5
 ID_LENGTH = 32
 
 metadata = MetaData()
@@ -185,7 +187,10 @@ def make_engine(url: str) -> Engine:
     processes (workers, a command reading during a crawl) can share one file."""
     url = normalize_store_url(url)
     if make_url(url).get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        # A server that does not answer is reported in seconds (libpq's connect_timeout).
+        return create_engine(
+            url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT}
+        )
     engine = create_engine(url, connect_args={"timeout": 30})
 
     @event.listens_for(engine, "connect")

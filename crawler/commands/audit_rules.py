@@ -29,6 +29,7 @@ from scrapy.exceptions import UsageError
 
 from crawler.canonical import InvalidURL, dedupe_key
 from crawler.canonical.rules import rules_from_settings
+from crawler.commands._failures import fails_cleanly
 from crawler.commands._records import add_format_option, reading_store
 from pipelines.records import write_rows
 
@@ -124,6 +125,7 @@ class Command(ScrapyCommand):
             help="compare the aliases stored under this rule version (default: the newest)",
         )
 
+    @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         with reading_store(self.settings) as store:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
 
+from crawler.commands._failures import fails_cleanly
 from crawler.commands._records import add_format_option, reading_store
 from pipelines.records import write_rows
 
@@ -56,6 +57,7 @@ class Command(ScrapyCommand):
         add_format_option(parser, ("jsonl", "csv"))
         parser.add_argument("--valid-only", action="store_true", help="only accepted hints")
 
+    @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         with reading_store(self.settings) as store:

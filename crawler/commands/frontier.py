@@ -9,10 +9,12 @@ from typing import Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
+from scrapy.spiderloader import get_spider_loader
 
+from crawler.commands._failures import fails_cleanly
 from crawler.frontier.politeness import HostLimits
 from crawler.frontier.status import read_status
-from crawler.redis_client import redis_from_url
+from crawler.redis_client import command_client
 
 #: ANSI: cursor home, clear screen - --watch redraws in place.
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -41,6 +43,7 @@ class Command(ScrapyCommand):
         )
         parser.add_argument("--json", action="store_true", help="one JSON object per reading")
 
+    @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if len(args) != 1:
             raise UsageError("name one spider")
@@ -48,10 +51,11 @@ class Command(ScrapyCommand):
         url = self.settings.get("REDIS_URL")
         if not url:
             raise UsageError("set REDIS_URL (environment or -s REDIS_URL=...)")
+        get_spider_loader(self.settings).load(args[0])  # an unknown name is a typo, say so
         prefix = self.settings["FRONTIER_KEY_PREFIX"] % {"spider": args[0]}
         error_rate = self.settings.getfloat("SEEN_FILTER_ERROR_RATE")
         limits = HostLimits.from_settings(self.settings)
-        client = redis_from_url(url)
+        client = command_client(url)
         try:
             while True:
                 status = read_status(client, prefix, error_rate, limits)

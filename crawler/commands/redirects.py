@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from scrapy.commands import ScrapyCommand
 
+from crawler.commands._failures import fails_cleanly
 from crawler.commands._records import add_format_option, reading_store
 from pipelines.records import FETCHED, LOOP, SEEN, write_rows
 from pipelines.store import StoredChain, StoredHop
@@ -166,6 +167,7 @@ class Command(ScrapyCommand):
             help="only permanent (301/308) hops, resolved through permanent hops",
         )
 
+    @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         with reading_store(self.settings) as store:

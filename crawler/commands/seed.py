@@ -20,7 +20,9 @@ from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 from scrapy.statscollectors import MemoryStatsCollector
 
+from crawler.commands._failures import CommandFailed, fails_cleanly
 from crawler.frontier.redis import RedisFrontier
+from crawler.redis_client import command_client
 
 #: Seeds admitted per Redis call.
 BATCH = 1000
@@ -32,6 +34,23 @@ def read_urls(lines: Iterable[str]) -> Iterator[str]:
         url = line.strip()
         if url and not url.startswith("#"):
             yield url
+
+
+def read_seed_file(path: str) -> list[str]:
+    """The URLs of the seed file at ``path`` ('-': stdin); :class:`CommandFailed` saying
+    why when it cannot be read as text."""
+    try:
+        if path == "-":
+            return list(read_urls(sys.stdin))
+        with Path(path).open(encoding="utf-8") as lines:
+            return list(read_urls(lines))
+    except UnicodeDecodeError as exc:
+        raise CommandFailed(
+            f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}): give a text file "
+            "with one URL per line"
+        ) from None
+    except OSError as exc:
+        raise CommandFailed(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def batches(items: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -71,6 +90,7 @@ class Command(ScrapyCommand):
                 stats.inc_value("dupefilter/invalid/not-a-url")
                 print(f"skipped {url!r}: {exc}", file=sys.stderr)
 
+    @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         if not args:
@@ -78,18 +98,16 @@ class Command(ScrapyCommand):
         if not self.settings.get("REDIS_URL"):
             raise UsageError("seeding needs a shared frontier: set REDIS_URL (-s REDIS_URL=...)")
         name, urls = args[0], list(args[1:])
-        if opts.file == "-":
-            urls += read_urls(sys.stdin)
-        elif opts.file:
-            with Path(opts.file).open(encoding="utf-8") as lines:
-                urls += read_urls(lines)
+        if opts.file:
+            urls += read_seed_file(opts.file)
         if not urls:
             raise UsageError("no URL given (arguments or --file)")
         spidercls = get_spider_loader(self.settings).load(name)
         settings = self.settings.copy()
         spidercls.update_settings(settings)  # the spider's custom_settings, as a crawl sees them
         stats = MemoryStatsCollector(Crawler(spidercls, settings))
-        frontier = RedisFrontier.from_settings(settings, name, stats)
+        client = command_client(settings["REDIS_URL"])
+        frontier = RedisFrontier.from_settings(settings, name, stats, client=client)
         try:
             for batch in batches(urls, BATCH):
                 frontier.admit(None, list(self.requests(batch, stats)))

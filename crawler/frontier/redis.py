@@ -78,7 +78,7 @@ from crawler.frontier.politeness import (
     politeness_key,
 )
 from crawler.frontier.serialize import RequestNotSerializable, request_to_json
-from crawler.redis_client import describe, redis_from_url, require_bloom
+from crawler.redis_client import Client, describe, redis_from_url, require_bloom
 from crawler.seen.redis import REPLY_TTL
 from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
 
@@ -340,11 +340,14 @@ class RedisFrontier:
         spider_name: str,
         stats: StatsCollector,
         spider: Spider | None = None,
+        client: Client | None = None,
     ) -> Self:
-        """The frontier of ``spider_name`` at ``REDIS_URL``, on its own connection."""
+        """The frontier of ``spider_name`` at ``REDIS_URL``, on its own connection (or on
+        ``client``, e.g. a command's, see :func:`crawler.redis_client.command_client`)."""
         retry = Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), CLIENT_RETRY_ATTEMPTS)
         prefix = settings["FRONTIER_KEY_PREFIX"] % {"spider": spider_name}
-        client = redis_from_url(settings["REDIS_URL"], retry=retry)
+        if client is None:
+            client = redis_from_url(settings["REDIS_URL"], retry=retry)
         try:
             require_bloom(client)
             keys = FrontierKeys.for_prefix(prefix)

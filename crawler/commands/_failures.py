@@ -1,0 +1,111 @@
+"""How every command fails: one line on stderr saying what is wrong and what to do, exit
+status 2, no traceback, no secret.
+
+:func:`fails_cleanly` wraps a command's ``run``; :func:`explain` turns the errors a user can
+cause (a server down or refusing the password, a bad ``REDIS_URL`` or ``STORE_URL``, an
+unknown spider, an unreadable seed file, a proxy the SSRF guard cannot vouch for) into that
+line. Anything else is a bug and keeps its traceback.
+
+Functions, not a base command: Scrapy lists every ``ScrapyCommand`` subclass of this package
+as a command named after its module.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis
+from sqlalchemy import exc as sql_errors
+
+from crawler.redis_client import RedisSetupError
+from middlewares.ssrf import ProxyWithGuard
+
+if TYPE_CHECKING:
+    from scrapy.commands import ScrapyCommand
+
+#: Exit status of a command that could not do its job (Scrapy's usage errors exit with 2 too).
+EXIT_FAILED = 2
+
+_PASSWORD_IN_URL = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/@\s:]*:)[^@\s/]+@", re.I)
+
+Run = TypeVar("Run", bound=Callable[..., None])
+
+
+class CommandFailed(Exception):
+    """A command cannot go on; the message is the line the user reads."""
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with the password of every URL in it masked.
+
+    >>> mask_secrets("cannot reach redis://app:s3cret@db:6379/0")
+    'cannot reach redis://app:***@db:6379/0'
+    """
+    return _PASSWORD_IN_URL.sub(r"\g<head>***@", text)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
+def explain(error: BaseException) -> str | None:
+    """The line to print for ``error``, or None if it is not one a user can cause."""
+    if isinstance(error, (CommandFailed, RedisSetupError, ProxyWithGuard)):
+        return _first_line(error)
+    if isinstance(error, redis.AuthenticationError) or (
+        isinstance(error, redis.ResponseError) and str(error).startswith(("WRONGPASS", "NOAUTH"))
+    ):
+        return (
+            f"Redis refused the credentials ({_first_line(error)}): check the user and "
+            "password in REDIS_URL (redis://user:password@host:port/db)"
+        )
+    if isinstance(error, redis.TimeoutError):
+        return (
+            f"Redis did not answer in time ({_first_line(error)}): check REDIS_URL's host "
+            "and port, and that rediss:// points at a TLS port"
+        )
+    if isinstance(error, (redis.ConnectionError, redis.exceptions.RedisClusterException)):
+        return (
+            f"cannot reach Redis ({_first_line(error)}): is it running? check REDIS_URL "
+            "(rediss:// needs a TLS port)"
+        )
+    if isinstance(error, sql_errors.ArgumentError):
+        return (
+            f"STORE_URL is not a database URL ({_first_line(error)}): use "
+            "sqlite:///path/crawl.sqlite or postgresql://user@host/db"
+        )
+    if isinstance(error, sql_errors.SQLAlchemyError):
+        cause = getattr(error, "orig", None) or error
+        return f"cannot use the record store ({_first_line(cause)}): check STORE_URL"
+    if isinstance(error, KeyError) and str(error.args[0] if error.args else "").startswith(
+        "Spider not found"
+    ):
+        return f"{error.args[0]}: `scrapy list` shows the project's spiders"
+    return None
+
+
+def report(command: ScrapyCommand, error: BaseException) -> None:
+    """Print ``error``'s line on stderr and set the command's exit status."""
+    line = explain(error) or _first_line(error)
+    print(f"error: {mask_secrets(line)}", file=sys.stderr, flush=True)
+    command.exitcode = EXIT_FAILED
+
+
+def fails_cleanly(run: Run) -> Run:
+    """Decorate a command's ``run``: errors a user can cause end it with one line."""
+
+    @functools.wraps(run)
+    def wrapper(command: ScrapyCommand, *args: Any, **kwargs: Any) -> None:
+        try:
+            run(command, *args, **kwargs)
+        except Exception as error:
+            if explain(error) is None:
+                raise
+            report(command, error)
+
+    return wrapper  # type: ignore[return-value]

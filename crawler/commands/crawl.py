@@ -1,0 +1,69 @@
+"""``scrapy crawl SPIDER``: Scrapy's own command, after checking what the crawl needs.
+
+A crawl that cannot work (unknown spider, Redis down or refusing the password, a
+``REDIS_URL`` or ``STORE_URL`` that is not one, a proxy the SSRF guard cannot vouch for)
+stops before the engine starts, with one line saying what is wrong and what to do
+(:mod:`crawler.commands._failures`), instead of a traceback from inside the running engine.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy.commands.crawl import Command as ScrapyCrawlCommand
+from scrapy.crawler import AsyncCrawlerProcess, CrawlerProcess
+from scrapy.spiderloader import get_spider_loader
+from scrapy.utils.reactor import _asyncio_reactor_path
+
+from crawler.commands._failures import fails_cleanly
+from crawler.redis_client import command_client, require_bloom
+from middlewares.ssrf import check_proxy_setup
+from pipelines.store import make_engine, store_url_from
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy.settings import BaseSettings, Settings
+
+
+def check_crawl_setup(settings: BaseSettings, spider_name: str) -> None:
+    """Raise the error a user can fix if the crawl of ``spider_name`` cannot work; each
+    server is given the command timeouts, so this takes seconds when one does not answer."""
+    get_spider_loader(settings).load(spider_name)
+    check_proxy_setup(settings)
+    if settings.get("REDIS_URL"):
+        client = command_client(settings["REDIS_URL"])
+        try:
+            require_bloom(client)
+        finally:
+            client.close()
+    engine = make_engine(store_url_from(settings))
+    try:
+        with engine.connect():
+            pass
+    finally:
+        engine.dispose()
+
+
+def crawler_process(settings: Settings) -> CrawlerProcess | AsyncCrawlerProcess:
+    """The process ``scrapy.cmdline`` would make for a crawl, made after the checks (making
+    it configures logging and logs Scrapy's banner, which a one-line error should not
+    follow)."""
+    asyncio_reactor = settings["TWISTED_REACTOR"] == _asyncio_reactor_path
+    if (asyncio_reactor and not settings.getbool("FORCE_CRAWLER_PROCESS")) or not settings.getbool(
+        "TWISTED_REACTOR_ENABLED"
+    ):
+        return AsyncCrawlerProcess(settings)
+    return CrawlerProcess(settings)
+
+
+class Command(ScrapyCrawlCommand):
+    requires_crawler_process = False  # made in run(), after the checks
+
+    @fails_cleanly
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        if len(args) == 1:
+            check_crawl_setup(self.settings, args[0])
+        self.crawler_process = crawler_process(self.settings)
+        super().run(args, opts)
