@@ -5,7 +5,6 @@ answer), failures with their reason, drain detection, priority order, Redis rest
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import subprocess
 import time
@@ -217,13 +216,27 @@ def test_heartbeat_keeps_a_live_workers_leases(workers: Any) -> None:
         busy.heartbeat()
         assert other.lease(1) == []
         time.sleep(0.1)
-    del page
-    gc.collect()  # the request was dropped without an answer: recorded, not refetched
-    busy.flush()
+    assert busy.answer_dropped(grace=0) == 0  # not downloaded yet: still worked on
+    busy.left_downloader(page)
+    assert busy.answer_dropped(grace=60) == 0
+    # Left the downloader, and neither a response nor a failure nor a replacement came:
+    # dropped on the way by a middleware, recorded rather than refetched.
+    assert busy.answer_dropped(grace=0) == 1
     assert other.lease(1) == []
     [record] = busy.failures().values()
-    assert record["reason"] == "dropped without an answer"
+    assert record["reason"] == "dropped after its download (no response, no replacement, no error)"
     assert stat(busy, "frontier/unanswered") == 1
+
+
+def test_a_response_keeps_the_lease_for_its_page_batch(workers: Any) -> None:
+    worker = workers()
+    worker.admit(None, [Request("https://example.com/")])
+    [page] = worker.lease(1)
+    worker.left_downloader(page)
+    worker.responded(page)
+    assert worker.answer_dropped(grace=0) == 0
+    worker.admit(page, [])
+    assert worker.is_drained()
 
 
 def test_failure_is_recorded_with_its_reason_and_releases_the_lease(workers: Any) -> None:

@@ -37,13 +37,14 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 from scrapy import signals
 
+from crawler.frontier import failure_reason
 from crawler.frontier.keys import RequestKeyer
 from crawler.frontier.lua import FrontierScripts
 from crawler.frontier.politeness import HostLimits, HostPoliteness
 from crawler.frontier.redis import state
 from crawler.frontier.redis.admission import QUEUED_META, Admission
 from crawler.frontier.redis.layout import FrontierKeys
-from crawler.frontier.redis.leases import LEASE_META, Leases, failure_reason, worker_id
+from crawler.frontier.redis.leases import LEASE_META, Leases, worker_id
 from crawler.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
 from crawler.redis_client import describe, redis_from_url, require_bloom
 from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
@@ -237,6 +238,15 @@ class RedisFrontier:
     def responded(self, request: Request) -> None:
         """A response for ``request`` reached the engine (see :meth:`.leases.Leases.responded`)."""
         self.leases.responded(request)
+
+    def left_downloader(self, request: Request) -> None:
+        """``request`` left the downloader (see :meth:`.leases.Leases.left_downloader`)."""
+        self.leases.left_downloader(request)
+
+    def answer_dropped(self, grace: float) -> int:
+        """Fail the requests dropped after their download; how many
+        (:meth:`.leases.Leases.answer_dropped`)."""
+        return self.leases.answer_dropped(grace)
 
     def heartbeat(self) -> None:
         """Extend the leases of requests this worker is still working on."""

@@ -22,7 +22,6 @@ import os
 import secrets
 import socket
 import time
-import weakref
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -69,13 +68,6 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-def failure_reason(exception: BaseException) -> str:
-    """A short, readable reason for a request that failed with ``exception``."""
-    message = str(exception).strip()
-    name = type(exception).__name__
-    return f"{name}: {message}"[:300] if message else name
-
-
 class Leases:
     """The leases one worker holds (see the module docstring).
 
@@ -104,11 +96,14 @@ class Leases:
         self.lease_ttl = lease_ttl
         self.max_expiries = max_expiries
         self.spider: Spider | None = None
-        # Leases this worker holds, by id; the request objects are held weakly: a request
-        # dropped without an answer is noticed (see _unanswered) instead of leaking a lease.
-        self._held: dict[str, weakref.finalize] = {}
-        self._alive: weakref.WeakValueDictionary[str, Request] = weakref.WeakValueDictionary()
+        #: Leases this worker holds, by id: the URL of each request, for the log.
+        self._held: dict[str, str] = {}
+        #: Leases whose response reached the engine: later requests carrying the lease are
+        #: the page's links, not its replacements.
         self._responded: set[str] = set()
+        #: Leases whose request left the downloader without a response (yet), with when.
+        self._left: dict[str, float] = {}
+        #: Leases the heartbeat found taken over by another worker.
         self._lost: set[str] = set()
 
     @property
@@ -174,9 +169,7 @@ class Leases:
     # --- which request holds which lease -----------------------------------------------
 
     def _hold(self, lease: str, request: Request) -> None:
-        self._alive[lease] = request
-        self._held[lease] = weakref.finalize(request, self._unanswered, lease, request.url)
-        self._held[lease].atexit = False
+        self._held[lease] = request.url
 
     def holds(self, lease: str | None) -> bool:
         """True if this worker holds ``lease`` (not answered yet)."""
@@ -199,35 +192,51 @@ class Leases:
         return None
 
     def take_id(self, lease: str) -> str:
-        self._held.pop(lease).detach()
-        self._alive.pop(lease, None)
+        del self._held[lease]
         self._responded.discard(lease)
+        self._left.pop(lease, None)
         self._lost.discard(lease)
         return lease
 
     def responded(self, request: Request) -> None:
-        """A response for ``request`` reached the engine: requests scheduled from now on
-        that carry its lease id are its links, no longer its replacements."""
+        """A response for ``request`` reached the engine (Scrapy's ``response_received``):
+        requests scheduled from now on that carry its lease id are its links, no longer its
+        replacements; its page batch (or its callback's error) answers the lease."""
         lease = request.meta.get(LEASE_META)
         if lease in self._held:
             self._responded.add(lease)
+            self._left.pop(lease, None)
 
-    def _unanswered(self, lease: str, url: str) -> None:
-        """A leased request vanished without an answer (e.g. ``IgnoreRequest`` raised while
-        its response was processed): record it as failed rather than refetch it forever.
-        Runs from the garbage collector, so it only queues the update."""
-        if lease not in self._held:
-            return
-        self.take_id(lease)
-        self.stats.inc_value("frontier/unanswered")
-        logger.warning("Request %s (lease %s) was dropped without an answer", url, lease)
-        self.fail_lease(lease, "dropped without an answer", url=url, request_json=None, now=False)
+    def left_downloader(self, request: Request) -> None:
+        """``request`` left the downloader (Scrapy's ``request_left_downloader``): its
+        response, or a replacement taking its lease over, or its failure follows at once,
+        unless a downloader middleware drops it on the way (see :meth:`answer_dropped`)."""
+        lease = request.meta.get(LEASE_META)
+        if lease in self._held and lease not in self._responded:
+            self._left.setdefault(lease, time.monotonic())
+
+    def answer_dropped(self, grace: float) -> int:
+        """Record as failed the requests that left the downloader more than ``grace``
+        seconds ago with nothing since: no response reached the engine, no replacement took
+        their lease over, no failure was reported (an exception raised in a downloader
+        middleware's ``process_response``, a redirect dropped by a ``request_scheduled``
+        handler). Returns how many."""
+        deadline = time.monotonic() - grace
+        dropped = [lease for lease, left in self._left.items() if left <= deadline]
+        for lease in dropped:
+            url = self._held[lease]
+            self.take_id(lease)
+            self.stats.inc_value("frontier/unanswered")
+            logger.warning("Request %s (lease %s) was dropped after its download", url, lease)
+            reason = "dropped after its download (no response, no replacement, no error)"
+            self.fail_lease(lease, reason, url=url, request_json=None)
+        return len(dropped)
 
     # --- keeping and giving back -------------------------------------------------------
 
     def heartbeat(self) -> None:
         """Extend the leases of requests this worker is still working on."""
-        leases = [lease for lease in list(self._alive) if lease not in self._lost]
+        leases = [lease for lease in self._held if lease not in self._lost]
         if not leases:
             return
         try:
@@ -274,9 +283,7 @@ class Leases:
             stored = None
         self.fail_lease(lease, reason, url=request.url, request_json=stored)
 
-    def fail_lease(
-        self, lease: str, reason: str, *, url: str, request_json: str | None, now: bool = True
-    ) -> None:
+    def fail_lease(self, lease: str, reason: str, *, url: str, request_json: str | None) -> None:
         """Record the failure (with the stored request, when there is one) and release."""
         try:
             stored = json.loads(request_json) if request_json else None
@@ -301,7 +308,7 @@ class Leases:
             return False
 
         deliver = partial(self.scripts.run, "fail", [self.owner, lease, url or lease, record])
-        self.outbox.send(Answer("fail", deliver, on_reply), now=now)
+        self.outbox.send(Answer("fail", deliver, on_reply))
 
     def refused(self, lease: str | None) -> None:
         """Redis refused this worker's answer for ``lease``."""

@@ -69,14 +69,10 @@ class Outbox:
         """Answers not yet delivered."""
         return len(self._answers)
 
-    def send(self, answer: Answer, now: bool = True) -> None:
-        """Deliver ``answer`` after those already waiting; keep it if Redis is away.
-        ``now=False`` only queues it (e.g. from a garbage collector callback)."""
+    def send(self, answer: Answer) -> None:
+        """Deliver ``answer`` after those already waiting; keep it if Redis is away."""
         self._answers.append(answer)
-        if now:
-            self.flush()
-        else:
-            self._schedule_flush(0)
+        self.flush()
 
     def flush(self) -> bool:
         """Deliver waiting answers in order; True when none is left waiting."""
