@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
-from scrapy import Request
+from scrapy import Request, signals
+from scrapy.http import Response
 
-from crawler.frontier import frontier_for, page_handled
+from crawler.frontier import failure_reason, frontier_for, page_handled
 
 if TYPE_CHECKING:
     from typing import Self
 
     from scrapy.crawler import Crawler
-    from scrapy.http import Response
+    from twisted.python.failure import Failure
 
     from crawler.frontier import Frontier
 
@@ -27,7 +28,10 @@ class BatchDedupeMiddleware:
     frontier returns the ones to schedule here, marked so the dupefilter does not check them
     again. ``dont_filter`` requests pass through untouched. When the callback fails midway,
     the links it yielded so far are still admitted before the error propagates (Scrapy then
-    logs it and fires ``spider_error``), so they are not lost with the page.
+    logs it and fires ``spider_error``), so they are not lost with the page. When it fails
+    before yielding anything (or a spider middleware's ``process_spider_input`` raises),
+    ``spider_error`` answers the page with an empty batch: a page is answered once handled,
+    however its callback ended; a download whose errback raised is answered as failed.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -35,7 +39,18 @@ class BatchDedupeMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
+        middleware = cls(crawler)
+        crawler.signals.connect(middleware.spider_error, signal=signals.spider_error)
+        return middleware
+
+    def spider_error(self, failure: Failure, response: Response | Failure | None = None) -> None:
+        """A callback (or errback) raised: answer its request's lease if nothing did."""
+        if isinstance(response, Response):
+            self._admit(response, [])
+            return
+        request = getattr(response, "request", None)  # set by Scrapy's scraper
+        if isinstance(request, Request):
+            self.frontier.fail(request, failure_reason(failure.value))
 
     @property
     def frontier(self) -> Frontier:
