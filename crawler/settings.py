@@ -101,6 +101,11 @@ FRONTIER_POLITENESS_SCAN = 500
 # frontier/unserializable) and, written by someone else, quarantined when leased, so no stored
 # message can hold a worker for seconds or gigabytes (crawler.frontier.decode).
 FRONTIER_MAX_REQUEST_BYTES = 1_048_576
+# Stored requests that cannot be decoded (or are longer than FRONTIER_MAX_REQUEST_BYTES) go to
+# a quarantine with the reason instead of failing a worker: `scrapy frontier SPIDER
+# --quarantine` lists them, --requeue-quarantined / --drop-quarantined act on them. At most
+# this many records are kept; past it the oldest are dropped (counted).
+FRONTIER_QUARANTINE_MAX = 10_000
 # Request classes a stored request may name besides Scrapy's own (Request, FormRequest,
 # JsonRequest, XmlRpcRequest), as dotted paths. Checked as text before anything is imported.
 FRONTIER_REQUEST_CLASSES: list[str] = []

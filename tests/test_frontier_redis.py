@@ -477,21 +477,6 @@ def test_request_whose_lease_keeps_expiring_is_given_up_with_the_reason(workers:
     assert worker.counts()["leased"] == 0
 
 
-def test_corrupt_stored_request_is_recorded_as_failed_not_crashing_the_worker(
-    workers: Any,
-) -> None:
-    worker = workers()
-    worker.admit(None, [Request("https://example.com/ok")])
-    [stored_id] = worker.client.zrange(worker.keys.queue, 0, -1)
-    worker.client.hset(worker.keys.requests, stored_id, b"{not json")
-    assert worker.lease(5) == []
-    [record] = worker.failures().values()
-    assert record["reason"].startswith("not loadable: stored request is not JSON")
-    assert record["request"] == "{not json"
-    assert stat(worker, "frontier/unloadable") == 1
-    assert worker.is_drained()
-
-
 def test_crawl_through_redis_answers_every_lease(redis_url: str, tmp_path: Path) -> None:
     """404s, 500s retried, redirects and unreachable links: the crawl ends (the frontier
     drains), each outcome is where a user would look for it."""

@@ -1,8 +1,14 @@
-"""``scrapy frontier SPIDER [--watch] [--json]``: live status of a shared (Redis) frontier."""
+"""``scrapy frontier SPIDER [--watch] [--json]``: live status of a shared (Redis) frontier.
+
+``--quarantine`` lists the stored requests in quarantine (:mod:`crawler.frontier.redis.
+quarantine`); ``--requeue-quarantined ID...|all`` and ``--drop-quarantined ID...|all`` act on
+them.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from typing import Any, ClassVar
@@ -13,11 +19,15 @@ from scrapy.spiderloader import get_spider_loader
 
 from crawler.commands._failures import fails_cleanly
 from crawler.frontier.politeness import HostLimits
+from crawler.frontier.redis import quarantine
+from crawler.frontier.redis.layout import FrontierKeys
 from crawler.frontier.status import read_status
-from crawler.redis_client import command_client
+from crawler.redis_client import Client, command_client
 
 #: ANSI: cursor home, clear screen - --watch redraws in place.
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
+#: Characters of a quarantined payload --quarantine shows (--json shows what is kept).
+PAYLOAD_PREVIEW = 200
 
 
 class Command(ScrapyCommand):
@@ -42,6 +52,23 @@ class Command(ScrapyCommand):
             help="refresh in place every SECONDS (default 2) until interrupted",
         )
         parser.add_argument("--json", action="store_true", help="one JSON object per reading")
+        parser.add_argument(
+            "--quarantine",
+            action="store_true",
+            help="list the stored requests in quarantine (reason, time, payload)",
+        )
+        parser.add_argument(
+            "--requeue-quarantined",
+            nargs="+",
+            metavar="ID",
+            help="queue these quarantined requests again ('all': every one)",
+        )
+        parser.add_argument(
+            "--drop-quarantined",
+            nargs="+",
+            metavar="ID",
+            help="delete these quarantine records ('all': every one)",
+        )
 
     @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -57,6 +84,9 @@ class Command(ScrapyCommand):
         limits = HostLimits.from_settings(self.settings)
         client = command_client(url)
         try:
+            if opts.quarantine or opts.requeue_quarantined or opts.drop_quarantined:
+                self.quarantine(client, FrontierKeys.for_prefix(prefix), opts)
+                return
             while True:
                 status = read_status(client, prefix, error_rate, limits)
                 if opts.json:
@@ -71,3 +101,27 @@ class Command(ScrapyCommand):
             sys.stdout.write("\n")
         finally:
             client.close()
+
+    @staticmethod
+    def quarantine(client: Client, keys: FrontierKeys, opts: argparse.Namespace) -> None:
+        """List, requeue or drop quarantined requests."""
+        if opts.requeue_quarantined:
+            requeued, kept = quarantine.requeue(client, keys, opts.requeue_quarantined)
+            print(f"{requeued} requeued, {kept} kept (payload cut or record not readable)")
+        if opts.drop_quarantined:
+            print(f"{quarantine.drop(client, keys, opts.drop_quarantined)} dropped")
+        if not opts.quarantine:
+            return
+        for record in quarantine.records(client, keys):
+            if opts.json:
+                print(json.dumps(record, sort_keys=True), flush=True)
+                continue
+            when = time.strftime(
+                "%Y-%m-%d %H:%M:%S", time.gmtime(float(record.get("quarantined_at") or 0))
+            )
+            payload = str(record.get("payload", ""))
+            print(f"{record.get('id')}  {when}Z  {record.get('reason')}")
+            print(
+                f"    {payload[:PAYLOAD_PREVIEW]!r}"
+                + (" ..." if len(payload) > PAYLOAD_PREVIEW else "")
+            )

@@ -8,9 +8,6 @@
 -- Keys (bound by name from each script's "-- KEYS:" line, see crawler/frontier/lua.py):
 -- HOSTS, IN_FLIGHT, HOST_NEXT, HOST_BUSY, HOST_DELAY, documented in
 -- crawler/frontier/redis/layout.py; each helper names those it needs.
--- The request.meta key of a request's host (crawler.frontier.politeness.HOST_META).
-local HOST_META = 'frontier_host'
-
 -- The politeness rules passed in ARGV[i] to ARGV[i + 4]: queue entries one lease looks at,
 -- delay between two requests to a host (ms), requests of a host in flight at once, cap on a
 -- robots.txt Crawl-delay (ms), per-host overrides as JSON {host: {"delay": ms,
@@ -43,13 +40,10 @@ local function host_delay(rules, host)
   return delay
 end
 
--- Remember the host of a newly queued request, from its stored JSON. A request without one
--- (queued by an older version) is never held back.
+-- Remember the host of a newly queued request, given beside its payload (scripts never
+-- decode a stored request: its text is untrusted). A request without one is never held back.
 -- Keys: HOSTS.
-local function set_host(id, json)
-  local ok, request = pcall(cjson.decode, json)
-  local meta = ok and type(request) == 'table' and request.meta
-  local host = type(meta) == 'table' and meta[HOST_META]
+local function set_host(id, host)
   if type(host) == 'string' and host ~= '' then
     redis.call('HSET', HOSTS, id, host)
   end

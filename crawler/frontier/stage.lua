@@ -6,7 +6,7 @@
 -- 3, the lease expires and lease.lua queues the whole batch (recover_staged): a key marked
 -- seen always has its request staged or queued, never nowhere.
 -- ARGV: owner, parent id ('' for none), batch id, lease TTL in ms, then per request: score,
--- JSON. The batch is held under the parent's lease, which this owner must be allowed to
+-- politeness host, JSON. The batch is held under the parent's lease, which this owner must be allowed to
 -- answer (claim(), as admit's finish()), or without a parent under a lease of its own,
 -- 'batch:<batch id>'. Either lease gets a full TTL for steps 2 and 3 (no heartbeat extends it).
 -- Returns that lease id, or 'refused' (nothing done).
@@ -16,7 +16,8 @@ local staged = redis.call('HGET', STAGED, lease)
 if staged then
   -- The same batch sent again (its reply was lost) is done already; no other batch may
   -- share a lease.
-  return cjson.decode(staged).batch == batch and lease or 'refused'
+  local decoded = decode_staged(staged)
+  return decoded and decoded.batch == batch and lease or 'refused'
 end
 if parent ~= '' and not claim(parent, owner) then
   return 'refused'
@@ -24,8 +25,8 @@ end
 redis.call('ZADD', LEASES, now_ms() + ttl, lease)
 redis.call('HSET', OWNERS, lease, owner)
 local entries = {}
-for i = 5, #ARGV, 2 do
-  entries[#entries + 1] = {ARGV[i], ARGV[i + 1]}
+for i = 5, #ARGV, 3 do
+  entries[#entries + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2]}
 end
 redis.call('HSET', STAGED, lease, cjson.encode({batch = batch, entries = entries}))
 return lease

@@ -22,7 +22,7 @@ from twisted.internet import task
 
 from crawler.frontier import frontier_for
 from crawler.frontier.politeness import HostLimits, hosts_waiting
-from crawler.frontier.redis import RedisFrontier
+from crawler.frontier.redis import RedisFrontier, quarantine
 from crawler.frontier.redis.layout import FrontierKeys
 from crawler.seen.redis import BloomInfo, bloom_info
 from crawler.seen.sharded import shard_keys
@@ -80,6 +80,9 @@ class FrontierStatus:
     expected_error_rate: float | None
     filter_shards: int = 1
     workers: list[dict[str, Any]] = field(default_factory=list)
+    #: Stored requests in quarantine, and quarantine records dropped past its cap.
+    quarantined: int = 0
+    quarantine_dropped: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -91,6 +94,9 @@ class FrontierStatus:
             f"  queued:   {self.queued}",
             f"  leased:   {self.leased}",
             f"  failed:   {self.failed}",
+            f"  quarantined: {self.quarantined}"
+            + (f" ({self.quarantine_dropped} older dropped)" if self.quarantine_dropped else "")
+            + (" (see --quarantine)" if self.quarantined else ""),
             f"  hosts waiting on politeness: {self.hosts_waiting}",
         ]
         if self.seen_keys is None:
@@ -132,8 +138,11 @@ def read_status(
             client.srem(keys.workers, owner)
         else:
             workers.append(json.loads(record))
+    quarantined, quarantine_dropped = quarantine.sizes(client, keys)
     return FrontierStatus(
         prefix=prefix,
+        quarantined=quarantined,
+        quarantine_dropped=quarantine_dropped,
         queued=queued,
         leased=leased,
         failed=failed,

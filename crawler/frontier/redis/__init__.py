@@ -38,6 +38,7 @@ from redis.retry import Retry
 from scrapy import signals
 
 from crawler.frontier import failure_reason
+from crawler.frontier.decode import DEFAULT_DECODER, RequestDecoder
 from crawler.frontier.keys import RequestKeyer
 from crawler.frontier.lua import FrontierScripts
 from crawler.frontier.politeness import HostLimits, HostPoliteness
@@ -46,6 +47,7 @@ from crawler.frontier.redis.admission import QUEUED_META, Admission
 from crawler.frontier.redis.layout import FrontierKeys
 from crawler.frontier.redis.leases import LEASE_META, Leases, worker_id
 from crawler.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
+from crawler.frontier.redis.quarantine import QUARANTINE_MAX
 from crawler.redis_client import Client, describe, redis_from_url, require_bloom
 from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
 
@@ -72,7 +74,17 @@ logger = logging.getLogger(__name__)
 #: and the scheduler's backoff instead.
 CLIENT_RETRY_ATTEMPTS = 2
 #: The frontier's Lua scripts (``<name>.lua``), each one atomic step.
-SCRIPTS = ("admit", "stage", "commit", "lease", "heartbeat", "fail", "release", "counts")
+SCRIPTS = (
+    "admit",
+    "stage",
+    "commit",
+    "lease",
+    "heartbeat",
+    "fail",
+    "release",
+    "counts",
+    "quarantine",
+)
 
 
 def _warn_about_setup(client: redis.Redis) -> None:
@@ -112,6 +124,8 @@ class RedisFrontier:
         spider: Spider | None = None,
         owner: str | None = None,
         limits: HostLimits | None = None,
+        decoder: RequestDecoder = DEFAULT_DECODER,
+        quarantine_cap: int = QUARANTINE_MAX,
     ) -> None:
         if lease_ttl <= 0:
             raise ValueError(f"FRONTIER_LEASE_TTL must be positive, got {lease_ttl}")
@@ -133,6 +147,8 @@ class RedisFrontier:
             owner=owner or worker_id(),
             lease_ttl=lease_ttl,
             max_expiries=max_expiries,
+            decoder=decoder,
+            quarantine_cap=quarantine_cap,
         )
         self.admission = Admission(self.scripts, seen, keyer, self.leases, self.outbox, stats)
         self.spider = spider
@@ -185,6 +201,8 @@ class RedisFrontier:
                 max_expiries=settings.getint("FRONTIER_MAX_EXPIRIES"),
                 spider=spider,
                 limits=HostLimits.from_settings(settings),
+                decoder=RequestDecoder.from_settings(settings),
+                quarantine_cap=settings.getint("FRONTIER_QUARANTINE_MAX", QUARANTINE_MAX),
             )
         except BaseException:
             client.close()

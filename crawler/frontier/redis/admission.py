@@ -107,7 +107,8 @@ class StagedAdmission:
             )
         answers = iter(self.fresh)
         flags = "".join("1" if not check or next(answers) else "0" for check in self.checks)
-        status = text(scripts.run("commit", [self.lease, self.batch, flags]))
+        cap = admission.leases.quarantine_cap
+        status = text(scripts.run("commit", [self.lease, self.batch, flags, cap]))
         if status == "late":
             admission.stats.inc_value("frontier/staged_recovered", len(self.checks))
             logger.warning(
@@ -168,16 +169,18 @@ class Admission:
         pairs = self.keyer.keyed(children)
         entries: list[tuple[Request, str]] = []
         checks: list[bool] = []
-        rows: list[Any] = []  # per entry: queue score, JSON
+        rows: list[Any] = []  # per entry: queue score, politeness host, JSON
+        max_bytes = self.leases.decoder.max_bytes
         for request, key in pairs:
+            stored_request = stored_form(request, key)
             try:
-                stored = request_to_json(stored_form(request, key), self.spider)
+                stored = request_to_json(stored_request, self.spider, max_bytes)
             except RequestNotSerializable as exc:
                 self._count_unserializable(request, exc)
                 continue
             entries.append((request, key))
             checks.append(not (request.dont_filter or was_checked(request)))
-            rows += [-request.priority, stored]
+            rows += [-request.priority, stored_request.meta[HOST_META], stored]
         if parent is None and not entries:
             return []
         admitted: list[Request] = []
@@ -202,7 +205,7 @@ class Admission:
             bloom = self.seen.parameters  # to recreate a lost filter (admit.lua)
             args = [self.owner, parent or "", *(bloom[name] for name in BLOOM_ARGS)]
             for index, (_, key) in enumerate(entries):
-                args += ["1" if checks[index] else "0", key, *rows[2 * index : 2 * index + 2]]
+                args += ["1" if checks[index] else "0", key, *rows[3 * index : 3 * index + 3]]
             answer = Answer("admit", partial(self.scripts.run, "admit", args), on_reply)
         self.outbox.send(answer)
         if answer.outcome is None:  # waiting for Redis: the verdict is not known yet

@@ -5,27 +5,33 @@ All keys of a crawl live under its prefix (``FRONTIER_KEY_PREFIX`` % spider, def
 and a Lua script may touch them together). Fixed keys, one field of :class:`FrontierKeys`
 each (``<prefix>:<field>``):
 
-=============  ======  =================================================================
-key            type    holds
-=============  ======  =================================================================
-queue          ZSET    request id -> -priority (ids are fixed-width hex: ties are FIFO)
-requests       HASH    request id -> the request, serialized (JSON, ``serialize.py``)
-scores         HASH    request id -> its queue score, to requeue it after a lease
-leases         ZSET    request id (or ``batch:<id>``) -> lease expiry, ms on Redis' clock
-owners         HASH    request id -> the worker holding its lease
-seq            STRING  counter the request ids are made from
-seen           BF      RedisBloom filter of dedupe keys (with ``SEEN_FILTER_SHARDS`` > 1,
-                       the name the shards are derived from, see below)
-failed         HASH    URL -> JSON record of a request that failed for good, with reason
-expiries       HASH    request id -> times its lease expired (given up past the limit)
-staged         HASH    lease id -> ``{"batch": id, "entries": [[score, JSON], ...]}``: a
-                       batch kept while its keys are marked in a sharded filter
-hosts          HASH    request id -> politeness host of a queued or leased request
-in_flight      HASH    request id -> host, for the leases counted in ``host_busy``
-host_next      ZSET    host -> ms (Redis clock) before which it gets no new lease
-host_busy      HASH    host -> its requests leased now (absent: none)
-host_delay     HASH    host -> its robots.txt Crawl-delay in ms, as published
-=============  ======  =================================================================
+==================  ======  =================================================================
+key                 type    holds
+==================  ======  =================================================================
+queue               ZSET    request id -> -priority (ids are fixed-width hex: ties are FIFO)
+requests            HASH    request id -> the request, serialized (JSON, ``serialize.py``)
+scores              HASH    request id -> its queue score, to requeue it after a lease
+leases              ZSET    request id (or ``batch:<id>``) -> lease expiry, ms on Redis' clock
+owners              HASH    request id -> the worker holding its lease
+seq                 STRING  counter the request ids are made from
+seen                BF      RedisBloom filter of dedupe keys (with ``SEEN_FILTER_SHARDS`` > 1,
+                            the name the shards are derived from, see below)
+failed              HASH    URL -> JSON record of a request that failed for good, with reason
+expiries            HASH    request id -> times its lease expired (given up past the limit)
+staged              HASH    lease id -> ``{"batch": id, "entries": [[score, host, JSON]]}``: a
+                            batch kept while its keys are marked in a sharded filter
+hosts               HASH    request id -> politeness host of a queued or leased request (given
+                            beside the request: scripts never decode a stored request)
+in_flight           HASH    request id -> host, for the leases counted in ``host_busy``
+host_next           ZSET    host -> ms (Redis clock) before which it gets no new lease
+host_busy           HASH    host -> its requests leased now (absent: none)
+host_delay          HASH    host -> its robots.txt Crawl-delay in ms, as published
+quarantine          HASH    request id -> JSON record of a stored request that could not be
+                            decoded (or was too large): reason, time, worker, payload cut at
+                            64 KiB (:mod:`.quarantine`)
+quarantine_order    ZSET    request id -> ms it was quarantined (the oldest go past the cap)
+quarantine_dropped  STRING  records dropped past ``FRONTIER_QUARANTINE_MAX``
+==================  ======  =================================================================
 
 Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
 
@@ -70,6 +76,9 @@ class FrontierKeys:
     host_next: str
     host_busy: str
     host_delay: str
+    quarantine: str
+    quarantine_order: str
+    quarantine_dropped: str
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Self:

@@ -9,6 +9,11 @@
   third of ``FRONTIER_LEASE_TTL``.
 - **fail** (``fail.lua``): record the reason a request failed for good and release it.
 - **release** (``release.lua``): give every held lease back on shutdown.
+- **quarantine** (``quarantine.lua``): a leased request that does not decode (the strict
+  decoder, :mod:`crawler.frontier.decode`) is answered by putting it in quarantine with the
+  reason (:mod:`crawler.frontier.redis.quarantine`); the requests leased with it are held as
+  usual. The lease script itself quarantines a request longer than
+  ``FRONTIER_MAX_REQUEST_BYTES`` by its length, before it leaves Redis.
 
 A lease is answered (links admitted, failure recorded) once; the answer goes through the
 :class:`crawler.frontier.redis.outbox.Outbox`, in order with every other answer.
@@ -27,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from crawler.frontier.decode import RequestNotLoadable, request_from_json
+from crawler.frontier.decode import DEFAULT_DECODER, RequestDecoder, RequestNotLoadable
 from crawler.frontier.politeness import TURN_META
 from crawler.frontier.redis.outbox import REDIS_UNAVAILABLE, Answer
+from crawler.frontier.redis.quarantine import QUARANTINE_MAX
 from crawler.frontier.serialize import RequestNotSerializable, request_to_json
 
 if TYPE_CHECKING:
@@ -68,7 +74,7 @@ class Leases:
     """The leases one worker holds (see the module docstring).
 
     Stats: ``frontier/leased``, ``frontier/reclaimed``, ``frontier/given_up``,
-    ``frontier/staged_recovered``, ``frontier/unloadable``, ``frontier/lease_lost``,
+    ``frontier/staged_recovered``, ``frontier/quarantined``, ``frontier/lease_lost``,
     ``frontier/released``, ``frontier/failed``, ``frontier/ack_refused``,
     ``frontier/unanswered``.
     """
@@ -83,8 +89,12 @@ class Leases:
         owner: str,
         lease_ttl: float,
         max_expiries: int,
+        decoder: RequestDecoder = DEFAULT_DECODER,
+        quarantine_cap: int = QUARANTINE_MAX,
     ) -> None:
         self.scripts = scripts
+        self.decoder = decoder
+        self.quarantine_cap = quarantine_cap
         self.outbox = outbox
         self.politeness = politeness
         self.stats = stats
@@ -117,12 +127,13 @@ class Leases:
         politeness) to this worker, after putting expired leases back in the queue. Raises
         ``REDIS_UNAVAILABLE`` errors."""
         args = [self.owner, count, self.lease_ttl_ms, RECLAIM_BATCH, self.max_expiries]
+        args += [self.decoder.max_bytes, self.quarantine_cap]
         reply = self.scripts.run("lease", [*args, *self.politeness.limits.script_args()])
         return self.take_delivery(reply)
 
     def take_delivery(self, reply: list[Any]) -> list[Request]:
         """Hold the requests the lease script's ``reply`` hands out; note the rest."""
-        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[7:]
+        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[8:]
         recovered_batches, recovered = int(reply[2]), int(reply[3])
         self.politeness.leased(int(reply[4]), int(reply[5]), int(reply[6]))
         if recovered:
@@ -137,6 +148,12 @@ class Leases:
         if reclaimed:
             self.stats.inc_value("frontier/reclaimed", reclaimed)
             logger.info("Requeued %d requests whose lease had expired", reclaimed)
+        if int(reply[7]):
+            self.stats.inc_value("frontier/quarantined", int(reply[7]))
+            logger.warning(
+                "Quarantined %d stored requests longer than FRONTIER_MAX_REQUEST_BYTES",
+                int(reply[7]),
+            )
         if given_up:
             self.stats.inc_value("frontier/given_up", given_up)
             logger.warning(
@@ -149,11 +166,9 @@ class Leases:
         for lease, stored, delay in zip(triples[::3], triples[1::3], triples[2::3], strict=True):
             lease = text(lease)
             try:
-                request = request_from_json(stored, self.spider)
+                request = self.decoder.decode(stored, self.spider)
             except RequestNotLoadable as exc:
-                self.stats.inc_value("frontier/unloadable")
-                logger.error("Cannot load leased request %s: %s", lease, exc)
-                self.fail_lease(lease, f"not loadable: {exc}", url="", request_json=text(stored))
+                self.quarantine(lease, exc.reason)
                 continue
             request.meta[LEASE_META] = lease
             request.meta[TURN_META] = [leased_at, int(delay) / 1000]
@@ -305,6 +320,22 @@ class Leases:
 
         deliver = partial(self.scripts.run, "fail", [self.owner, lease, url or lease, record])
         self.outbox.send(Answer("fail", deliver, on_reply))
+
+    def quarantine(self, lease: str, reason: str) -> None:
+        """The leased request ``lease`` does not decode: put it in quarantine with
+        ``reason`` (its stored text stays in Redis, the script copies it) and release it."""
+        self.stats.inc_value("frontier/quarantined")
+        logger.warning("Quarantined stored request %s: %s", lease, reason)
+
+        def on_reply(reply: int) -> bool:
+            if int(reply):
+                return True
+            self.refused(lease)
+            return False
+
+        args = [self.owner, lease, reason, self.quarantine_cap]
+        deliver = partial(self.scripts.run, "quarantine", args)
+        self.outbox.send(Answer("quarantine", deliver, on_reply))
 
     def refused(self, lease: str | None) -> None:
         """Redis refused this worker's answer for ``lease``."""

@@ -6,6 +6,7 @@ the leases, two separate reads could miss it in both.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,18 @@ def counts(scripts: FrontierScripts, seen: ShardedBloomSeenFilter) -> dict[str, 
 
 
 def failures(client: redis.Redis, keys: FrontierKeys) -> dict[str, dict[str, Any]]:
-    """The failed requests' records, by URL."""
-    raw = client.hgetall(keys.failed)
-    return {text(url): json.loads(record) for url, record in raw.items()}
+    """The failed requests' records, by URL. The lease script keeps the stored request of
+    a request it gave up as text (it never decodes one): it is parsed here when it can be."""
+    return {text(url): _failure(record) for url, record in client.hgetall(keys.failed).items()}
+
+
+def _failure(raw: bytes | str) -> dict[str, Any]:
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {"reason": "not a failure record", "raw": text(raw)[:300]}
+    request = record.get("request") if isinstance(record, dict) else None
+    if isinstance(request, str):
+        with contextlib.suppress(ValueError, RecursionError):
+            record["request"] = json.loads(request)
+    return record if isinstance(record, dict) else {"raw": record}
