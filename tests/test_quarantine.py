@@ -7,18 +7,23 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from scrapy import Request
+from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
 import crawler.settings as project_settings
 from crawler.frontier.redis import RedisFrontier, quarantine
 from crawler.frontier.redis.layout import FrontierKeys
+from tests.httpserver import Page, TestServer, html
 from tests.redirect_server import ROOT, SCRAPY
+from tests.test_decode import ShopCrawlSpider
 from tests.test_frontier_redis import FRONTIER_SETTINGS, ExampleSpider, make_worker, stat
 
 #: Stored requests a writer to the crawl's keys could leave, with the reason each gets.
@@ -46,9 +51,9 @@ POISONS: dict[str, tuple[bytes, str]] = {
 def inject(client: redis.Redis, keys: FrontierKeys, payload: bytes, score: int = 0) -> str:
     """Queue ``payload`` as a producer with write access to the crawl's keys could."""
     request_id = f"{client.incr(keys.seq):014x}"
-    client.zadd(keys.queue, {request_id: score})
-    client.hset(keys.requests, request_id, payload)
-    client.hset(keys.scores, request_id, score)
+    with client.pipeline(transaction=True) as pipe:  # queued with its payload, at once
+        pipe.hset(keys.requests, request_id, payload).hset(keys.scores, request_id, score)
+        pipe.zadd(keys.queue, {request_id: score}).execute()
     return request_id
 
 
@@ -186,3 +191,115 @@ def test_frontier_command_lists_requeues_and_drops_the_quarantine(redis_url: str
     assert dropped.stdout.strip() == "1 dropped"
     requeued = scrapy("frontier", "site", "--requeue-quarantined", "all", *settings)
     assert requeued.stdout.strip() == "1 requeued, 0 kept (payload cut or record not readable)"
+
+
+# --- end to end: poisons injected while two workers crawl ------------------------------------
+
+PAGES = 30
+
+
+def site_routes() -> dict[str, Page]:
+    """A root linking to PAGES pages, each linking on to the next two (and back home)."""
+    routes = {"/": html(*(f"/p{i}" for i in range(PAGES)))}
+    for i in range(PAGES):
+        routes[f"/p{i}"] = html("/", f"/p{(i + 1) % PAGES}", f"/p{(i + 2) % PAGES}")
+    routes["/later"] = html("/p0")
+    return routes
+
+
+def start_worker(start_url: str, redis_url: str, store: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*SCRAPY, "crawl", "site", "-a", f"start_url={start_url}",
+         "-s", f"REDIS_URL={redis_url}", "-s", f"STORE_URL=sqlite:///{store}",
+         "-s", "FRONTIER_LEASE_BATCH=4"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def finish(worker: subprocess.Popen[str]) -> None:
+    _, stderr = worker.communicate(timeout=180)
+    assert worker.returncode == 0, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+
+
+def test_poisons_injected_during_a_crawl_end_in_quarantine_and_the_crawl_finishes(
+    redis_url: str, tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.html"
+    keys = FrontierKeys.for_prefix("{site}")
+    store = tmp_path / "store.sqlite"
+    with TestServer(site_routes(), delay=0.05) as site, redis.Redis.from_url(redis_url) as client:
+        secret.write_text(f'<a href="{site.url}/leak?secret=s3cret">x</a>')
+        poisons = {
+            "deep meta": POISONS["deep meta"],
+            "bogus encoding": POISONS["bogus encoding"],
+            "dunder callback": POISONS["dunder callback"],
+            "class import": POISONS["class import"],
+            "50 MB url": (b'{"url":"https://e.com/' + b"a" * 50_000_000 + b'"}', "more than"),
+        }
+        workers = [start_worker(f"{site.url}/", redis_url, store) for _ in range(2)]
+        deadline = time.monotonic() + 60
+        while "/" not in site.paths() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ids = {
+            inject(client, keys, payload, score=-10): name for name, (payload, _) in poisons.items()
+        }
+        file_request = json.dumps({"url": secret.as_uri(), "callback": "parse"}).encode()
+        inject(client, keys, file_request, score=-10)
+        for worker in workers:
+            finish(worker)
+        hits = Counter(path for path in site.paths() if path != "/robots.txt")
+
+        records = {r["id"]: r for r in quarantine.records(client, keys)}
+        failed = {url.decode(): json.loads(r) for url, r in client.hgetall(keys.failed).items()}
+        assert client.zcard(keys.queue) == 0 and client.zcard(keys.leases) == 0
+
+        # A third worker, started afterwards, with one more poison waiting: leases normally.
+        late_poison = inject(client, keys, POISONS["not json"][0], score=-10)
+        third = start_worker(f"{site.url}/later", redis_url, store)
+        finish(third)
+        late_hits = Counter(path for path in site.paths() if path != "/robots.txt") - hits
+
+    innocent = {"/": 1, **{f"/p{i}": 1 for i in range(PAGES)}}
+    assert hits == innocent  # every innocent page exactly once, nothing else (no /leak)
+    assert set(records) == set(ids), (ids, {i: r["reason"] for i, r in records.items()}, failed)
+    for request_id, name in ids.items():
+        assert poisons[name][1] in records[request_id]["reason"], (name, records[request_id])
+    assert list(failed) == [secret.as_uri()]
+    assert "scheme:file" in failed[secret.as_uri()]["reason"]
+    assert late_hits == {"/later": 1}
+    with redis.Redis.from_url(redis_url) as client:
+        late_record = quarantine.records(client, keys)[-1]
+    assert late_record["id"] == late_poison and "not JSON" in late_record["reason"]
+
+
+def test_a_crawlspiders_links_pass_through_the_shared_frontier(redis_url: str) -> None:
+    """CrawlSpider stores its links with its private ``_callback``/``_errback``: another
+    worker leases them with both bound to its own spider, none quarantined."""
+    settings = {name: getattr(project_settings, name) for name in FRONTIER_SETTINGS}
+    settings.update(REDIS_URL=redis_url, FRONTIER_LEASE_TTL=60.0)
+    frontiers, spiders = [], []
+    for _ in range(2):
+        crawler = get_crawler(ShopCrawlSpider, settings)
+        assert crawler.stats is not None
+        spiders.append(ShopCrawlSpider.from_crawler(crawler))
+        frontiers.append(
+            RedisFrontier.from_settings(crawler.settings, "shop-crawl", crawler.stats, spiders[-1])
+        )
+    page = HtmlResponse(
+        "https://example.com/",
+        body=b'<a href="/a">a</a> <a href="/b">b</a>',
+        encoding="utf-8",
+        request=Request("https://example.com/"),
+    )
+    try:
+        frontiers[0].admit(None, list(spiders[0]._requests_to_follow(page)))
+        leased = frontiers[1].lease(10)
+        assert sorted(r.url for r in leased) == ["https://example.com/a", "https://example.com/b"]
+        assert {(r.callback, r.errback) for r in leased} == {
+            (spiders[1]._callback, spiders[1]._errback)
+        }
+        assert quarantine.sizes(frontiers[1].client, frontiers[1].keys) == (0, 0)
+    finally:
+        for frontier in frontiers:
+            frontier.close()
