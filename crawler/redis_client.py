@@ -146,11 +146,14 @@ def describe(client: Client) -> str:
     return f"{scheme}://{host}:{port}/{db}"
 
 
-def require_bloom(client: Client) -> None:
-    """Raise :class:`RedisSetupError` naming the fix if the server has no ``BF.*`` commands."""
+def require_bloom(client: Client, probe_key: str = "crawler:bloom-probe") -> None:
+    """Raise :class:`RedisSetupError` naming the fix if the server has no ``BF.*`` commands.
+
+    ``probe_key`` is never created; give one under the crawl's prefix, so that a Redis user
+    limited to the crawl's keys (docs/security.md) may probe it."""
     try:
         # BF.EXISTS on a key that does not exist answers 0 and creates nothing.
-        client.execute_command("BF.EXISTS", "crawler:bloom-probe", "probe")
+        client.execute_command("BF.EXISTS", probe_key, "probe")
     except redis.AuthenticationError:
         raise
     except redis.TimeoutError as exc:

@@ -95,8 +95,9 @@ def test_each_poison_is_quarantined_and_its_lease_batch_siblings_leased(
 
 
 def test_no_stored_value_makes_a_script_fail(worker: RedisFrontier) -> None:
-    """Mangled staged batches, scores and expiry counters: every lease call still runs to
-    its end (a script that fails half-way wedged the crawl and kept counting expiries)."""
+    """Mangled staged batches, scores, expiry and politeness counters: every lease call
+    still runs to its end (a script that failed half-way wedged the crawl and kept counting
+    expiries)."""
     client, keys = worker.client, worker.keys
     worker.admit(None, [Request("https://example.com/ok")])
     past = 1
@@ -112,6 +113,8 @@ def test_no_stored_value_makes_a_script_fail(worker: RedisFrontier) -> None:
     client.zrem(keys.queue, expired)
     client.hset(keys.scores, expired, "not a number")
     client.hset(keys.expiries, expired, "many")
+    client.hset(keys.host_busy, "example.com", "lots")
+    client.hset(keys.host_delay, "example.com", "slow")
 
     leased = worker.lease(10)
     assert sorted(r.url for r in leased) == [
@@ -303,3 +306,40 @@ def test_a_crawlspiders_links_pass_through_the_shared_frontier(redis_url: str) -
     finally:
         for frontier in frontiers:
             frontier.close()
+
+
+def test_the_documented_acl_lets_a_worker_crawl_and_confines_it(redis_url: str) -> None:
+    """The ACL line of docs/security.md, applied as written: a worker of the crawl ``site``
+    admits, leases, quarantines and answers through it; another crawl's keys and dangerous
+    commands are refused."""
+    line = next(
+        text.strip()
+        for text in (ROOT / "docs" / "security.md").read_text().splitlines()
+        if text.strip().startswith("ACL SETUSER crawl-site")
+    )
+    with redis.Redis.from_url(redis_url) as admin:
+        admin.execute_command(*line.split())
+    try:
+        user_url = redis_url.replace("redis://", "redis://crawl-site:a-long-random-password@")
+        settings = {name: getattr(project_settings, name) for name in FRONTIER_SETTINGS}
+        settings.update(REDIS_URL=user_url, FRONTIER_LEASE_TTL=60.0)
+        crawler = get_crawler(ExampleSpider, settings)
+        assert crawler.stats is not None
+        worker = RedisFrontier.from_settings(crawler.settings, "site", crawler.stats)
+        try:
+            worker.admit(None, [Request("https://example.com/"), Request("https://example.com/b")])
+            inject(worker.client, worker.keys, b"{not json")
+            leased = worker.lease(10)
+            worker.admit(leased[0], [])
+            worker.fail(leased[1], "test")
+            assert worker.flush() and worker.is_drained()
+            assert quarantine.sizes(worker.client, worker.keys) == (1, 0)
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                worker.client.get("{other}:queue")
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                worker.client.flushall()
+        finally:
+            worker.close()
+    finally:
+        with redis.Redis.from_url(redis_url) as admin:
+            admin.acl_deluser("crawl-site")

@@ -33,8 +33,9 @@ def check_crawl_setup(settings: BaseSettings, spider_name: str) -> None:
     check_proxy_setup(settings)
     if settings.get("REDIS_URL"):
         client = command_client(settings["REDIS_URL"])
+        prefix = settings["FRONTIER_KEY_PREFIX"] % {"spider": spider_name}
         try:
-            require_bloom(client)
+            require_bloom(client, f"{prefix}:bloom-probe")
         finally:
             client.close()
     engine = make_engine(store_url_from(settings))

@@ -19,16 +19,6 @@ local owner, n, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_expiries, max_bytes, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local rules = read_rules(8)
 
--- One more expiry of the lease `id`: how many so far (a mangled counter starts over).
-local function expired_again(id)
-  local count = redis.pcall('HINCRBY', EXPIRIES, id, 1)
-  if type(count) ~= 'number' then
-    redis.call('HSET', EXPIRIES, id, 1)
-    count = 1
-  end
-  return count
-end
-
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 local requeued, given_up, recovered_batches, recovered = 0, 0, 0, 0
@@ -39,7 +29,7 @@ for _, id in ipairs(expired) do
     -- batch is queued whole (recover_staged), the page itself is not fetched again.
     recovered = recovered + recover_staged(id, staged, now, cap)
     recovered_batches = recovered_batches + 1
-  elseif expired_again(id) < max_expiries then
+  elseif add_to_field(EXPIRIES, id, 1) < max_expiries then
     requeue(id)
     requeued = requeued + 1
   else

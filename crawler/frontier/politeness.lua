@@ -12,6 +12,17 @@
 -- delay between two requests to a host (ms), requests of a host in flight at once, cap on a
 -- robots.txt Crawl-delay (ms), per-host overrides as JSON {host: {"delay": ms,
 -- "concurrency": n}} (Scrapy's DOWNLOAD_SLOTS).
+-- HINCRBY that starts a mangled counter over (at `by`) instead of failing the script: the
+-- keys are writable by others, and a script must never stop half-way. Returns the count.
+local function add_to_field(key, field, by)
+  local count = redis.pcall('HINCRBY', key, field, by)
+  if type(count) ~= 'number' then
+    redis.call('HSET', key, field, by)
+    count = by
+  end
+  return count
+end
+
 local function read_rules(i)
   return {
     scan = tonumber(ARGV[i]),
@@ -35,7 +46,7 @@ local function host_delay(rules, host)
   local delay = own and own.delay or rules.delay
   local crawl_delay = redis.call('HGET', HOST_DELAY, host)
   if crawl_delay then
-    delay = math.max(delay, math.min(tonumber(crawl_delay), rules.cap))
+    delay = math.max(delay, math.min(tonumber(crawl_delay) or 0, rules.cap))
   end
   return delay
 end
@@ -53,7 +64,7 @@ end
 -- Keys: IN_FLIGHT HOST_BUSY.
 local function host_leased(id, host)
   redis.call('HSET', IN_FLIGHT, id, host)
-  redis.call('HINCRBY', HOST_BUSY, host, 1)
+  add_to_field(HOST_BUSY, host, 1)
 end
 
 -- The lease of `id` ended, however (answered, failed, given back, expired, or it was never
@@ -65,7 +76,7 @@ local function host_released(id)
     return
   end
   redis.call('HDEL', IN_FLIGHT, id)
-  if redis.call('HINCRBY', HOST_BUSY, host, -1) <= 0 then
+  if add_to_field(HOST_BUSY, host, -1) <= 0 then
     redis.call('HDEL', HOST_BUSY, host)
   end
 end
@@ -105,7 +116,7 @@ local function pick_ready(queue, n, now, rules)
         if not s then
           s = {
             next_at = tonumber(redis.call('ZSCORE', HOST_NEXT, host) or 0),
-            busy = tonumber(redis.call('HGET', HOST_BUSY, host) or 0),
+            busy = tonumber(redis.call('HGET', HOST_BUSY, host)) or 0,
             limit = host_limit(rules, host),
           }
           state[host] = s
@@ -157,7 +168,7 @@ local function hosts_waiting(now, rules)
   local waiting = redis.call('ZCOUNT', HOST_NEXT, '(' .. now, '+inf')
   local busy = redis.call('HGETALL', HOST_BUSY)
   for i = 1, #busy, 2 do
-    if tonumber(busy[i + 1]) >= host_limit(rules, busy[i]) then
+    if (tonumber(busy[i + 1]) or 0) >= host_limit(rules, busy[i]) then
       local next_at = redis.call('ZSCORE', HOST_NEXT, busy[i])
       if not next_at or tonumber(next_at) <= now then
         waiting = waiting + 1

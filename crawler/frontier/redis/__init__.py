@@ -187,7 +187,7 @@ class RedisFrontier:
         if client is None:
             client = redis_from_url(settings["REDIS_URL"], retry=retry)
         try:
-            require_bloom(client)
+            require_bloom(client, f"{prefix}:bloom-probe")
             keys = FrontierKeys.for_prefix(prefix)
             seen = seen_filter_from_settings(client, keys.seen, settings)
             keyer = RequestKeyer.from_settings(stats, settings)
