@@ -319,3 +319,12 @@ def test_near_valid_requests_give_a_request_or_the_decoders_error(
 ) -> None:
     text = stored(url=url, callback=callback, encoding=encoding, method=method, meta=meta)
     only_request_or_own_error(text, ShopCrawlSpider())
+
+
+def test_jobdir_queues_refuse_what_the_frontier_refuses() -> None:
+    """``JOBDIR`` disk queues read through the same checks (the spider is resolved later by
+    Scrapy, so only what needs no spider: class, fields, callback names)."""
+    for fields in ({"callback": "__init__"}, {"errback": "close"}, {"_class": "os.system"}):
+        with pytest.raises(RequestNotLoadable):
+            decode.request_dict_from_json(stored(**fields))
+    assert decode.request_dict_from_json(stored(callback="parse_item"))["callback"] == "parse_item"

@@ -234,6 +234,17 @@ FIELDS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def check_callback_name(name: Any) -> None:
+    """Refuse a callback name no spider may be asked for, whatever the spider: not an
+    identifier, a dunder, or a name ``scrapy.Spider`` defines (``parse`` excepted)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise _refuse(f"callback {str(name)[:60]!r} is not a method name")
+    if name.startswith("__") and name.endswith("__"):
+        raise _refuse(f"callback {name!r} is a special method")
+    if name in SPIDER_NAMES:
+        raise _refuse(f"callback {name!r} is defined by scrapy.Spider, not a callback")
+
+
 def spider_method(spider: Spider, name: Any) -> Callable[..., Any]:
     """The method ``name`` of ``spider``, bound, if a stored request may name it as its
     callback or errback; else :class:`RequestNotLoadable`.
@@ -244,12 +255,7 @@ def spider_method(spider: Spider, name: Any) -> Callable[..., Any]:
     (:data:`GENERIC_SPIDER_CALLBACKS`). Looked up on the class, so an instance attribute of
     the same name (a spider argument) never stands in for it.
     """
-    if not isinstance(name, str) or not name.isidentifier():
-        raise _refuse(f"callback {str(name)[:60]!r} is not a method name")
-    if name.startswith("__") and name.endswith("__"):
-        raise _refuse(f"callback {name!r} is a special method")
-    if name in SPIDER_NAMES:
-        raise _refuse(f"callback {name!r} is defined by scrapy.Spider, not a callback")
+    check_callback_name(name)
     definer = next((cls for cls in type(spider).__mro__ if name in vars(cls)), None)
     if definer is None:
         raise _refuse(f"spider {spider.name!r} has no method {name!r}")
@@ -350,9 +356,13 @@ class RequestDecoder:
 
     def decode_dict(self, text: str | bytes) -> dict[str, Any]:
         """``text`` as the dict :meth:`scrapy.Request.to_dict` gave (for Scrapy's disk
-        queues, which build the request themselves)."""
+        queues, which build the request themselves and look callbacks up by name: the names
+        are checked here as far as they can be without the spider)."""
         try:
             request_class, kwargs = self.fields(self.loads(text))
+            for name in ("callback", "errback"):
+                if kwargs.get(name) is not None:
+                    check_callback_name(kwargs[name])
         except RequestNotLoadable:
             raise
         except Exception as exc:  # the promise: only the decoder's own error escapes
