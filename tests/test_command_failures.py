@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.redirect_server import ROOT, SCRAPY
+from tests.redirect_server import scrapy
 from tests.servers import RedisServer, free_port
 
 PASSWORD = "s3cret-pw"
@@ -42,15 +41,7 @@ def run(*args: str, **env: str) -> Outcome:
         if name not in env:
             environment.pop(name, None)
     started = time.monotonic()
-    done = subprocess.run(
-        [*SCRAPY, *args],
-        cwd=ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = scrapy(*args, env=environment)
     return Outcome(done.returncode, done.stderr, time.monotonic() - started)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import redis
-from scrapy import Request
+from scrapy import Request, Spider
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
@@ -22,7 +22,7 @@ import crawler.settings as project_settings
 from crawler.frontier.redis import RedisFrontier, quarantine
 from crawler.frontier.redis.layout import FrontierKeys
 from tests.httpserver import Page, TestServer, html
-from tests.redirect_server import ROOT, SCRAPY
+from tests.redirect_server import ROOT, SCRAPY, scrapy
 from tests.test_decode import ShopCrawlSpider
 from tests.test_frontier_redis import FRONTIER_SETTINGS, ExampleSpider, make_worker, stat
 
@@ -55,6 +55,19 @@ def inject(client: redis.Redis, keys: FrontierKeys, payload: bytes, score: int =
         pipe.hset(keys.requests, request_id, payload).hset(keys.scores, request_id, score)
         pipe.zadd(keys.queue, {request_id: score}).execute()
     return request_id
+
+
+def frontier_of(
+    redis_url: str, spidercls: type[Spider] = ExampleSpider, name: str = "site"
+) -> tuple[RedisFrontier, Spider]:
+    """A worker's frontier of the crawl ``name`` (``site``: the project's spider, whose
+    frontier `scrapy frontier site` reads), with a ``spidercls`` spider, project settings."""
+    settings = {setting: getattr(project_settings, setting) for setting in FRONTIER_SETTINGS}
+    settings.update(REDIS_URL=redis_url, FRONTIER_LEASE_TTL=60.0)
+    crawler = get_crawler(spidercls, settings)
+    assert crawler.stats is not None
+    spider = spidercls.from_crawler(crawler)
+    return RedisFrontier.from_settings(crawler.settings, name, crawler.stats, spider), spider
 
 
 @pytest.fixture
@@ -159,19 +172,8 @@ def test_requeue_and_drop(worker: RedisFrontier) -> None:
     assert fixable != requeued_id  # queued as a new request
 
 
-def scrapy(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*SCRAPY, *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
-    )
-
-
 def test_frontier_command_lists_requeues_and_drops_the_quarantine(redis_url: str) -> None:
-    settings = {name: getattr(project_settings, name) for name in FRONTIER_SETTINGS}
-    settings.update(REDIS_URL=redis_url, FRONTIER_LEASE_TTL=60.0)
-    crawler = get_crawler(ExampleSpider, settings)
-    assert crawler.stats is not None
-    # The project's spider "site", whose frontier `scrapy frontier site` reads.
-    worker = RedisFrontier.from_settings(crawler.settings, "site", crawler.stats)
+    worker, _ = frontier_of(redis_url)
     try:
         for payload in (b"{not json", b'{"url":"https://example.com/","_class":"os.system"}'):
             inject(worker.client, worker.keys, payload)
@@ -279,16 +281,9 @@ def test_poisons_injected_during_a_crawl_end_in_quarantine_and_the_crawl_finishe
 def test_a_crawlspiders_links_pass_through_the_shared_frontier(redis_url: str) -> None:
     """CrawlSpider stores its links with its private ``_callback``/``_errback``: another
     worker leases them with both bound to its own spider, none quarantined."""
-    settings = {name: getattr(project_settings, name) for name in FRONTIER_SETTINGS}
-    settings.update(REDIS_URL=redis_url, FRONTIER_LEASE_TTL=60.0)
-    frontiers, spiders = [], []
-    for _ in range(2):
-        crawler = get_crawler(ShopCrawlSpider, settings)
-        assert crawler.stats is not None
-        spiders.append(ShopCrawlSpider.from_crawler(crawler))
-        frontiers.append(
-            RedisFrontier.from_settings(crawler.settings, "shop-crawl", crawler.stats, spiders[-1])
-        )
+    (first, first_spider), (second, second_spider) = (
+        frontier_of(redis_url, ShopCrawlSpider, "shop-crawl") for _ in range(2)
+    )
     page = HtmlResponse(
         "https://example.com/",
         body=b'<a href="/a">a</a> <a href="/b">b</a>',
@@ -296,16 +291,16 @@ def test_a_crawlspiders_links_pass_through_the_shared_frontier(redis_url: str) -
         request=Request("https://example.com/"),
     )
     try:
-        frontiers[0].admit(None, list(spiders[0]._requests_to_follow(page)))
-        leased = frontiers[1].lease(10)
+        first.admit(None, list(first_spider._requests_to_follow(page)))
+        leased = second.lease(10)
         assert sorted(r.url for r in leased) == ["https://example.com/a", "https://example.com/b"]
         assert {(r.callback, r.errback) for r in leased} == {
-            (spiders[1]._callback, spiders[1]._errback)
+            (second_spider._callback, second_spider._errback)
         }
-        assert quarantine.sizes(frontiers[1].client, frontiers[1].keys) == (0, 0)
+        assert quarantine.sizes(second.client, second.keys) == (0, 0)
     finally:
-        for frontier in frontiers:
-            frontier.close()
+        first.close()
+        second.close()
 
 
 def test_the_documented_acl_lets_a_worker_crawl_and_confines_it(redis_url: str) -> None:
@@ -321,11 +316,7 @@ def test_the_documented_acl_lets_a_worker_crawl_and_confines_it(redis_url: str) 
         admin.execute_command(*line.split())
     try:
         user_url = redis_url.replace("redis://", "redis://crawl-site:a-long-random-password@")
-        settings = {name: getattr(project_settings, name) for name in FRONTIER_SETTINGS}
-        settings.update(REDIS_URL=user_url, FRONTIER_LEASE_TTL=60.0)
-        crawler = get_crawler(ExampleSpider, settings)
-        assert crawler.stats is not None
-        worker = RedisFrontier.from_settings(crawler.settings, "site", crawler.stats)
+        worker, _ = frontier_of(user_url)
         try:
             worker.admit(None, [Request("https://example.com/"), Request("https://example.com/b")])
             inject(worker.client, worker.keys, b"{not json")
