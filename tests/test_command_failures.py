@@ -24,7 +24,7 @@ from tests.servers import RedisServer, free_port
 
 PASSWORD = "s3cret-pw"
 #: Seconds a failing command may take beyond Scrapy's start-up.
-WAIT_BUDGET = 6.0
+WAIT_BUDGET = 8.0
 WRONG = "wr0ng-pw-value"
 
 
