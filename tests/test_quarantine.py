@@ -334,3 +334,16 @@ def test_the_documented_acl_lets_a_worker_crawl_and_confines_it(redis_url: str) 
     finally:
         with redis.Redis.from_url(redis_url) as admin:
             admin.acl_deluser("crawl-site")
+
+
+def test_an_overwritten_seen_key_refuses_the_admit_whole(worker: RedisFrontier) -> None:
+    """Validate, then write: the parent's lease is not released when its links cannot be
+    marked seen (before, BF.INSERT failed after the release: the links were lost)."""
+    worker.admit(None, [Request("https://example.com/")])
+    [parent] = worker.lease(1)
+    worker.client.delete(worker.keys.seen)
+    worker.client.set(worker.keys.seen, "not a filter")
+    worker.admit(parent, [Request("https://example.com/child")])
+    assert stat(worker, "frontier/errors") == 1
+    assert worker.client.zcard(worker.keys.leases) == 1  # the page keeps its lease
+    assert worker.client.zcard(worker.keys.queue) == 0
