@@ -20,7 +20,7 @@ from scrapy.utils.test import get_crawler
 
 import crawler.settings as project_settings
 from crawler.frontier.redis import RedisFrontier, quarantine
-from crawler.frontier.redis.layout import FrontierKeys
+from crawler.frontier.redis.layout import KEY_TYPES, FrontierKeys
 from tests.httpserver import Page, TestServer, html
 from tests.redirect_server import ROOT, SCRAPY, scrapy
 from tests.test_decode import ShopCrawlSpider
@@ -336,9 +336,11 @@ def test_the_documented_acl_lets_a_worker_crawl_and_confines_it(redis_url: str) 
             admin.acl_deluser("crawl-site")
 
 
-def test_an_overwritten_seen_key_refuses_the_admit_whole(worker: RedisFrontier) -> None:
-    """Validate, then write: the parent's lease is not released when its links cannot be
-    marked seen (before, BF.INSERT failed after the release: the links were lost)."""
+def test_a_key_someone_overwrote_refuses_the_step_whole(worker: RedisFrontier) -> None:
+    """Validate, then write: every script checks its keys' types first. The parent's lease
+    is not released when its links cannot be marked seen (before, BF.INSERT failed after the
+    release: the links were lost), and a lease changes nothing when a key is not its type."""
+    assert set(KEY_TYPES) == set(FrontierKeys.names())
     worker.admit(None, [Request("https://example.com/")])
     [parent] = worker.lease(1)
     worker.client.delete(worker.keys.seen)
@@ -347,3 +349,8 @@ def test_an_overwritten_seen_key_refuses_the_admit_whole(worker: RedisFrontier) 
     assert stat(worker, "frontier/errors") == 1
     assert worker.client.zcard(worker.keys.leases) == 1  # the page keeps its lease
     assert worker.client.zcard(worker.keys.queue) == 0
+    worker.client.zadd(worker.keys.leases, {worker.client.zrange(worker.keys.leases, 0, 0)[0]: 1})
+    worker.client.set(worker.keys.host_busy, "not a hash")
+    with pytest.raises(redis.ResponseError, match="host_busy holds a string, not a hash"):
+        worker.lease(1)
+    assert worker.client.hlen(worker.keys.expiries) == 0  # the expired lease not counted

@@ -8,14 +8,6 @@
 -- Returns '1'/'0' per request (queued or not), or 'refused' (nothing done) when the parent
 -- may not be released by this owner.
 local owner, parent = ARGV[1], ARGV[2]
--- Validate before the first write: a seen key someone else overwrote would fail BF.INSERT
--- after the parent was released (a script is not rolled back): refuse the whole step.
-local seen_type = redis.call('TYPE', SEEN)
-seen_type = type(seen_type) == 'table' and seen_type.ok or seen_type
-if seen_type ~= 'none' and seen_type ~= 'MBbloom--' then
-  return redis.error_reply('seen filter ' .. SEEN .. ' holds a ' .. seen_type ..
-    ', not a Bloom filter: nothing admitted, nothing released')
-end
 if parent ~= '' and finish(parent, owner) == 0 then
   return 'refused'
 end

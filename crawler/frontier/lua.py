@@ -36,14 +36,30 @@ def script_keys(name: str) -> tuple[str, ...]:
     raise ValueError(f"{name}.lua has no '{_KEYS_LINE}' line naming the keys it uses")
 
 
+#: Run first in every script: each key must hold its type (``KEY_TYPES``) or nothing, else
+#: the script refuses before its first write (Redis never rolls a script back, so a write
+#: followed by a WRONGTYPE error would leave the step half-applied).
+_TYPE_CHECK = """for i, want in ipairs({%s}) do
+  local got = redis.call('TYPE', KEYS[i])
+  got = type(got) == 'table' and got.ok or got
+  if got ~= 'none' and got ~= want then
+    return redis.error_reply(KEYS[i] .. ' holds a ' .. got .. ', not a ' .. want ..
+      ': refused before any change')
+  end
+end"""
+
+
 @cache
 def script_source(name: str) -> str:
-    """``<name>.lua`` with its keys bound by name and the shared helpers in front."""
+    """``<name>.lua`` with its keys bound by name and checked for their types, and the
+    shared helpers in front."""
+    from crawler.frontier.redis.layout import KEY_TYPES  # here: the package imports this module
+
     keys = script_keys(name)
-    prelude = "local {} = {}".format(
+    prelude = "local {} = {}\n".format(
         ", ".join(key.upper() for key in keys),
         ", ".join(f"KEYS[{index}]" for index in range(1, len(keys) + 1)),
-    )
+    ) + _TYPE_CHECK % ", ".join(f"'{KEY_TYPES[key]}'" for key in keys)
     parts = [(_SCRIPTS_DIR / f"{part}.lua").read_text() for part in (*_HELPERS, name)]
     return "\n".join([prelude if keys else "", *parts])
 

@@ -57,6 +57,31 @@ if TYPE_CHECKING:
     from typing import Self
 
 
+#: The Redis type of each fixed key (as ``TYPE`` names it; ``MBbloom--`` is RedisBloom's).
+#: Every script checks its keys against these before its first write (see
+#: :mod:`crawler.frontier.lua`): a key someone else overwrote refuses the step whole.
+KEY_TYPES = {
+    "queue": "zset",
+    "requests": "hash",
+    "scores": "hash",
+    "leases": "zset",
+    "owners": "hash",
+    "seq": "string",
+    "seen": "MBbloom--",
+    "failed": "hash",
+    "expiries": "hash",
+    "staged": "hash",
+    "hosts": "hash",
+    "in_flight": "hash",
+    "host_next": "zset",
+    "host_busy": "hash",
+    "host_delay": "hash",
+    "quarantine": "hash",
+    "quarantine_order": "zset",
+    "quarantine_dropped": "string",
+}
+
+
 @dataclass(frozen=True)
 class FrontierKeys:
     """The fixed Redis keys of one crawl's frontier (see the module docstring)."""
