@@ -19,6 +19,7 @@ from scrapy.core.downloader import Downloader
 from scrapy.robotstxt import ProtegoRobotParser
 from scrapy.utils.test import get_crawler
 
+import crawler.defaults as project_defaults
 import crawler.settings as project_settings
 from crawler.frontier import frontier_for
 from crawler.frontier.politeness import HostLimits, disable_local_delays
@@ -31,10 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Project settings a worker's frontier reads; the tests override some of them.
 FRONTIER_SETTINGS = {
-    name: getattr(project_settings, name)
-    for name in dir(project_settings)
+    name: getattr(project_defaults, name)
+    for name in dir(project_defaults)
     if name.startswith(("FRONTIER_", "SEEN_FILTER_"))
-    or name in ("CONCURRENT_REQUESTS_PER_DOMAIN", "USER_AGENT")
+} | {
+    name: getattr(project_settings, name)
+    for name in ("CONCURRENT_REQUESTS_PER_DOMAIN", "USER_AGENT")
 }
 
 

@@ -1,6 +1,6 @@
 """Scrapy scheduler and downloader middleware for the shared Redis frontier.
 
-Installed by :class:`crawler.frontier.addon.RedisFrontierAddon` when ``REDIS_URL`` is set.
+Installed by :class:`crawler.addon.BloomFrontierAddon` when ``REDIS_URL`` is set.
 """
 
 from __future__ import annotations
