@@ -49,8 +49,10 @@ SPIDER_MIDDLEWARES = {
     # links against the seen filter in one batch.
     "middlewares.linkbatch.BatchDedupeMiddleware": 10,
     # Start requests: Scrapy's start_urls requests are deduplicated like links (fetched once,
-    # also across workers), and their hosts exempted from the SSRF guard.
+    # also across workers)...
     "middlewares.start_requests.StartRequestsMiddleware": 20,
+    # ... and the host of each is exempt from the SSRF guard, for this crawler.
+    "middlewares.ssrf.SSRFStartHostsMiddleware": 30,
     # High order = closest to the spider: the canonical URL it adds passes Scrapy's depth and
     # referer middlewares and joins the page's link batch.
     "middlewares.canonical_hints.CanonicalHintsMiddleware": 950,

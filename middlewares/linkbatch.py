@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 
 from crawler.frontier import frontier_for, page_handled
+from crawler.frontier.keys import send_request_dropped
 
 if TYPE_CHECKING:
     from typing import Self
@@ -21,13 +22,14 @@ if TYPE_CHECKING:
 class BatchDedupeMiddleware:
     """Buffers the requests a response's callback yields and admits them in one batch.
 
-    Installed next to the engine (low order), it sees the page's final output. Items pass
-    through at once; requests are held until the callback is done, then handed to the
-    frontier in a single call (one ``add_many`` / one Redis round trip per page). The
-    frontier returns the ones to schedule here, marked so the dupefilter does not check them
-    again. ``dont_filter`` requests pass through untouched. When the callback fails midway,
-    the links it yielded so far are still admitted before the error propagates (Scrapy then
-    logs it and fires ``spider_error``), so they are not lost with the page.
+        Installed next to the engine (low order), it sees the page's final output. Items pass
+        through at once; requests are held until the callback is done, then handed to the
+        frontier in a single call (one ``add_many`` / one Redis round trip per page). The
+        frontier returns the ones to schedule here, marked so the dupefilter does not check them
+        again; the others fire Scrapy's ``request_dropped``, as if its scheduler had refused
+    them. ``dont_filter`` requests pass through untouched. When the callback fails midway,
+        the links it yielded so far are still admitted before the error propagates (Scrapy then
+        logs it and fires ``spider_error``), so they are not lost with the page.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -79,4 +81,8 @@ class BatchDedupeMiddleware:
 
     def _admit(self, response: Response, batch: list[Request]) -> list[Request]:
         self.crawler.signals.send_catch_log(signal=page_handled, response=response)
-        return self.frontier.admit(response.request, batch)
+        admitted = self.frontier.admit(response.request, batch)
+        if len(admitted) < len(batch):
+            kept = {id(request) for request in admitted}
+            send_request_dropped(self.crawler, (r for r in batch if id(r) not in kept))
+        return admitted

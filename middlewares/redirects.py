@@ -44,7 +44,7 @@ from scrapy.utils.response import get_meta_refresh
 from crawler.canonical import InvalidURL, dedupe_key, resolve_link
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
 from crawler.frontier import META_CHECKED, META_KEY, frontier_for, page_handled
-from middlewares.ssrf import DNS_FAILURES, PROCESS_GUARD, AddressBlocked, SSRFPolicy
+from middlewares.ssrf import DNS_FAILURES, AddressBlocked, policy_for
 from pipelines.records import (
     BLOCKED,
     CHAIN_META_KEY,
@@ -142,9 +142,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         self.follow_refresh = settings.getbool("METAREFRESH_ENABLED")
         self.refresh_ignore_tags = settings.getlist("METAREFRESH_IGNORE_TAGS")
         self.refresh_max_delay = settings.getfloat("METAREFRESH_MAXDELAY")
-        self.ssrf = (
-            SSRFPolicy.from_settings(settings) if settings.getbool("SSRF_GUARD_ENABLED") else None
-        )
+        self.ssrf_enabled = settings.getbool("SSRF_GUARD_ENABLED")
 
     # --- what the response asks for ------------------------------------------------------
 
@@ -232,7 +230,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             end = ERROR, "unfollowable-location"
         elif target_key is None:
             end = ERROR, f"invalid-target:{key_error}"
-        elif self.ssrf is not None and (refusal := self.ssrf.refusal(target)) is not None:
+        elif self.ssrf_enabled and (refusal := policy_for(self.crawler).refusal(target)):
             end = BLOCKED, refusal
             stats.inc_value(f"ssrf/blocked/{refusal}")
         elif target in earlier_urls or (target_key in earlier_keys and target_key != source_key):
@@ -341,7 +339,7 @@ class ChainFailureMiddleware:
         if chain is None or isinstance(exception, AddressBlocked):
             return
         host = urlsplit(request.url).hostname or ""
-        if isinstance(exception, DNS_FAILURES) and PROCESS_GUARD.name_refusal(host):
+        if isinstance(exception, DNS_FAILURES) and policy_for(self.crawler).name_refusal(host):
             return
         reason = f"{type(exception).__name__}: {exception}"[:500]
         record_chain(self.crawler, chain.finish(ERROR, request.url, reason))

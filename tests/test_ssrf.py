@@ -16,7 +16,6 @@ from scrapy import Request
 from scrapy.utils.test import get_crawler
 
 from middlewares.ssrf import (
-    PROCESS_GUARD,
     AddressBlocked,
     SSRFGuardMiddleware,
     SSRFPolicy,
@@ -115,7 +114,6 @@ def test_middleware_refuses_before_download_and_records_the_block(tmp_path: Path
         (request.url, "blocked", "metadata", ())
     ]
     assert crawler.stats.get_value("ssrf/blocked/metadata") == 1  # type: ignore[union-attr]
-    PROCESS_GUARD.reset()
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,8 @@ class MemoryFrontier:
             settings, directory=str(Path(jobdir, "seen")) if jobdir else None
         )
         assert crawler.stats is not None
-        frontier = cls(seen, RequestKeyer.from_settings(crawler.stats, settings))
+        keyer = RequestKeyer.from_settings(crawler.stats, settings).for_crawler(crawler)
+        frontier = cls(seen, keyer)
         crawler.signals.connect(frontier.close, signal=signals.spider_closed)
         return frontier
 

@@ -385,6 +385,7 @@ class RedisFrontier:
         frontier = cls.from_settings(
             crawler.settings, crawler.spidercls.name, crawler.stats, crawler.spider
         )
+        frontier.keyer.for_crawler(crawler)
         crawler.signals.connect(frontier.close, signal=signals.spider_closed)
         return frontier
 
