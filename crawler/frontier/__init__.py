@@ -33,6 +33,13 @@ META_CHECKED = "dedupe_checked"
 page_handled = object()
 
 
+def failure_reason(exception: BaseException) -> str:
+    """A short, readable reason for a request that failed with ``exception``."""
+    message = str(exception).strip()
+    name = type(exception).__name__
+    return f"{name}: {message}"[:300] if message else name
+
+
 class Frontier(Protocol):
     """Admits a page's links in one batch."""
 

@@ -28,13 +28,16 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.core.downloader import Downloader
     from scrapy.crawler import Crawler
-    from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
 
 #: Seconds between lease attempts while the shared queue is empty: doubling from the first
 #: to the last, back to the first as soon as work appears. Idle workers poll gently.
 POLL_MIN, POLL_MAX = 0.05, 1.0
+#: Seconds a leased request may take from leaving the downloader to its response reaching
+#: the engine (the downloader middlewares' ``process_response``) before it counts as
+#: dropped on the way, and how often that is checked.
+DROPPED_GRACE, DROPPED_CHECK = 5.0, 1.0
 
 
 def _redis_frontier(crawler: Crawler) -> RedisFrontier:
@@ -68,6 +71,7 @@ class RedisScheduler(BaseScheduler):
         self._next_poll = 0.0
         self._wake_call: Any = None
         self._heartbeat = LoopingCall(self._beat)
+        self._dropped_check = LoopingCall(self.frontier.answer_dropped, DROPPED_GRACE)
         self._redis_away = False
 
     @classmethod
@@ -76,6 +80,11 @@ class RedisScheduler(BaseScheduler):
             crawler, _redis_frontier(crawler), crawler.settings.getint("FRONTIER_LEASE_BATCH")
         )
         crawler.signals.connect(scheduler.spider_idle, signal=signals.spider_idle)
+        # A lease is answered by what happens to its request (module docstring of
+        # crawler.frontier.redis.leases), never by the garbage collector.
+        frontier = scheduler.frontier
+        crawler.signals.connect(frontier.responded, signal=signals.response_received)
+        crawler.signals.connect(frontier.left_downloader, signal=signals.request_left_downloader)
         return scheduler
 
     def open(self, spider: Spider) -> None:
@@ -84,10 +93,12 @@ class RedisScheduler(BaseScheduler):
         if downloader is not None:
             disable_local_delays(downloader)
         self._heartbeat.start(self.frontier.lease_ttl / 3, now=False)
+        self._dropped_check.start(DROPPED_CHECK, now=False)
 
     def close(self, reason: str) -> None:
-        if self._heartbeat.running:
-            self._heartbeat.stop()
+        for loop in (self._heartbeat, self._dropped_check):
+            if loop.running:
+                loop.stop()
         if self._wake_call is not None and self._wake_call.active():
             self._wake_call.cancel()
         released = self.frontier.release_all()  # first: the buffered requests are still held
@@ -191,18 +202,19 @@ class RedisScheduler(BaseScheduler):
 
 
 class LeaseMiddleware:
-    """Downloader middleware, next to the engine (lowest order): tells the frontier how each
-    leased request's download ended.
+    """Downloader middleware, next to the engine (lowest order): a download that failed for
+    good answers its lease.
 
-    - A response reached the engine: from now on, requests carrying the lease are the page's
-      links, no longer its replacements (redirects, retries take the lease over).
-    - An exception no other middleware handled (retries exhausted, ``IgnoreRequest`` from
-      robots.txt or the offsite filter...): the request failed for good; the frontier records
-      the reason and releases the lease. A download cancelled by a shutdown is not a failure:
-      the request goes back to the queue when the scheduler closes.
+    An exception no other middleware handled (retries exhausted, ``IgnoreRequest`` from
+    robots.txt, the offsite filter or any other middleware's ``process_request``...): the
+    request failed for good; the frontier records the reason and releases the lease. A
+    download cancelled by a shutdown is not a failure: the request goes back to the queue
+    when the scheduler closes.
 
-    HTTP error responses (404, 500 after retries) reach the engine as responses: the page's
-    link batch (even empty) releases their lease once ``HttpErrorMiddleware`` filtered them.
+    The other outcomes answer the lease elsewhere: a response, through its page batch
+    (:class:`middlewares.linkbatch.BatchDedupeMiddleware`, also when the callback raises);
+    a redirect or retry, by taking the lease over (:meth:`RedisFrontier.enqueue`); a
+    request dropped after its download, by :meth:`RedisFrontier.answer_dropped`.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -211,10 +223,6 @@ class LeaseMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler)
-
-    def process_response(self, request: Request, response: Response) -> Response:
-        _redis_frontier(self.crawler).responded(request)
-        return response
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         if isinstance(exception, (defer.CancelledError, asyncio.CancelledError)):
