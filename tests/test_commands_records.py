@@ -149,11 +149,17 @@ def test_canonicals_command_formats(store_url: str) -> None:
     store.close()
     rows = command_rows("canonicals", store_url)
     assert rows == [
-        {"page": A, "canonical": B, "valid": True, "reason": "same-site"},
-        {"page": C, "canonical": "file:///c", "valid": False, "reason": "non-http-scheme"},
+        {"page": A, "canonical": B, "valid": True, "reason": "same-site", "problem": None},
+        {
+            "page": C,
+            "canonical": "file:///c",
+            "valid": False,
+            "reason": "non-http-scheme",
+            "problem": None,
+        },
     ]
     result = scrapy("canonicals", "-s", f"STORE_URL={store_url}", "--format", "csv")
-    assert result.stdout.splitlines()[0] == "page,canonical,valid,reason"
+    assert result.stdout.splitlines()[0] == "page,canonical,valid,reason,problem"
 
 
 def test_exports_concatenate_into_one_jsonl_file(store_url: str, tmp_path: Path) -> None:

@@ -190,7 +190,8 @@ def test_redirect_map_jsonl(crawl: Crawl) -> None:
     assert (crawl.path(first["target"]), first["status"]) == ("/final/chain", 302)
     assert (first["hops"], first["hop_statuses"], first["outcome"]) == (3, "301 302 307", "fetched")
     assert first["entry"] is True
-    assert (by_source["/chain/2"]["hops"], by_source["/chain/2"]["status"]) == (2, 307)
+    assert (by_source["/chain/2"]["hops"], by_source["/chain/2"]["status"]) == (2, 302)
+    assert by_source["/chain/3?utm_source=chain"]["status"] == 307
     assert (by_source["/loop/a"]["outcome"], by_source["/loop/a"]["target"]) == ("loop", None)
     # A blocked chain never shows the private address as a target.
     assert (by_source["/out/two"]["outcome"], by_source["/out/two"]["target"]) == ("blocked", None)

@@ -28,7 +28,7 @@ from crawler.commands._records import add_format_option, reading_store
 from crawler.redirectmap.apache import write_apache
 from crawler.redirectmap.matching import Unmatchable, request_key, server_entries
 from crawler.redirectmap.nginx import DEFAULT_MAX_REGEX, write_nginx
-from crawler.redirectmap.report import write_report
+from crawler.redirectmap.report import canonical_judge, write_report
 from crawler.redirectmap.semantics import COLUMNS, MapOptions, redirect_sources
 from pipelines.records import write_rows
 
@@ -100,7 +100,7 @@ class Command(ScrapyCommand):
             write_rows((row.as_dict() for row in rows), opts.format, COLUMNS, out)
             return
         if opts.format == "html":
-            write_report(rows, hints, pages, out)
+            write_report(rows, hints, canonical_judge(chains, pages), out)
             return
         entries, problems = server_entries(rows, rules)
         if opts.format == "bulk":

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from crawler.redirectmap.semantics import DEAD_ENDS, SourceRow
 from pipelines.records import BLOCKED, FETCHED, LOOP
+from pipelines.store import StoredChain
 
 #: Rows listed per category on the page (the count is always the full count).
 MAX_LISTED = 500
@@ -103,15 +104,23 @@ def canonical_problem(
     return f"status-{status}" if status is not None and status != 200 else None
 
 
-def canonical_problems(
-    hints: Iterable[Row], rows: Iterable[SourceRow], pages: Iterable[Row]
-) -> list[tuple[Row, str]]:
-    """Each distinct valid hint pointing at a redirecting or non-200 URL, with why."""
-    redirect_keys = {row.source_key for row in rows if row.source_key}
+def canonical_judge(
+    chains: Iterable[StoredChain], pages: Iterable[Row]
+) -> Callable[[Row], str | None]:
+    """:func:`canonical_problem` over the store's redirect sources and fetched pages."""
+    redirect_keys = {hop.source_key for chain in chains for hop in chain.hops if hop.source_key}
     page_status = {str(page["key"]): int(page["status"]) for page in pages if page["key"]}
+    return lambda hint: canonical_problem(hint, redirect_keys, page_status)
+
+
+def canonical_problems(
+    hints: Iterable[Row], judge: Callable[[Row], str | None]
+) -> list[tuple[Row, str]]:
+    """Each distinct valid hint pointing at a redirecting or non-200 URL, with why (one per
+    page and canonical, as ``scrapy canonicals`` lists them)."""
     found: dict[tuple[str, str], tuple[Row, str]] = {}
     for hint in hints:
-        problem = canonical_problem(hint, redirect_keys, page_status)
+        problem = judge(hint)
         if problem:
             found.setdefault((hint["page_url"], hint["canonical_url"]), (hint, problem))
     return list(found.values())
@@ -185,10 +194,10 @@ def _section(ident: str, title: str, text: str, count: int, table: str) -> str:
 
 
 def write_report(
-    rows: list[SourceRow], hints: Iterable[Row], pages: Iterable[Row], out: TextIO
+    rows: list[SourceRow], hints: Iterable[Row], judge: Callable[[Row], str | None], out: TextIO
 ) -> dict[str, int]:
-    """Write the report page; return each category's count."""
-    pages = list(pages)
+    """Write the report page (``judge``: :func:`canonical_judge`); return each category's
+    count."""
     data = [row.as_dict() for row in rows]
     counts: dict[str, int] = {}
     sections = []
@@ -218,7 +227,7 @@ def write_report(
             _table(["dedupe key", "sources", "source URLs"], body, {0, 2}),
         )
     )
-    problems = canonical_problems(hints, rows, pages)
+    problems = canonical_problems(hints, judge)
     counts["canonical"] = len(problems)
     body = [[hint["page_url"], hint["canonical_url"], problem] for hint, problem in problems]
     sections.append(
