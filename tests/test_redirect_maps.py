@@ -198,6 +198,10 @@ def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> str:
             hop("http://a.example/old/c", "http://a.example/new/c?utm_source=x", 308),
         ),
         chain("4", FETCHED, hop("http://A.example/old/p?b=2&a=1", "http://a.example/new/a", 301)),
+        # The same page to the crawl: one entry serves both.
+        chain(
+            "5", FETCHED, hop("http://a.example/old/p?a=1&b=2&gclid=z", "http://a.example/new/a")
+        ),
     ):
         store.add_chain(one)
     for url, status in TWO_HOSTS_TARGETS.items():
@@ -230,6 +234,8 @@ def test_two_hosts_sharing_paths(
     assert_redirects(server, "c.example", {}, ["/old/dup"])
     rows = {row["source"]: row for row in jsonl(two_hosts)}
     assert rows["http://bit.ly/x1"]["skip"] == "shortener"
+    assert export(two_hosts, "bulk").count("/old/p?") == 1
+    assert 'data-category="variants">1<' in export(two_hosts, "html")
 
 
 def test_bulk_holds_exactly_the_entries(site: Site) -> None:

@@ -201,13 +201,14 @@ def write_report(
     data = [row.as_dict() for row in rows]
     counts: dict[str, int] = {}
     sections = []
-    headers = ["source", "target", "status", "hops", "hop statuses", "outcome", "final", "flag"]
+    headers = ["source", "target (or why none)", "status", "hops", "hop statuses", "outcome"]
+    headers += ["final", "flag"]
     for ident, title, text, member in CATEGORIES:
         members = [row for row in data if member(row)]
         counts[ident] = len(members)
         body = [
-            [r["source"], r["target"] or r["reason"], r["status"], r["hops"], r["hop_statuses"],
-             r["outcome"], r["final_status"], r["flag"]]
+            [r["source"], r["target"] or r["reason"] or "", r["status"], r["hops"],
+             r["hop_statuses"], r["outcome"], r["final_status"], r["flag"]]
             for r in members
         ]  # fmt: skip
         sections.append(_section(ident, title, text, len(members), _table(headers, body, {0, 1})))

@@ -175,6 +175,7 @@ class _Graph:
     def __init__(self, chains: Iterable[StoredChain], pages: Iterable[Mapping[str, object]]):
         self.sources: dict[str, StoredHop] = {}
         self.edges: dict[str, StoredHop] = {}
+        self.same_key: dict[str, StoredHop] = {}  # by source URL
         self.ends: dict[str, StoredChain] = {}
         self.pages: dict[str, Mapping[str, object]] = {}
         for page in pages:
@@ -184,8 +185,11 @@ class _Graph:
             for hop in chain.hops:
                 self.sources.pop(hop.source_url, None)
                 self.sources[hop.source_url] = hop
-                if _node(hop.source_key, hop.source_url) != _target_node(hop):
-                    self.edges[_node(hop.source_key, hop.source_url)] = hop
+                source = _node(hop.source_key, hop.source_url)
+                if source != _target_node(hop):
+                    self.edges[source] = hop
+                else:
+                    self.same_key[hop.source_url] = hop
             if chain.outcome != SEEN and chain.hops:
                 self.ends[_target_node(chain.hops[-1])] = chain
 
@@ -195,18 +199,26 @@ class _Graph:
         path = [first]
         visited = {_node(first.source_key, first.source_url)}
         current = _target_node(first)
+        self._same_key_hops(path)
         while current in self.edges:
             if current in visited:
                 return path, LOOP, None
             visited.add(current)
             path.append(self.edges[current])
             current = _target_node(path[-1])
+            self._same_key_hops(path)
         ended = self.ends.get(current)
         if ended is not None:
             return path, ended.outcome, ended
         if current in self.pages:
             return path, FETCHED, None
         return path, UNRESOLVED, None
+
+    def _same_key_hops(self, path: list[StoredHop]) -> None:
+        """Append the hops from the URL ``path`` arrived at that keep its key (``http`` ->
+        ``https``, a tracking parameter added): no edges, but their statuses count."""
+        while (hop := self.same_key.get(path[-1].target_url or "")) is not None and hop not in path:
+            path.append(hop)
 
 
 def own_hosts(
