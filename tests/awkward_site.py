@@ -1,10 +1,11 @@
 """A local site of redirects with awkward URLs, crawled to build redirect maps for real servers.
 
 ``$`` (including ``$abc``, a would-be nginx variable), quotes and spaces, unicode and
-``%``-escapes, ``;`` and braces, a 300-character path, case-only twins (both redirecting, or
-one redirecting and one a page), a query source, targets carrying tracking parameters, a chain
-mixing 301/308/302/307, a permanent chain joined half-way by another source, a loop, private
-targets, a soft-404 to the home page and a chain ending on a 404.
+``%``-escapes (``%2F`` and ``%5C`` too), ``;`` and braces, a 300-character path, case-only
+twins (both redirecting, or one redirecting and one a page), a query source, targets
+carrying tracking parameters, a chain mixing 301/308/302/307, a permanent chain joined
+half-way by another source, a loop, private targets, a soft-404 to the home page and a
+chain ending on a 404.
 
 :data:`EXPECTED` is what a map must do with each source (request path as sent, status,
 target path); :data:`NOT_ENTRIES` are the sources no map may redirect.
@@ -26,6 +27,9 @@ REDIRECTS = {
     "/old/50%25off": (302, "/new/50%25off"),
     "/old/semi;colon%7Bx%7D": (301, "/new/semi;colon"),
     LONG: (301, "/new/long"),
+    "/old/a%2Fb": (301, "/new/slash"),
+    "/old/it's": (308, "/new/its"),
+    "/old/back%5Cslash": (301, "/new/backslash"),
     "/old/Foo.html": (301, "/new/foo-upper"),
     "/old/foo.html": (308, "/new/foo-lower"),
     "/old/Case.html": (301, "/new/case"),
@@ -57,6 +61,9 @@ PAGES = [
     "/new/50%25off",
     "/new/semi;colon",
     "/new/long",
+    "/new/slash",
+    "/new/its",
+    "/new/backslash",
     "/new/foo-upper",
     "/new/foo-lower",
     "/new/case",
@@ -75,6 +82,9 @@ EXPECTED = {
     "/old/50%25off": (302, "/new/50%25off"),
     "/old/semi;colon%7Bx%7D": (301, "/new/semi;colon"),
     LONG: (301, "/new/long"),
+    "/old/a%2Fb": (301, "/new/slash"),
+    "/old/it's": (308, "/new/its"),
+    "/old/back%5Cslash": (301, "/new/backslash"),
     "/old/Foo.html": (301, "/new/foo-upper"),
     "/old/foo.html": (308, "/new/foo-lower"),
     "/old/Case.html": (301, "/new/case"),
