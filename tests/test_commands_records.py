@@ -170,10 +170,10 @@ def test_exports_concatenate_into_one_jsonl_file(store_url: str, tmp_path: Path)
     store.close()
     export = tmp_path / "export.jsonl"
     with export.open("a") as out:
-        for name in ("redirects", "canonicals"):
-            out.write(scrapy(name, "-s", f"STORE_URL={store_url}").stdout)
+        for command in (("redirects", "--format", "hops"), ("canonicals",)):
+            out.write(scrapy(*command, "-s", f"STORE_URL={store_url}").stdout)
     lines = [json.loads(line) for line in export.read_text().splitlines()]
-    hops = [(row["source"], row["target"], row["status"]) for row in lines if "source" in row]
+    hops = [(row["from"], row["to"], row["status"]) for row in lines if "from" in row]
     hints = [(row["page"], row["canonical"], row["valid"]) for row in lines if "page" in row]
     assert (hops, hints) == ([(A, B, 308)], [(B, B, True)])
 

@@ -8,7 +8,10 @@ redirect source, target, status, which rows are entries). Formats:
 * ``bulk``: ``source,target,status`` for the entries, as CDNs and hosting platforms import;
 * ``nginx``: a file to include in ``http {}`` (:mod:`crawler.redirectmap.nginx`);
 * ``apache``: rules to include in a ``<VirtualHost>`` (:mod:`crawler.redirectmap.apache`);
-* ``html``: the redirect audit report (:mod:`crawler.redirectmap.report`).
+* ``html``: the redirect audit report (:mod:`crawler.redirectmap.report`);
+* ``hops``: the recorded hops themselves, one JSON line each
+  (``{"from", "to", "status", "permanent", "via"}``): what the crawl saw, not a map (the
+  shape the messy-site scorer reads).
 
 Whatever a server format has to leave out is said on stderr, one line each.
 """
@@ -19,6 +22,7 @@ import argparse
 import contextlib
 import csv
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
@@ -31,8 +35,27 @@ from crawler.redirectmap.nginx import DEFAULT_MAX_REGEX, write_nginx
 from crawler.redirectmap.report import canonical_judge, write_report
 from crawler.redirectmap.semantics import COLUMNS, MapOptions, redirect_sources
 from pipelines.records import write_rows
+from pipelines.store import StoredChain
 
-FORMATS = ("jsonl", "csv", "bulk", "nginx", "apache", "html")
+FORMATS = ("jsonl", "csv", "bulk", "nginx", "apache", "html", "hops")
+HOP_COLUMNS = ("from", "to", "status", "permanent", "via")
+
+
+def hop_rows(chains: Iterable[StoredChain]) -> Iterator[dict[str, Any]]:
+    """Each distinct recorded hop once, in the order first recorded."""
+    written: set[tuple[str, int, str]] = set()
+    for chain in chains:
+        for hop in chain.hops:
+            row = {
+                "from": hop.source_url,
+                "to": hop.target_url or hop.location,
+                "status": hop.status,
+                "permanent": hop.permanent,
+                "via": hop.via,
+            }
+            if (identity := (hop.source_url, hop.status, row["to"])) not in written:
+                written.add(identity)
+                yield row
 
 
 class Command(ScrapyCommand):
@@ -42,7 +65,7 @@ class Command(ScrapyCommand):
 
     def syntax(self) -> str:
         return (
-            "[--format jsonl|csv|bulk|nginx|apache|html] [--permanent-only] "
+            "[--format jsonl|csv|bulk|nginx|apache|html|hops] [--permanent-only] "
             "[--include-flagged] [--keep-tracking] [--host HOST]... [--max-regex N]"
         )
 
@@ -94,8 +117,11 @@ class Command(ScrapyCommand):
             chains = store.chains()
             pages = list(store.pages())
             hints = list(store.hints()) if opts.format == "html" else []
-        rows = redirect_sources(chains, pages, options)
         out = sys.stdout
+        if opts.format == "hops":
+            write_rows(hop_rows(chains), "jsonl", HOP_COLUMNS, out)
+            return
+        rows = redirect_sources(chains, pages, options)
         if opts.format in ("jsonl", "csv"):
             write_rows((row.as_dict() for row in rows), opts.format, COLUMNS, out)
             return
