@@ -54,22 +54,25 @@ def check(server: _WebServer, text: str, rows: list[dict]) -> Counter[str]:
 
 
 def truth_agreement(rows: list[dict], truth_path: Path) -> Counter[str]:
-    """Entries whose target path is the document the injected chain through their source
-    really ends on."""
+    """Entries whose target path and status are those of the injected chain through their
+    source: the document it really ends on, permanent only if every hop from there is."""
     truth = json.loads(truth_path.read_text())
-    final_by_source: dict[str, str] = {}
+    want_by_source: dict[str, tuple[str, int]] = {}
     for chain in truth["redirects"]:
-        if chain.get("outcome") == "document":
-            for hop in chain["hops"]:
-                final_by_source[urlsplit(hop["from"]).path] = chain["final_doc"]
+        if chain.get("outcome") != "document":
+            continue
+        for index, hop in enumerate(chain["hops"]):
+            rest = [later["status"] for later in chain["hops"][index:]]
+            permanent = all(status in (301, 308) for status in rest)
+            keeps_method = all(status in (307, 308) for status in rest)
+            status = (308 if keeps_method else 301) if permanent else (307 if keeps_method else 302)
+            want_by_source[urlsplit(hop["from"]).path] = ("/" + chain["final_doc"], status)
     counts: Counter[str] = Counter()
     for row in rows:
-        want = final_by_source.get(urlsplit(row["source"]).path)
+        want = want_by_source.get(urlsplit(row["source"]).path)
         if row["entry"] and want is not None:
-            got = urlsplit(row["target"]).path
-            counts[
-                "truth-agrees" if got == want or got == "/" + want.lstrip("/") else "truth-differs"
-            ] += 1
+            got = (urlsplit(row["target"]).path, row["status"])
+            counts["truth-agrees" if got == want else "truth-differs"] += 1
     return counts
 
 

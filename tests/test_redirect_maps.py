@@ -182,12 +182,13 @@ TWO_HOSTS_TARGETS = {
     "http://a.example/new/a": 200,
     "http://b.example/new/b": 200,
     "http://a.example/new/c": 200,
+    "http://[::1]/new/v6": 200,
 }
 
 
 @pytest.fixture(scope="module")
 def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Two hosts sharing paths, a shortener hop, an http -> https twin, a query source."""
+    """Two hosts sharing paths, a shortener hop, query variants, an IPv6 literal host."""
     store_url = f"sqlite:///{tmp_path_factory.mktemp('hosts') / 'store.sqlite'}"
     store = SqlRecordStore.from_url(store_url)
     for one in (
@@ -200,6 +201,7 @@ def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> str:
             hop("http://a.example/old/c", "http://a.example/new/c?utm_source=x", 308),
         ),
         chain("4", FETCHED, hop("http://A.example/old/p?b=2&a=1", "http://a.example/new/a", 301)),
+        chain("6", FETCHED, hop("http://[::1]:8080/old/v6", "http://[::1]/new/v6", 308)),
         # The same page to the crawl: one entry serves both.
         chain(
             "5", FETCHED, hop("http://a.example/old/p?a=1&b=2&gclid=z", "http://a.example/new/a")
@@ -220,6 +222,7 @@ TWO_HOSTS_EXPECTED = {
     ("a.example", "/old/c"): (308, "http://a.example/new/c"),
     ("a.example", "/old/p?a=1&b=2"): (301, "http://a.example/new/a"),
     ("A.EXAMPLE", "/old/p?b=2&a=1&utm_source=z"): (301, "http://a.example/new/a"),
+    ("[::1]:8080", "/old/v6"): (308, "http://[::1]/new/v6"),
 }
 
 

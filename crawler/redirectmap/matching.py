@@ -63,6 +63,8 @@ def request_key(url: str, rules: RuleSet = DEFAULT_RULES) -> RequestKey:
     if any(ord(char) < 0x20 or ord(char) == 0x7F for char in path):
         raise Unmatchable("decoded path holds control characters")
     host = (parts.hostname or "").rstrip(".")
+    if ":" in host:  # an IPv6 literal: servers see it in brackets
+        host = f"[{host}]"
     params = tuple(param for param in parts.query.split("&") if param)
     return RequestKey(parts.scheme, host, _SLASHES.sub("/", path), params)
 
