@@ -266,7 +266,7 @@ def write_report(
         f'<div class="summary">{summary}</div>'
         '<div class="charts">'
         f"{_bar_chart('Chain length (hops from each source)', length_bars, '#3b6fd8')}"
-        f"{_bar_chart('Status of each first hop', mix_bars, '#d8893b')}"
+        f"{_bar_chart('Status mix (every redirect hop)', mix_bars, '#d8893b')}"
         "</div>" + "".join(sections) + "</body></html>\n"
     )
     return counts
