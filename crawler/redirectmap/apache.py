@@ -64,6 +64,8 @@ def write_apache(entries: list[Entry], out: TextIO, rules: RuleSet = DEFAULT_RUL
         "# source's own parameters in any order plus tracking parameters.\n"
         f"# {encoded_slash} sources have %2F in their path: Apache answers them 404 before\n"
         "# any rule unless the VirtualHost says `AllowEncodedSlashes On`.\n"
+        "# Rules rather than a RewriteMap txt: file, whose keys are matched against the\n"
+        "# decoded path, cannot hold spaces, and carry neither status nor query rules.\n"
         f"# {len(entries)} rules, tried in order.\n"
         "RewriteEngine On\n"
     )
