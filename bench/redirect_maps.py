@@ -7,6 +7,13 @@ to its target with its status, every source that is not an entry must not be red
 With the messy site's ``truth.json`` (``bench/site.sh`` leaves it in its OUTDIR), each entry's
 target is also compared with the document the injected chain really ends on. Prints the
 figures as JSON on its last line.
+
+Last run (messy site seed 1, ``bench/site.sh 1 embedded``, scorer: hop precision/recall 1.0,
+chain resolution 307/307): 463 sources, 421 entries; nginx and Apache each redirected 421/421
+entries straight to their target with their status and left the 42 other sources alone
+(loops 10, blocked 9, too-many-hops 20, soft-404 flagged 3); ``--permanent-only``: 76/76
+entries, 387 others left alone; truth: 421/421 entries have the document and status of the
+injected chain.
 """
 
 from __future__ import annotations
