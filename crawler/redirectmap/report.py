@@ -134,7 +134,8 @@ h1{font-size:1.6rem;margin-bottom:.2rem} h2{font-size:1.15rem;margin:2rem 0 .3re
 .card{border:1px solid #d5dbe3;border-radius:8px;padding:.5rem .8rem;min-width:9rem;
 text-decoration:none;color:inherit}
 .card .count{display:block;font-size:1.5rem;font-weight:650}
-.card.bad .count{color:#b3261e} .card.ok .count{color:#1b7f3b}
+.card.bad .count{color:#b3261e} .card.ok .count{color:#1b7f3b} .card.none .count{color:#8a94a3}
+summary{cursor:pointer;color:#3b6fd8;margin:.3rem 0}
 .charts{display:flex;flex-wrap:wrap;gap:2rem} figure{margin:0}
 figcaption{font-weight:600;margin-bottom:.3rem}
 table{border-collapse:collapse;width:100%;font-size:13px}
@@ -189,7 +190,9 @@ def _section(ident: str, title: str, text: str, count: int, table: str) -> str:
     return (
         f'<section id="{ident}"><h2>{html.escape(title)} '
         f'(<span class="count" data-category="{ident}">{count}</span>)</h2>'
-        f'<p class="lede">{html.escape(text)}</p>{table if count else ""}</section>'
+        f'<p class="lede">{html.escape(text)}</p>'
+        + (f"<details><summary>the {count} rows</summary>{table}</details>" if count else "")
+        + "</section>"
     )
 
 
@@ -250,7 +253,9 @@ def write_report(
         (str(status) if status != 200 else "refresh", mix[status]) for status in sorted(mix)
     ]
     cards = [("ok", "entries", "map entries", entries)]
-    cards += [("bad", ident, title, counts[ident]) for ident, title, *_ in CATEGORIES]
+    titled = [(ident, title) for ident, title, *_ in CATEGORIES]
+    titled += [("variants", "Variant groups"), ("canonical", "Canonicals to fix")]
+    cards += [("bad" if counts[i] else "none", i, title, counts[i]) for i, title in titled]
     summary = "".join(
         f'<a class="card {kind}" href="#{ident}"><span class="count">{count}</span>'
         f"{html.escape(title)}</a>"
