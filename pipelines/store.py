@@ -28,7 +28,9 @@ from sqlalchemy import (
     Boolean,
     Column,
     Float,
+    Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -52,6 +54,7 @@ from pipelines.records import (
     PageRecord,
     UrlAlias,
 )
+from pipelines.schema import upgrade_schema
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -89,6 +92,12 @@ pages = Table(
     Column("chain_id", String(ID_LENGTH)),
     Column("flag", Text),
     Column("fetched_at", Float, nullable=False),
+    # Content fingerprints (crawler.content): revision 0002_content_fingerprints.
+    Column("content_hash", String(32)),
+    Column("content_minhash", LargeBinary),
+    Column("content_norm", String(8)),
+    Column("content_kind", String(16)),
+    Index("ix_pages_content_hash", "content_hash"),
 )
 
 chains = Table(
@@ -156,6 +165,22 @@ key_aliases = Table(
     Column("via", String(16), nullable=False),
     Column("rules_version", String(32), nullable=False),
     Column("seen_at", Float, nullable=False),
+)
+
+#: Parameter drop rules learned from content (crawler.learning), with their evidence (JSON).
+param_rules = Table(
+    "param_rules",
+    metadata,
+    _id_column(),  # hash of scope, param
+    Column("scope", Text, nullable=False),
+    Column("param", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("evidence_count", Integer, nullable=False),
+    Column("evidence", Text, nullable=False),
+    Column("counter_example", Text),
+    Column("rules_version", String(32)),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
 )
 
 
@@ -328,7 +353,7 @@ class SqlRecordStore:
         self._buffered = 0
         self._last_flush = time.monotonic()
         self._retry_after = 0.0
-        metadata.create_all(engine)
+        upgrade_schema(engine)
 
     @classmethod
     def from_url(cls, url: str | None, **kwargs: Any) -> SqlRecordStore:
