@@ -49,9 +49,11 @@ from pipelines.records import (
     SEEN,
     CanonicalHint,
     Chain,
+    ContentRecord,
     Hop,
     KeyAlias,
     PageRecord,
+    ParamRule,
     UrlAlias,
 )
 from pipelines.schema import upgrade_schema
@@ -263,6 +265,16 @@ _UPSERTS = {
     ),
     "url_aliases": _Upsert(url_aliases, ("id",)),
     "key_aliases": _Upsert(key_aliases, ("id",)),
+    # After "pages": a fingerprint computed off the reactor updates its page's row (and
+    # carries the page's columns, so it lands whichever of the two is written first).
+    "fingerprints": _Upsert(
+        pages, ("id",), ("content_hash", "content_minhash", "content_norm", "content_kind")
+    ),
+    "param_rules": _Upsert(
+        param_rules,
+        ("id",),
+        ("state", "evidence_count", "evidence", "counter_example", "rules_version", "updated_at"),
+    ),
 }
 
 
@@ -312,6 +324,14 @@ class RecordStore(Protocol):
 
     def add_key_alias(self, alias: KeyAlias) -> None: ...
 
+    def add_fingerprint(self, page: PageRecord, content: ContentRecord) -> None:
+        """Attach content fingerprints to ``page``'s row."""
+        ...
+
+    def add_param_rule(self, rule: ParamRule) -> None:
+        """Record a learned parameter rule, or a newer state of one."""
+        ...
+
     def flush(self) -> None:
         """Write everything buffered."""
         ...
@@ -333,6 +353,12 @@ class RecordStore(Protocol):
     def pages(self) -> Iterator[dict[str, Any]]: ...
 
     def key_aliases(self) -> Iterator[dict[str, Any]]: ...
+
+    def fingerprinted_pages(self) -> Iterator[dict[str, Any]]:
+        """Pages with content fingerprints, by fingerprint."""
+        ...
+
+    def param_rules(self, state: str | None = None) -> list[ParamRule]: ...
 
 
 class SqlRecordStore:
@@ -501,6 +527,28 @@ class SqlRecordStore:
             },
         )
 
+    def add_fingerprint(self, page: PageRecord, content: ContentRecord) -> None:
+        self._buffer(
+            "fingerprints",
+            {
+                "id": record_id(page.fetch_url),
+                "fetch_url": page.fetch_url,
+                "final_url": page.final_url,
+                "key": page.key,
+                "status": page.status,
+                "chain_id": page.chain_id,
+                "flag": page.flag,
+                "fetched_at": page.at,
+                "content_hash": content.exact,
+                "content_minhash": content.minhash,
+                "content_norm": content.norm,
+                "content_kind": content.kind,
+            },
+        )
+
+    def add_param_rule(self, rule: ParamRule) -> None:
+        self._buffer("param_rules", {"id": record_id(rule.scope, rule.param), **rule.row()})
+
     def flush(self) -> None:
         """Write every buffered row in one transaction, retried on deadlocks and locked
         files (the upserts make a repeated attempt harmless)."""
@@ -592,6 +640,16 @@ class SqlRecordStore:
 
     def key_aliases(self) -> Iterator[dict[str, Any]]:
         return self._rows(key_aliases, key_aliases.c.from_key)
+
+    def fingerprinted_pages(self) -> Iterator[dict[str, Any]]:
+        return self._rows(
+            pages, pages.c.content_hash, pages.c.fetch_url, where=pages.c.content_hash.isnot(None)
+        )
+
+    def param_rules(self, state: str | None = None) -> list[ParamRule]:
+        where = None if state is None else param_rules.c.state == state
+        rows = self._rows(param_rules, param_rules.c.scope, param_rules.c.param, where=where)
+        return [ParamRule.from_row(row) for row in rows]
 
 
 _stores: weakref.WeakKeyDictionary[Crawler, RecordStore] = weakref.WeakKeyDictionary()

@@ -29,11 +29,12 @@ from __future__ import annotations
 import hashlib
 import html
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import xxhash
 from datasketch import MinHash
+
+from pipelines.records import ContentRecord
 
 #: Version of :func:`normalize_markup`; fingerprints of different versions never compare.
 NORMALIZATION = "n1"
@@ -189,17 +190,6 @@ def similarity(a: bytes, b: bytes) -> float:
     return float(np.count_nonzero(left == right)) / len(left)
 
 
-@dataclass(frozen=True)
-class Fingerprint:
-    """A document's fingerprints: ``exact`` (32 hex digits), ``minhash`` (None for raw
-    bodies), the normalization they were made under, and its ``kind`` for learning."""
-
-    exact: str
-    minhash: bytes | None
-    norm: str
-    kind: str
-
-
 def classify(status: int, words: list[str], markup: str, flag: str | None = None) -> str:
     """``error`` (status 400+ or a non-2xx), ``empty`` (no visible word), ``soft-404`` (a
     redirect stand-in ``flag`` from the redirect middleware, or a title or first heading
@@ -219,16 +209,16 @@ def classify(status: int, words: list[str], markup: str, flag: str | None = None
 
 def fingerprint(
     body: bytes, text: str | None, status: int = 200, flag: str | None = None
-) -> Fingerprint:
+) -> ContentRecord:
     """Fingerprints of a response: ``text`` is its decoded body for text responses (HTML,
     XML, plain text), None for others (then ``body`` is hashed as bytes)."""
     if text is None:
         exact = hashlib.sha256(body).hexdigest()[:32]
         kind = (ERROR if not 200 <= status < 300 else OK) if body else EMPTY
-        return Fingerprint(exact, None, RAW, kind)
+        return ContentRecord(exact, None, RAW, kind)
     normalized = normalize_markup(text)
     words = visible_words(normalized)
-    return Fingerprint(
+    return ContentRecord(
         exact=hashlib.sha256(normalized.encode("utf-8", "surrogatepass")).hexdigest()[:32],
         minhash=signature_bytes(minhash_of(words)),
         norm=NORMALIZATION,
