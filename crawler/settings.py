@@ -80,9 +80,9 @@ CONTENT_FINGERPRINTS_ENABLED = True
 # Error pages, empty pages and soft-404s are never evidence; one counter-example vetoes.
 CANON_LEARN = "propose"
 CANON_LEARN_MIN_PAIRS = 3
-# Share of the links an applied learned rule merged that are fetched anyway to re-check the
-# rule: different content revokes it (logged, and recorded with the counter-example).
-CANON_LEARN_RECHECK = 0.05
+# Share of the links an applied learned rule merged that are fetched anyway (each URL once) to
+# re-check the rule: different content revokes it (logged, and recorded with the counter-example).
+CANON_LEARN_RECHECK = 0.02
 
 # --- Shared frontier ---------------------------------------------------------------------
 # redis://[:password@]host:port/db or rediss:// for TLS. Unset: embedded, single-process crawl.

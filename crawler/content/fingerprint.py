@@ -182,6 +182,11 @@ def signature_bytes(signature: MinHash) -> bytes:
     return np.asarray(signature.hashvalues, dtype="<u4").tobytes()
 
 
+def signature_of(stored: bytes) -> MinHash:
+    """A stored signature as a datasketch MinHash again (for its LSH index)."""
+    return _minhash(hashvalues=np.frombuffer(stored, dtype="<u4"), permutations=_PERMUTATIONS)
+
+
 def similarity(a: bytes, b: bytes) -> float:
     """Estimated Jaccard similarity of two stored signatures (share of equal values)."""
     left, right = np.frombuffer(a, dtype="<u4"), np.frombuffer(b, dtype="<u4")

@@ -147,7 +147,7 @@ class LiveRules:
         self.learned: Learned = {}
         self.full_version = self.base.version
         self.key_version: str | None = None
-        self._rules = self.base
+        self._rules = self._plain = self.base
 
     def current(self) -> RuleSet:
         """The rules to key the next batch with."""
@@ -157,9 +157,7 @@ class LiveRules:
 
     def without_learned(self) -> RuleSet:
         """The crawl's rules without the learned ones, under the same key prefix."""
-        if self.key_version is None or self.base.version == self.key_version:
-            return self.base
-        return replace(self.base, version=self.key_version)
+        return self._plain
 
     def reload(self) -> None:
         self.version, self.learned = self.state.load()
@@ -167,6 +165,8 @@ class LiveRules:
         self.full_version = full.version
         if self.key_version is None:
             self.key_version = full.version
+            if self.base.version != self.key_version:
+                self._plain = replace(self.base, version=self.key_version)
         self._rules = (
             full if full.version == self.key_version else replace(full, version=self.key_version)
         )
