@@ -159,6 +159,8 @@ DOWNLOADER_MIDDLEWARES = {
     # Before Scrapy's offsite filter (50) and robots.txt (100): a refused host gets no
     # request at all, not even for robots.txt.
     "middlewares.ssrf.SSRFGuardMiddleware": 40,
+    # Before everything else downloads: drops queued requests a learned rule now merges.
+    "crawler.learning.gate.LearnedRuleGate": 30,
     # Below RetryMiddleware (550): sees only failures retries gave up on.
     "middlewares.redirects.ChainFailureMiddleware": 60,
     # Replaces Scrapy's two redirect middlewares; after decompression (590) for meta refresh.

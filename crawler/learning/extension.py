@@ -144,7 +144,9 @@ class ParamRuleLearning:
         """Compare a freshly fingerprinted page with the pages it differs from by one
         parameter; propose, apply or revoke rules accordingly."""
         try:
-            key = dedupe_key(page.final_url, self.live.current())
+            # Evidence is about the parameters as written: keys without the learned rules,
+            # or a page merged by a wrong rule would be blamed on another parameter.
+            key = dedupe_key(page.final_url, self.live.without_learned())
         except InvalidURL:
             return
         fetched = Page(page.final_url, key, content.exact, content.kind, page.status)
