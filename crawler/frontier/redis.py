@@ -9,7 +9,9 @@ prefix (``FRONTIER_KEY_PREFIX``, one Redis Cluster hash tag):
 - leases: a request handed to a worker stays in Redis, owned by that worker until its
   lease expires (``FRONTIER_LEASE_TTL`` seconds on the Redis server's clock, extended by the
   worker's heartbeat every third of it);
-- a record of the requests that failed for good, with the reason.
+- a record of the requests that failed for good, with the reason;
+- the crawl's learned parameter rules and their version (``<prefix>:learned``,
+  ``<prefix>:learned_version``; :mod:`crawler.learning.state`).
 
 Each step is one Lua script, so it is atomic (``crawler/frontier/*.lua``):
 
