@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from scrapy.downloadermiddlewares.redirect import BaseRedirectMiddleware
+from scrapy import Request
+from scrapy.downloadermiddlewares.redirect import BaseRedirectMiddleware, RedirectMiddleware
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import HtmlResponse
 from scrapy.http.request import NO_CALLBACK
@@ -67,7 +68,6 @@ from pipelines.store import record_chain, store_for
 if TYPE_CHECKING:
     from typing import Self
 
-    from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from scrapy.settings import BaseSettings
@@ -143,6 +143,14 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         self.refresh_ignore_tags = settings.getlist("METAREFRESH_IGNORE_TAGS")
         self.refresh_max_delay = settings.getfloat("METAREFRESH_MAXDELAY")
         self.ssrf_enabled = settings.getbool("SSRF_GUARD_ENABLED")
+        #: Scrapy's RedirectMiddleware, to build each followed request as Scrapy does.
+        self.builder: RedirectMiddleware
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        middleware = super().from_crawler(crawler)
+        middleware.builder = RedirectMiddleware.from_crawler(crawler)
+        return middleware
 
     # --- what the response asks for ------------------------------------------------------
 
@@ -199,9 +207,12 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         if request.callback is NO_CALLBACK:
             # robots.txt and other engine-internal downloads: followed as Scrapy would,
             # not part of the crawl's records or its frontier.
-            if target is None or len(request.meta.get("redirect_urls", ())) >= self.max_hops:
+            internal = None
+            if target is not None and len(request.meta.get("redirect_urls", ())) < self.max_hops:
+                internal = self.redirect_request(request, response, announcement, target)
+            if internal is None:
                 raise IgnoreRequest("unfollowable redirect of an internal request")
-            return self.redirect_request(request, response, announcement, target)
+            return internal
 
         chain = Chain.from_meta(request.meta) or Chain.begin(
             request.url, key_or_error(request.url, self.rules)[0]
@@ -226,6 +237,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         stats.inc_value("redirect/hops")
 
         end: tuple[str, str | None] | None = None
+        redirected: Request | None = None
         if target is None:
             end = ERROR, "unfollowable-location"
         elif target_key is None:
@@ -237,6 +249,10 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             end = LOOP, None
         elif len(chain.hops) >= self.max_hops:
             end = TOO_MANY_HOPS, None
+        else:
+            redirected = self.redirect_request(request, response, announcement, target)
+            if redirected is None:
+                end = ERROR, "not-followed"
         if end is not None:
             outcome, reason = end
             self.finish(chain.finish(outcome, target, reason))
@@ -244,8 +260,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             frontier_for(self.crawler).fail(request, f"redirect-{outcome}")
             raise IgnoreRequest(f"redirect chain from {chain.start_url} ended: {outcome}")
 
-        assert target is not None and target_key is not None
-        redirected = self.redirect_request(request, response, announcement, target)
+        assert target is not None and target_key is not None and redirected is not None
         redirected.meta[CHAIN_META_KEY] = chain.to_meta()
         if target_key == source_key or redirected.dont_filter:
             redirected.meta[META_KEY] = target_key
@@ -260,27 +275,32 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
 
     def redirect_request(
         self, request: Request, response: Response, announcement: Announcement, target: str
-    ) -> Request:
-        """The request for ``target``, built the way Scrapy builds it (method change for
-        303 and POST redirects, cookie and authorization handling, Referer)."""
-        status, method = announcement.status, request.method
-        if (
-            announcement.via != VIA_LOCATION
-            or (status in {301, 302} and method == "POST")
-            or (status == 303 and method not in {"GET", "HEAD"})
-        ):
-            redirected = self._redirect_request_using_get(request, response, target)
-        else:
-            redirected = self._build_redirect_request(request, response, url=target)
+    ) -> Request | None:
+        """The request for ``target``, built by Scrapy's own ``RedirectMiddleware`` (method
+        change for 303 and POST redirects, cookie, authorization and proxy handling,
+        Referer) through its public ``process_response``, from the response as if it had
+        redirected to ``target`` (a refresh as a 303: Scrapy follows refreshes with GET).
+        None when Scrapy would not follow it (e.g. ``REDIRECT_MAX_TIMES``)."""
+        status = announcement.status if announcement.via == VIA_LOCATION else 303
+        headers = response.headers.copy()
+        headers["Location"] = target
+        # Without the hop counters: the chain's own cap (REDIRECT_MAX_HOPS) applies.
+        meta = {
+            k: v for k, v in request.meta.items() if k not in ("redirect_times", "redirect_ttl")
+        }
+        try:
+            redirected = self.builder.process_response(
+                request.replace(meta=meta), response.replace(status=status, headers=headers)
+            )
+        except IgnoreRequest:
+            return None
+        if not isinstance(redirected, Request):
+            return None
         reason = announcement.status if announcement.via == VIA_LOCATION else announcement.via
         redirected.meta["redirect_times"] = request.meta.get("redirect_times", 0) + 1
         redirected.meta["redirect_urls"] = [*request.meta.get("redirect_urls", []), request.url]
         redirected.meta["redirect_reasons"] = [*request.meta.get("redirect_reasons", []), reason]
-        redirected.priority = request.priority + self.priority_adjust
-        logger.debug(
-            "Redirecting (%(reason)s) to %(redirected)s from %(request)s",
-            {"reason": reason, "redirected": redirected, "request": request},
-        )
+        redirected.meta.pop("redirect_ttl", None)
         return redirected
 
     # --- recording -----------------------------------------------------------------------

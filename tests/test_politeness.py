@@ -226,9 +226,19 @@ def test_worker_keeps_no_download_delay_of_its_own(redis_url: str) -> None:
     limits = HostLimits.from_settings(crawler.settings)
     assert (limits.delay, limits.per_host) == (0.5, slots)  # applied by the frontier instead
     downloader = Downloader(crawler)
+    _, early = downloader._get_slot(Request("http://early.example/"))
     disable_local_delays(downloader)
-    _, plain = downloader._get_slot(Request("http://a.example/"))
-    _, slow = downloader._get_slot(Request("http://slow.example/"))
+    assert early.delay == 0.0
+    slots_of = []
+    for url in ("http://a.example/", "http://slow.example/"):
+        request = Request(url)
+        # What the downloader does with each request: its slot, then the signal.
+        key, slot = downloader._get_slot(request)
+        request.meta["download_slot"] = key
+        assert slot.delay > 0
+        crawler.signals.send_catch_log(signals.request_reached_downloader, request=request)
+        slots_of.append(slot)
+    plain, slow = slots_of
     assert (plain.delay, slow.delay, slow.concurrency) == (0.0, 0.0, 1)
 
 
