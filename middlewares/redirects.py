@@ -253,11 +253,19 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             redirected.meta[META_KEY] = target_key
             redirected.meta[META_CHECKED] = target
             return redirected
-        admitted = frontier_for(self.crawler).admit(request, [redirected])
+
+        def target_seen(_: object = None) -> None:
+            self.finish(chain.finish(SEEN, target, flag=soft_404_flag(chain.start_url, target)))
+            self.crawler.signals.send_catch_log(signal=page_handled, response=response)
+
+        # A shared frontier may answer later (from its background thread): then the
+        # request goes on, and is not queued if the answer says seen.
+        admitted = frontier_for(self.crawler).admit(
+            request, [redirected], on_late_duplicates=target_seen
+        )
         if admitted:
             return admitted[0]
-        self.finish(chain.finish(SEEN, target, flag=soft_404_flag(chain.start_url, target)))
-        self.crawler.signals.send_catch_log(signal=page_handled, response=response)
+        target_seen()
         raise IgnoreRequest(f"redirect target {target} already seen")
 
     def redirect_request(

@@ -50,6 +50,8 @@ logger = logging.getLogger(__name__)
 LEASE_META = "frontier_lease"
 #: Most expired leases one lease call puts back in the queue.
 RECLAIM_BATCH = 1000
+#: Items before the leased requests in the lease script's reply (lease.lua).
+LEASE_REPLY_HEAD = 9
 
 
 def text(value: bytes | str) -> str:
@@ -120,13 +122,17 @@ class Leases:
         """Lease up to ``count`` requests (best priority first, of hosts ready by
         politeness) to this worker, after putting expired leases back in the queue. Raises
         ``REDIS_UNAVAILABLE`` errors."""
+        return self.take_delivery(self.scripts.run("lease", self.lease_args(count)))
+
+    def lease_args(self, count: int) -> list[Any]:
+        """The lease script's arguments for ``count`` requests."""
         args = [self.owner, count, self.lease_ttl_ms, RECLAIM_BATCH, self.max_expiries]
-        reply = self.scripts.run("lease", [*args, *self.politeness.limits.script_args()])
-        return self.take_delivery(reply)
+        return [*args, *self.politeness.limits.script_args()]
 
     def take_delivery(self, reply: list[Any]) -> list[Request]:
         """Hold the requests the lease script's ``reply`` hands out; note the rest."""
-        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[7:]
+        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[LEASE_REPLY_HEAD:]
+        self.shared_sizes = int(reply[7]), int(reply[8])
         recovered_batches, recovered = int(reply[2]), int(reply[3])
         self.politeness.leased(int(reply[4]), int(reply[5]), int(reply[6]))
         if recovered:
@@ -236,15 +242,20 @@ class Leases:
 
     def heartbeat(self) -> None:
         """Extend the leases of requests this worker is still working on."""
+        args = self.heartbeat_args()
+        if args:
+            try:
+                self.note_lost(self.scripts.run("heartbeat", args))
+            except redis.RedisError as exc:
+                self.heartbeat_failed(exc)
+
+    def heartbeat_args(self) -> list[Any] | None:
+        """The heartbeat script's arguments (None: no lease to extend)."""
         leases = [lease for lease in self._held if lease not in self._lost]
-        if not leases:
-            return
-        try:
-            lost = self.scripts.run("heartbeat", [self.owner, self.lease_ttl_ms, *leases])
-        except redis.RedisError as exc:
-            self.stats.inc_value("frontier/redis_unavailable")
-            logger.warning("Cannot extend %d leases now: %s", len(leases), exc)
-            return
+        return [self.owner, self.lease_ttl_ms, *leases] if leases else None
+
+    def note_lost(self, lost: list[Any]) -> None:
+        """Note the leases the heartbeat found taken over."""
         if lost:
             self._lost.update(text(lease) for lease in lost)
             self.stats.inc_value("frontier/lease_lost", len(lost))
@@ -253,6 +264,10 @@ class Leases:
                 "longer than FRONTIER_LEASE_TTL); other workers may fetch them again",
                 len(lost),
             )
+
+    def heartbeat_failed(self, exc: BaseException) -> None:
+        self.stats.inc_value("frontier/redis_unavailable")
+        logger.warning("Cannot extend %d leases now: %s", len(self._held), exc)
 
     def release_all(self) -> int:
         """Give back every lease this worker holds (on shutdown), so other workers need
