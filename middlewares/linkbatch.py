@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
 from scrapy.http import Response
-from twisted.internet.defer import Deferred, DeferredList
 
-from crawler.frontier import failure_reason, frontier_for, page_handled
+from crawler.frontier import failure_reason, frontier_for, handle_page
 
 if TYPE_CHECKING:
     from typing import Self
@@ -97,7 +96,5 @@ class BatchDedupeMiddleware:
         """Admit the page's links once what was recorded while handling it is committed
         (the ``page_handled`` receivers may answer with a Deferred: the record store's
         flush, in its own thread), releasing its lease with them."""
-        results = self.crawler.signals.send_catch_log(signal=page_handled, response=response)
-        waits = [result for _, result in results if isinstance(result, Deferred)]
-        after = DeferredList(waits, consumeErrors=True) if waits else None
+        after = handle_page(self.crawler, response)
         return self.frontier.admit(response.request, batch, after=after)

@@ -18,12 +18,13 @@ import hashlib
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy import signals
+from scrapy.utils.defer import maybe_deferred_to_future
 from sqlalchemy import (
     Boolean,
     Column,
@@ -647,9 +648,9 @@ def store_for(crawler: Crawler) -> RecordStore:
     return store
 
 
-def _flush_on_page_handled(store: SqlRecordStore) -> Callable[..., Deferred[None]]:
-    def flush(**_: Any) -> Deferred[None]:
-        return store.flush_later()
+def _flush_on_page_handled(store: SqlRecordStore) -> Callable[..., Coroutine[Any, Any, None]]:
+    async def flush(**_: Any) -> None:
+        await maybe_deferred_to_future(store.flush_later())
 
     return flush
 

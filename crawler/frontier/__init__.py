@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
     from twisted.internet.defer import Deferred
 
 #: ``request.meta`` key holding the request's dedupe key once computed.
@@ -32,6 +33,17 @@ META_CHECKED = "dedupe_checked"
 #: for a redirect to a known target, was just) released: no worker will fetch the page again,
 #: so whatever was recorded while handling it must be made durable now.
 page_handled = object()
+
+
+def handle_page(crawler: Crawler, response: Response) -> Deferred[Any]:
+    """Send :data:`page_handled` for ``response``; fires once every receiver is done (the
+    record store's flush runs in its own thread): pass it as ``after`` to the answer that
+    releases the page's lease."""
+    from scrapy.utils.defer import deferred_from_coro
+
+    return deferred_from_coro(
+        crawler.signals.send_catch_log_async(signal=page_handled, response=response)
+    )
 
 
 def failure_reason(exception: BaseException) -> str:
@@ -68,9 +80,10 @@ class Frontier(Protocol):
         """
         ...
 
-    def fail(self, request: Request, reason: str) -> None:
+    def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:
         """``request`` failed for good (download error after retries, callback error): a
-        shared frontier records it with ``reason`` and releases its lease."""
+        shared frontier records it with ``reason`` and releases its lease (once ``after``
+        fired, when given)."""
         ...
 
     def close(self) -> None:

@@ -58,7 +58,7 @@ class MemoryFrontier:
         fresh = self.seen.add_many([key for _, key in pairs])
         return self.keyer.verdicts(pairs, fresh)
 
-    def fail(self, request: Request, reason: str) -> None:
+    def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:
         """Nothing to release: Scrapy's scheduler already logged and counted the failure."""
 
     def close(self) -> None:

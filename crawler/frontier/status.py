@@ -19,7 +19,6 @@ import redis
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from twisted.internet import task
-from twisted.internet.defer import maybeDeferred
 
 from crawler.frontier import frontier_for
 from crawler.frontier.politeness import HostLimits, hosts_waiting
@@ -233,7 +232,4 @@ class WorkerStatusReporter:
             # Status is best effort: the crawl goes on, the next report will do.
             self.crawler.stats.inc_value("frontier/status_unpublished")
 
-        if frontier.background is None:
-            maybeDeferred(write).addErrback(skipped)
-        else:
-            frontier.background.run(write).addErrback(skipped)
+        frontier.call(write).addErrback(skipped)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
@@ -69,6 +69,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: The frontier's own client retries briefly; longer outages are ridden out by the outbox
 #: and the scheduler's backoff instead.
@@ -141,6 +143,13 @@ class RedisFrontier:
         #: Where Redis is called from in a crawl (:meth:`go_background`); None: the
         #: caller's thread (commands, tests).
         self.background: BackgroundThread | None = None
+
+    def call(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
+        """``function(*args)`` (a Redis call) from the background thread, or in the
+        caller's thread without one; the Deferred fires with its result."""
+        if self.background is None:
+            return maybeDeferred(function, *args)
+        return self.background.run(function, *args)
 
     def go_background(self) -> None:
         """From now on, call Redis from a thread of its own, never from Twisted's loop:
@@ -264,11 +273,7 @@ class RedisFrontier:
         """Lease up to ``count`` requests from the background thread (in the caller's
         thread without one); errbacks with Redis' error. Afterwards :meth:`seems_drained`
         tells whether the crawl looked drained then."""
-        args = self.leases.lease_args(count)
-        if self.background is None:
-            leasing = maybeDeferred(self.scripts.run, "lease", args)
-        else:
-            leasing = self.background.run(self.scripts.run, "lease", args)
+        leasing = self.call(self.scripts.run, "lease", self.leases.lease_args(count))
         return leasing.addCallback(self.leases.take_delivery)
 
     def seems_drained(self) -> bool:
@@ -297,7 +302,7 @@ class RedisFrontier:
         if self.background is None or args is None:
             self.leases.heartbeat()
             return
-        extended = self.background.run(self.scripts.run, "heartbeat", args)
+        extended = self.call(self.scripts.run, "heartbeat", args)
         extended.addCallbacks(
             self.leases.note_lost, lambda f: self.leases.heartbeat_failed(f.value)
         )
@@ -306,9 +311,10 @@ class RedisFrontier:
         """Give back every lease this worker holds; how many went back to the queue."""
         return self.leases.release_all()
 
-    def fail(self, request: Request, reason: str) -> None:
-        """``request`` failed for good: record it with ``reason`` and release its lease."""
-        self.leases.fail(request, reason)
+    def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:
+        """``request`` failed for good: record it with ``reason`` and release its lease
+        (once ``after`` fired, when given)."""
+        self.leases.fail(request, reason, after=after)
 
     # --- answers waiting for Redis ---------------------------------------------------
 

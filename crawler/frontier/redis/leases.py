@@ -39,6 +39,7 @@ from crawler.frontier.serialize import (
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.statscollectors import StatsCollector
+    from twisted.internet.defer import Deferred
 
     from crawler.frontier.lua import FrontierScripts
     from crawler.frontier.politeness import HostPoliteness
@@ -285,8 +286,9 @@ class Leases:
 
     # --- failures ----------------------------------------------------------------------
 
-    def fail(self, request: Request, reason: str) -> None:
-        """``request`` failed for good: record it with ``reason`` and release its lease."""
+    def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:
+        """``request`` failed for good: record it with ``reason`` and release its lease
+        (once ``after`` fired, when given)."""
         lease = self.take(request)
         if lease is None:
             return
@@ -296,9 +298,17 @@ class Leases:
             )
         except RequestNotSerializable:
             stored = None
-        self.fail_lease(lease, reason, url=request.url, request_json=stored)
+        self.fail_lease(lease, reason, url=request.url, request_json=stored, after=after)
 
-    def fail_lease(self, lease: str, reason: str, *, url: str, request_json: str | None) -> None:
+    def fail_lease(
+        self,
+        lease: str,
+        reason: str,
+        *,
+        url: str,
+        request_json: str | None,
+        after: Deferred[Any] | None = None,
+    ) -> None:
         """Record the failure (with the stored request, when there is one) and release."""
         try:
             stored = json.loads(request_json) if request_json else None
@@ -323,7 +333,7 @@ class Leases:
             return False
 
         deliver = partial(self.scripts.run, "fail", [self.owner, lease, url or lease, record])
-        self.outbox.send(Answer("fail", deliver, on_reply))
+        self.outbox.send(Answer("fail", deliver, on_reply, after))
 
     def refused(self, lease: str | None) -> None:
         """Redis refused this worker's answer for ``lease``."""
