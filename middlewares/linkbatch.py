@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
 from scrapy.http import Response
 
-from crawler.frontier import failure_reason, frontier_for, page_handled
+from crawler.frontier import failure_reason, frontier_for, handle_page
 from crawler.frontier.keys import send_request_dropped
 
 if TYPE_CHECKING:
@@ -95,9 +96,16 @@ class BatchDedupeMiddleware:
         return False
 
     def _admit(self, response: Response, batch: list[Request]) -> list[Request]:
-        self.crawler.signals.send_catch_log(signal=page_handled, response=response)
-        admitted = self.frontier.admit(response.request, batch)
+        """Admit the page's links once what was recorded while handling it is committed
+        (the ``page_handled`` receivers may answer with a Deferred: the record store's
+        flush, in its own thread), releasing its lease with them. Links found seen fire
+        ``request_dropped``, now or when a shared frontier's verdict arrives."""
+        after = handle_page(self.crawler, response)
+        dropped = partial(send_request_dropped, self.crawler)
+        admitted = self.frontier.admit(
+            response.request, batch, after=after, on_late_duplicates=dropped
+        )
         if len(admitted) < len(batch):
             kept = {id(request) for request in admitted}
-            send_request_dropped(self.crawler, (r for r in batch if id(r) not in kept))
+            dropped(request for request in batch if id(request) not in kept)
         return admitted

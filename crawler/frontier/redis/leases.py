@@ -39,6 +39,7 @@ from crawler.frontier.serialize import (
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.statscollectors import StatsCollector
+    from twisted.internet.defer import Deferred
 
     from crawler.frontier.lua import FrontierScripts
     from crawler.frontier.politeness import HostPoliteness
@@ -50,6 +51,8 @@ logger = logging.getLogger(__name__)
 LEASE_META = "frontier_lease"
 #: Most expired leases one lease call puts back in the queue.
 RECLAIM_BATCH = 1000
+#: Items before the leased requests in the lease script's reply (lease.lua).
+LEASE_REPLY_HEAD = 9
 
 
 def text(value: bytes | str) -> str:
@@ -120,13 +123,17 @@ class Leases:
         """Lease up to ``count`` requests (best priority first, of hosts ready by
         politeness) to this worker, after putting expired leases back in the queue. Raises
         ``REDIS_UNAVAILABLE`` errors."""
+        return self.take_delivery(self.scripts.run("lease", self.lease_args(count)))
+
+    def lease_args(self, count: int) -> list[Any]:
+        """The lease script's arguments for ``count`` requests."""
         args = [self.owner, count, self.lease_ttl_ms, RECLAIM_BATCH, self.max_expiries]
-        reply = self.scripts.run("lease", [*args, *self.politeness.limits.script_args()])
-        return self.take_delivery(reply)
+        return [*args, *self.politeness.limits.script_args()]
 
     def take_delivery(self, reply: list[Any]) -> list[Request]:
         """Hold the requests the lease script's ``reply`` hands out; note the rest."""
-        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[7:]
+        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[LEASE_REPLY_HEAD:]
+        self.shared_sizes = int(reply[7]), int(reply[8])
         recovered_batches, recovered = int(reply[2]), int(reply[3])
         self.politeness.leased(int(reply[4]), int(reply[5]), int(reply[6]))
         if recovered:
@@ -236,15 +243,20 @@ class Leases:
 
     def heartbeat(self) -> None:
         """Extend the leases of requests this worker is still working on."""
+        args = self.heartbeat_args()
+        if args:
+            try:
+                self.note_lost(self.scripts.run("heartbeat", args))
+            except redis.RedisError as exc:
+                self.heartbeat_failed(exc)
+
+    def heartbeat_args(self) -> list[Any] | None:
+        """The heartbeat script's arguments (None: no lease to extend)."""
         leases = [lease for lease in self._held if lease not in self._lost]
-        if not leases:
-            return
-        try:
-            lost = self.scripts.run("heartbeat", [self.owner, self.lease_ttl_ms, *leases])
-        except redis.RedisError as exc:
-            self.stats.inc_value("frontier/redis_unavailable")
-            logger.warning("Cannot extend %d leases now: %s", len(leases), exc)
-            return
+        return [self.owner, self.lease_ttl_ms, *leases] if leases else None
+
+    def note_lost(self, lost: list[Any]) -> None:
+        """Note the leases the heartbeat found taken over."""
         if lost:
             self._lost.update(text(lease) for lease in lost)
             self.stats.inc_value("frontier/lease_lost", len(lost))
@@ -253,6 +265,10 @@ class Leases:
                 "longer than FRONTIER_LEASE_TTL); other workers may fetch them again",
                 len(lost),
             )
+
+    def heartbeat_failed(self, exc: BaseException) -> None:
+        self.stats.inc_value("frontier/redis_unavailable")
+        logger.warning("Cannot extend %d leases now: %s", len(self._held), exc)
 
     def release_all(self) -> int:
         """Give back every lease this worker holds (on shutdown), so other workers need
@@ -270,8 +286,9 @@ class Leases:
 
     # --- failures ----------------------------------------------------------------------
 
-    def fail(self, request: Request, reason: str) -> None:
-        """``request`` failed for good: record it with ``reason`` and release its lease."""
+    def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:
+        """``request`` failed for good: record it with ``reason`` and release its lease
+        (once ``after`` fired, when given)."""
         lease = self.take(request)
         if lease is None:
             return
@@ -281,9 +298,17 @@ class Leases:
             )
         except RequestNotSerializable:
             stored = None
-        self.fail_lease(lease, reason, url=request.url, request_json=stored)
+        self.fail_lease(lease, reason, url=request.url, request_json=stored, after=after)
 
-    def fail_lease(self, lease: str, reason: str, *, url: str, request_json: str | None) -> None:
+    def fail_lease(
+        self,
+        lease: str,
+        reason: str,
+        *,
+        url: str,
+        request_json: str | None,
+        after: Deferred[Any] | None = None,
+    ) -> None:
         """Record the failure (with the stored request, when there is one) and release."""
         try:
             stored = json.loads(request_json) if request_json else None
@@ -308,7 +333,7 @@ class Leases:
             return False
 
         deliver = partial(self.scripts.run, "fail", [self.owner, lease, url or lease, record])
-        self.outbox.send(Answer("fail", deliver, on_reply))
+        self.outbox.send(Answer("fail", deliver, on_reply, after))
 
     def refused(self, lease: str | None) -> None:
         """Redis refused this worker's answer for ``lease``."""
