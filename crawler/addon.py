@@ -51,6 +51,8 @@ SPIDER_MIDDLEWARES = {
     # Start requests: Scrapy's start_urls requests are deduplicated like links (fetched once,
     # also across workers)...
     "middlewares.start_requests.StartRequestsMiddleware": 20,
+    # Above the link batch: re-check copies of links a learned rule merged (CANON_LEARN_RECHECK).
+    "crawler.learning.recheck.LearnedRuleRecheck": 25,
     # ... and the host of each is exempt from the SSRF guard, for this crawler.
     "middlewares.ssrf.SSRFStartHostsMiddleware": 30,
     # High order = closest to the spider: the canonical URL it adds passes Scrapy's depth and
@@ -59,6 +61,8 @@ SPIDER_MIDDLEWARES = {
 }
 #: Downloader middlewares; None switches one of Scrapy's off.
 DOWNLOADER_MIDDLEWARES = {
+    # Before everything else downloads: drops queued requests a learned rule now merges.
+    "crawler.learning.gate.LearnedRuleGate": 30,
     # Before Scrapy's offsite filter (50) and robots.txt (100): a refused host gets no
     # request at all, not even for robots.txt.
     "middlewares.ssrf.SSRFGuardMiddleware": 40,
@@ -74,6 +78,8 @@ REPLACED_DOWNLOADER_MIDDLEWARES = (
 )
 #: Downloader middlewares of the shared frontier only (``REDIS_URL`` set).
 SHARED_DOWNLOADER_MIDDLEWARES = {
+    # Before everything else downloads: drops queued requests a learned rule now merges.
+    "crawler.learning.gate.LearnedRuleGate": 30,
     # Lowest order: next to the engine, it sees only the failures no other middleware handled.
     "crawler.frontier.scheduler.LeaseMiddleware": 1,
     # Right after Scrapy's RobotsTxtMiddleware (100): it must see the wait for robots.txt.
@@ -84,6 +90,10 @@ EXTENSIONS = {
     # Shared frontier only (it is NotConfigured without REDIS_URL): publishes pages/min and
     # leases for `scrapy frontier`.
     "crawler.frontier.status.WorkerStatusReporter": 510,
+    # Content fingerprints of every fetched document (CONTENT_FINGERPRINTS_ENABLED).
+    "crawler.content.extension.ContentFingerprints": 520,
+    # Parameter rules proven by content (CANON_LEARN).
+    "crawler.learning.extension.ParamRuleLearning": 530,
 }
 
 DUPEFILTER = "crawler.dupefilter.BloomDupeFilter"

@@ -94,3 +94,7 @@ class Canonicals(LazyCommand):
 
 class AuditRules(LazyCommand):
     target = "crawler.commands.audit_rules:Command"
+
+
+class SameContent(LazyCommand):
+    target = "crawler.commands.same_content:Command"

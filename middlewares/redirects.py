@@ -44,7 +44,7 @@ from scrapy.utils.response import get_meta_refresh
 
 from crawler.canonical import InvalidURL, dedupe_key, resolve_link
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from crawler.frontier import META_CHECKED, META_KEY, frontier_for, page_handled
+from crawler.frontier import META_CHECKED, META_KEY, frontier_for, handle_page
 from middlewares.ssrf import DNS_FAILURES, AddressBlocked, policy_for
 from pipelines.records import (
     BLOCKED,
@@ -256,8 +256,8 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         if end is not None:
             outcome, reason = end
             self.finish(chain.finish(outcome, target, reason))
-            self.crawler.signals.send_catch_log(signal=page_handled, response=response)
-            frontier_for(self.crawler).fail(request, f"redirect-{outcome}")
+            handled = handle_page(self.crawler, response)
+            frontier_for(self.crawler).fail(request, f"redirect-{outcome}", after=handled)
             raise IgnoreRequest(f"redirect chain from {chain.start_url} ended: {outcome}")
 
         assert target is not None and target_key is not None and redirected is not None
@@ -266,11 +266,19 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             redirected.meta[META_KEY] = target_key
             redirected.meta[META_CHECKED] = target
             return redirected
-        admitted = frontier_for(self.crawler).admit(request, [redirected])
+
+        def target_seen(_: object = None) -> None:
+            self.finish(chain.finish(SEEN, target, flag=soft_404_flag(chain.start_url, target)))
+            handle_page(self.crawler, response)
+
+        # A shared frontier may answer later (from its background thread): then the
+        # request goes on, and is not queued if the answer says seen.
+        admitted = frontier_for(self.crawler).admit(
+            request, [redirected], on_late_duplicates=target_seen
+        )
         if admitted:
             return admitted[0]
-        self.finish(chain.finish(SEEN, target, flag=soft_404_flag(chain.start_url, target)))
-        self.crawler.signals.send_catch_log(signal=page_handled, response=response)
+        target_seen()
         raise IgnoreRequest(f"redirect target {target} already seen")
 
     def redirect_request(

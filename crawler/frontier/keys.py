@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from scrapy import signals
@@ -121,6 +121,7 @@ class RequestKeyer:
         self.rules = rules
         #: Set by a crawl (:meth:`for_crawler`); None: every host is on the site.
         self.offsite: OffsiteFilter | None = None
+        self.rules_source: Callable[[], RuleSet] | None = None
         self._logged_reasons: set[str] = set()
         self._logged_duplicate = False
 
@@ -134,15 +135,21 @@ class RequestKeyer:
         self.offsite = OffsiteFilter(crawler)
         return self
 
+    def use_rules(self, source: Callable[[], RuleSet]) -> None:
+        """Key each batch with ``source()`` from now on: rules that change while the crawl
+        runs (learned rules, :mod:`crawler.learning.state`)."""
+        self.rules_source = source
+
     def keyed(self, requests: Sequence[Request]) -> list[tuple[Request, str]]:
         """Pair each request with its dedupe key; requests whose URL is invalid are dropped,
         logged with the reason and counted, as are requests off the site."""
         pairs = []
+        rules = self.rules if self.rules_source is None else self.rules_source()
         for request in requests:
             if self.offsite is not None and self.offsite.refuses(request):
                 continue
             try:
-                key = request_key(request, self.rules)
+                key = request_key(request, rules)
             except InvalidURL as exc:
                 self.stats.inc_value(f"dupefilter/invalid/{exc.reason}")
                 first = exc.reason not in self._logged_reasons
