@@ -16,7 +16,9 @@ BOT_NAME = "crawler"
 SPIDER_MODULES = ["crawler.spiders"]
 NEWSPIDER_MODULE = "crawler.spiders"
 
-# The whole frontier: dupefilter, scheduler, middlewares, extensions, defaults.
+# The whole frontier: dupefilter, scheduler, middlewares, extensions, defaults. The frontier's
+# new components register in crawler/addon.py and new settings in crawler/defaults.py, not
+# here: that is what users' own projects get with this one line.
 ADDONS = {"crawler.addon.BloomFrontierAddon": 0}
 
 # --- Politeness --------------------------------------------------------------------------
