@@ -24,7 +24,9 @@ class BloomDupeFilter(BaseDupeFilter):
     Links from a page were already checked as one batch by
     :class:`middlewares.linkbatch.BatchDedupeMiddleware`; they pass straight through.
     Anything else (start requests, requests from other middlewares) is checked here, one at
-    a time, through the same frontier. ``dont_filter`` requests never reach this class.
+    a time, through the same frontier: the embedded one marks its key seen (Scrapy's
+    scheduler then queues it); the shared one only checks (its scheduler marks and queues
+    in one atomic step, and never asks this class). ``dont_filter`` requests never reach this class.
     The key goes to ``request.meta["dedupe_key"]``; rejections are logged with their reason
     and counted (``dupefilter/filtered``, ``dupefilter/invalid/<reason>``).
     """
@@ -39,7 +41,7 @@ class BloomDupeFilter(BaseDupeFilter):
     def request_seen(self, request: Request) -> bool:
         if was_checked(request):
             return False
-        return not self.frontier.admit(None, [request])
+        return self.frontier.request_seen(request)
 
     def log(self, request: Request, spider: Spider) -> None:
         """Already logged and counted by the frontier, with the reason."""

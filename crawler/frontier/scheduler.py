@@ -144,6 +144,7 @@ class RedisScheduler(BaseScheduler):
         stats = self.crawler.stats
         assert stats is not None
         if new:
+            self._queued_elsewhere += len(new)
             stats.inc_value("scheduler/enqueued/redis", len(new))
             stats.inc_value("scheduler/enqueued", len(new))
         for request in duplicates:
