@@ -30,6 +30,7 @@ REDIRECTS = {
     "/old/a%2Fb": (301, "/new/slash"),
     "/old/it's": (308, "/new/its"),
     "/old/back%5Cslash": (301, "/new/backslash"),
+    "/old/why%3F": (301, "/new/answer?id=2"),  # %3F in the path, ? in the target
     "/old/Foo.html": (301, "/new/foo-upper"),
     "/old/foo.html": (308, "/new/foo-lower"),
     "/old/Case.html": (301, "/new/case"),
@@ -64,6 +65,7 @@ PAGES = [
     "/new/slash",
     "/new/its",
     "/new/backslash",
+    "/new/answer?id=2",
     "/new/foo-upper",
     "/new/foo-lower",
     "/new/case",
@@ -85,6 +87,7 @@ EXPECTED = {
     "/old/a%2Fb": (301, "/new/slash"),
     "/old/it's": (308, "/new/its"),
     "/old/back%5Cslash": (301, "/new/backslash"),
+    "/old/why%3F": (301, "/new/answer?id=2"),
     "/old/Foo.html": (301, "/new/foo-upper"),
     "/old/foo.html": (308, "/new/foo-lower"),
     "/old/Case.html": (301, "/new/case"),
