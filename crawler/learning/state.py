@@ -18,12 +18,13 @@ learned rules) is recorded with each learned rule; the next crawl keys under it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from crawler.canonical.rules import RuleSet, rules_from_settings
+from pipelines.records import APPLIED, ParamRule
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -102,6 +103,15 @@ def normalized(rules: Mapping[str, list[str]]) -> Learned:
         for scope, names in sorted(rules.items())
         if names
     }
+
+
+def applied_rules(rules: Iterable[ParamRule]) -> Learned:
+    """The learned rules in force among ``rules`` (state ``applied``)."""
+    learned: Learned = {}
+    for rule in rules:
+        if rule.state == APPLIED:
+            learned.setdefault(rule.scope, []).append(rule.param)
+    return normalized(learned)
 
 
 def combined_host_rules(
