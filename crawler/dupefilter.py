@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.dupefilters import BaseDupeFilter
 
-from crawler.frontier import frontier_for
+from crawler.frontier import META_CHECKED, frontier_for
 from crawler.frontier.keys import was_checked
 
 if TYPE_CHECKING:
@@ -25,6 +25,8 @@ class BloomDupeFilter(BaseDupeFilter):
     :class:`middlewares.linkbatch.BatchDedupeMiddleware`; they pass straight through.
     Anything else (start requests, requests from other middlewares) is checked here, one at
     a time, through the same frontier. ``dont_filter`` requests never reach this class.
+    Deviations from Scrapy's ``RFPDupeFilter`` are listed in tests/test_dupefilter_contract.py
+    (keys, not ``REQUEST_FINGERPRINTER_CLASS`` fingerprints, among them).
     The key goes to ``request.meta["dedupe_key"]``; rejections are logged with their reason
     and counted (``dupefilter/filtered``, ``dupefilter/invalid/<reason>``).
     """
@@ -38,8 +40,13 @@ class BloomDupeFilter(BaseDupeFilter):
 
     def request_seen(self, request: Request) -> bool:
         if was_checked(request):
+            # Admitted in its page's batch: new, once. The same object offered again is
+            # checked like any other (Scrapy's contract: a second call answers "seen").
+            del request.meta[META_CHECKED]
             return False
-        return not self.frontier.admit(None, [request])
+        admitted = self.frontier.admit(None, [request])
+        request.meta.pop(META_CHECKED, None)  # the mark is for batches; this one is done
+        return not admitted
 
     def log(self, request: Request, spider: Spider) -> None:
         """Already logged and counted by the frontier, with the reason."""
