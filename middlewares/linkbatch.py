@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
 from scrapy.http import Response
 
-from crawler.frontier import failure_reason, frontier_for, page_handled
+from crawler.frontier import failure_reason, frontier_for, handle_page
+from crawler.frontier.keys import send_request_dropped
 
 if TYPE_CHECKING:
     from typing import Self
@@ -26,7 +28,8 @@ class BatchDedupeMiddleware:
     through at once; requests are held until the callback is done, then handed to the
     frontier in a single call (one ``add_many`` / one Redis round trip per page). The
     frontier returns the ones to schedule here, marked so the dupefilter does not check them
-    again. ``dont_filter`` requests pass through untouched. When the callback fails midway,
+    again; the others fire Scrapy's ``request_dropped``, as if its scheduler had refused
+    them. ``dont_filter`` requests pass through untouched. When the callback fails midway,
     the links it yielded so far are still admitted before the error propagates (Scrapy then
     logs it and fires ``spider_error``), so they are not lost with the page. When it fails
     before yielding anything (or a spider middleware's ``process_spider_input`` raises),
@@ -93,5 +96,16 @@ class BatchDedupeMiddleware:
         return False
 
     def _admit(self, response: Response, batch: list[Request]) -> list[Request]:
-        self.crawler.signals.send_catch_log(signal=page_handled, response=response)
-        return self.frontier.admit(response.request, batch)
+        """Admit the page's links once what was recorded while handling it is committed
+        (the ``page_handled`` receivers may answer with a Deferred: the record store's
+        flush, in its own thread), releasing its lease with them. Links found seen fire
+        ``request_dropped``, now or when a shared frontier's verdict arrives."""
+        after = handle_page(self.crawler, response)
+        dropped = partial(send_request_dropped, self.crawler)
+        admitted = self.frontier.admit(
+            response.request, batch, after=after, on_late_duplicates=dropped
+        )
+        if len(admitted) < len(batch):
+            kept = {id(request) for request in admitted}
+            dropped(request for request in batch if id(request) not in kept)
+        return admitted

@@ -22,6 +22,7 @@ from scrapy.http import JsonRequest
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
+import crawler.defaults as project_defaults
 import crawler.settings as project_settings
 from crawler.commands.seed import Command as SeedCommand
 from crawler.frontier import META_KEY
@@ -56,7 +57,7 @@ FRONTIER_SETTINGS = (
 
 def make_worker(redis_url: str, lease_ttl: float = 60.0) -> RedisFrontier:
     """One worker's view of the frontier, as a crawl with the project's settings makes it."""
-    settings = {name: getattr(project_settings, name) for name in FRONTIER_SETTINGS}
+    settings = {name: getattr(project_defaults, name) for name in FRONTIER_SETTINGS}
     settings.update(REDIS_URL=redis_url, FRONTIER_LEASE_TTL=lease_ttl)
     crawler = get_crawler(ExampleSpider, settings)
     spider = ExampleSpider.from_crawler(crawler)
@@ -341,19 +342,19 @@ def test_answers_wait_while_redis_restarts_and_are_delivered_after() -> None:
 
 def scheduler_crawler(redis_url: str) -> Any:
     """A crawler configured like ``scrapy crawl example -s REDIS_URL=...``."""
-    settings = {name: getattr(project_settings, name) for name in FRONTIER_SETTINGS}
+    settings = {name: getattr(project_defaults, name) for name in FRONTIER_SETTINGS}
     settings.update(
         REDIS_URL=redis_url,
         ADDONS=project_settings.ADDONS,
-        FRONTIER_LEASE_BATCH=project_settings.FRONTIER_LEASE_BATCH,
-        FRONTIER_LEASE_TTL=project_settings.FRONTIER_LEASE_TTL,
+        FRONTIER_LEASE_BATCH=project_defaults.FRONTIER_LEASE_BATCH,
+        FRONTIER_LEASE_TTL=project_defaults.FRONTIER_LEASE_TTL,
     )
     return get_crawler(ExampleSpider, settings)
 
 
 def test_redis_url_switches_the_scheduler_and_adds_the_lease_middleware(redis_url: str) -> None:
     with_redis = scheduler_crawler(redis_url).settings
-    assert with_redis["SCHEDULER"] is RedisScheduler
+    assert with_redis["SCHEDULER"] == "crawler.frontier.scheduler.RedisScheduler"
     assert LeaseMiddleware in with_redis.getdict("DOWNLOADER_MIDDLEWARES")
     without = get_crawler(ExampleSpider, {"ADDONS": project_settings.ADDONS}).settings
     assert without["SCHEDULER"] == "scrapy.core.scheduler.Scheduler"

@@ -1,5 +1,8 @@
 """``scrapy crawl SPIDER``: Scrapy's own command, after checking what the crawl needs.
 
+An entry point (``crawler.entry_points.Crawl``), so a user's project that adds the add-on
+gets these checks too; a project without the add-on gets Scrapy's command unchanged.
+
 A crawl that cannot work (unknown spider, Redis down or refusing the password, a
 ``REDIS_URL`` or ``STORE_URL`` that is not one, a proxy the SSRF guard cannot vouch for)
 stops before the engine starts, with one line saying what is wrong and what to do
@@ -13,8 +16,10 @@ from typing import TYPE_CHECKING
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.crawler import AsyncCrawlerProcess, CrawlerProcess
 from scrapy.spiderloader import get_spider_loader
+from scrapy.utils.misc import load_object
 from scrapy.utils.reactor import _asyncio_reactor_path
 
+from crawler.addon import BloomFrontierAddon
 from crawler.commands._failures import fails_cleanly
 from crawler.redis_client import command_client, require_bloom
 from middlewares.ssrf import check_proxy_setup
@@ -28,8 +33,12 @@ if TYPE_CHECKING:
 
 def check_crawl_setup(settings: BaseSettings, spider_name: str) -> None:
     """Raise the error a user can fix if the crawl of ``spider_name`` cannot work; each
-    server is given the command timeouts, so this takes seconds when one does not answer."""
+    server is given the command timeouts, so this takes seconds when one does not answer.
+    ``settings`` are the project's: the add-on's are applied to a copy first (its
+    :class:`~crawler.addon.FrontierConflict` when a setting defeats the frontier)."""
     get_spider_loader(settings).load(spider_name)
+    settings = settings.copy()
+    BloomFrontierAddon.claim(settings)
     check_proxy_setup(settings)
     if settings.get("REDIS_URL"):
         client = command_client(settings["REDIS_URL"])
@@ -44,6 +53,25 @@ def check_crawl_setup(settings: BaseSettings, spider_name: str) -> None:
             pass
     finally:
         engine.dispose()
+
+
+def uses_addon(settings: BaseSettings) -> bool:
+    """The project crawls through the bloom-frontier add-on (``ADDONS``); any other project
+    that has this package installed gets Scrapy's ``crawl`` unchanged."""
+    for addon, priority in settings.getdict("ADDONS").items():
+        loaded = addon
+        if isinstance(addon, str):
+            try:
+                loaded = load_object(addon)
+            except (ImportError, NameError, ValueError):
+                continue  # Scrapy reports it itself when it loads the add-ons
+        if (
+            priority is not None
+            and isinstance(loaded, type)
+            and issubclass(loaded, BloomFrontierAddon)
+        ):
+            return True
+    return False
 
 
 def crawler_process(settings: Settings) -> CrawlerProcess | AsyncCrawlerProcess:
@@ -64,7 +92,7 @@ class Command(ScrapyCrawlCommand):
     @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
-        if len(args) == 1:
+        if len(args) == 1 and uses_addon(self.settings):
             check_crawl_setup(self.settings, args[0])
         self.crawler_process = crawler_process(self.settings)
         super().run(args, opts)

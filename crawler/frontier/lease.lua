@@ -13,8 +13,9 @@
 -- the politeness rules (read_rules).
 -- Returns {requeued, given up, staged batches recovered, requests queued from them,
 --          requests passed over, ms until a host waiting on its delay is ready (-1: none),
---          hosts waiting, requests quarantined, id1, json1, delay1, id2, json2, delay2, ...},
---          where a delay is the ms the request's host observes between two requests.
+--          hosts waiting, requests queued and leased after this call (by any worker),
+--          requests quarantined, id1, json1, delay1, id2, json2, delay2, ...}, where a delay
+--          is the ms the request's host observes between two requests.
 local owner, n, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_expiries, max_bytes, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local rules = read_rules(8)
@@ -45,7 +46,7 @@ for _, id in ipairs(expired) do
 end
 local picked, delays, skipped, soonest = pick_ready(QUEUE, n, now, rules)
 local result = {requeued, given_up, recovered_batches, recovered, skipped, soonest,
-  hosts_waiting(now, rules), 0}
+  hosts_waiting(now, rules), 0, 0, 0}
 if #picked > 0 then
   redis.call('ZREM', QUEUE, unpack(picked))
 end
@@ -55,7 +56,7 @@ for i, id in ipairs(picked) do
     quarantine(id, json, 'stored request is ' .. #json ..
       ' bytes, more than FRONTIER_MAX_REQUEST_BYTES (' .. max_bytes .. ')', owner, now, cap)
     drop(id)
-    result[8] = result[8] + 1
+    result[10] = result[10] + 1
   elseif json then
     redis.call('ZADD', LEASES, now + ttl, id)
     redis.call('HSET', OWNERS, id, owner)
@@ -66,4 +67,6 @@ for i, id in ipairs(picked) do
     drop(id) -- lost its JSON: not leased after all
   end
 end
+result[8] = redis.call('ZCARD', QUEUE)
+result[9] = redis.call('ZCARD', LEASES)
 return result

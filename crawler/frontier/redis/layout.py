@@ -40,6 +40,9 @@ Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
   fetching it now (:mod:`crawler.frontier.politeness`).
 - ``<prefix>:workers`` SET of worker ids, ``<prefix>:worker:<id>`` STRING (expiring): the
   workers' published status records (:mod:`crawler.frontier.status`).
+- ``<prefix>:learned`` STRING and ``<prefix>:learned_version`` STRING: the crawl's learned
+  parameter rules and their version, so every worker keys with the same rules
+  (:mod:`crawler.learning.state`).
 
 Keys of the seen filter (:mod:`crawler.seen.redis`, :mod:`crawler.seen.sharded`):
 ``<seen>:params`` (its parameters), ``<seen>:reply:<batch>`` (expiring answers to a batch,

@@ -15,8 +15,23 @@
   usual. The lease script itself quarantines a request longer than
   ``FRONTIER_MAX_REQUEST_BYTES`` by its length, before it leaves Redis.
 
-A lease is answered (links admitted, failure recorded) once; the answer goes through the
-:class:`crawler.frontier.redis.outbox.Outbox`, in order with every other answer.
+A lease is answered (links admitted, failure recorded) once, by what happens to its request,
+never by garbage collection nor by waiting for it to expire:
+
+- its response is handled: the page's link batch releases it (even empty, even when the
+  callback raised midway); a callback that raised first, through Scrapy's ``spider_error``
+  (:class:`middlewares.linkbatch.BatchDedupeMiddleware`);
+- its download failed (retries exhausted, ``IgnoreRequest`` from any downloader
+  middleware's ``process_request``): :class:`crawler.frontier.scheduler.LeaseMiddleware`;
+  an errback that raised: ``spider_error`` again;
+- a redirect or retry replaces it: the replacement takes the lease over, atomically;
+- it left the downloader (``request_left_downloader``) and nothing of the above followed
+  within seconds (a middleware's ``process_response`` raised, a ``request_scheduled``
+  handler dropped its redirect): :meth:`Leases.answer_dropped` records it as failed;
+- the worker shuts down: :meth:`Leases.release_all` gives it back.
+
+Answers go through the :class:`crawler.frontier.redis.outbox.Outbox`, in order with every
+other answer.
 """
 
 from __future__ import annotations
@@ -41,6 +56,7 @@ from crawler.frontier.serialize import RequestNotSerializable, request_to_json
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.statscollectors import StatsCollector
+    from twisted.internet.defer import Deferred
 
     from crawler.frontier.lua import FrontierScripts
     from crawler.frontier.politeness import HostPoliteness
@@ -52,6 +68,8 @@ logger = logging.getLogger(__name__)
 LEASE_META = "frontier_lease"
 #: Most expired leases one lease call puts back in the queue.
 RECLAIM_BATCH = 1000
+#: Items before the leased requests in the lease script's reply (lease.lua).
+LEASE_REPLY_HEAD = 10
 
 
 def text(value: bytes | str) -> str:
@@ -126,14 +144,18 @@ class Leases:
         """Lease up to ``count`` requests (best priority first, of hosts ready by
         politeness) to this worker, after putting expired leases back in the queue. Raises
         ``REDIS_UNAVAILABLE`` errors."""
+        return self.take_delivery(self.scripts.run("lease", self.lease_args(count)))
+
+    def lease_args(self, count: int) -> list[Any]:
+        """The lease script's arguments for ``count`` requests."""
         args = [self.owner, count, self.lease_ttl_ms, RECLAIM_BATCH, self.max_expiries]
         args += [self.decoder.max_bytes, self.quarantine_cap]
-        reply = self.scripts.run("lease", [*args, *self.politeness.limits.script_args()])
-        return self.take_delivery(reply)
+        return [*args, *self.politeness.limits.script_args()]
 
     def take_delivery(self, reply: list[Any]) -> list[Request]:
         """Hold the requests the lease script's ``reply`` hands out; note the rest."""
-        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[8:]
+        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[LEASE_REPLY_HEAD:]
+        self.shared_sizes = int(reply[7]), int(reply[8])
         recovered_batches, recovered = int(reply[2]), int(reply[3])
         self.politeness.leased(int(reply[4]), int(reply[5]), int(reply[6]))
         if recovered:
@@ -148,11 +170,11 @@ class Leases:
         if reclaimed:
             self.stats.inc_value("frontier/reclaimed", reclaimed)
             logger.info("Requeued %d requests whose lease had expired", reclaimed)
-        if int(reply[7]):
-            self.stats.inc_value("frontier/quarantined", int(reply[7]))
+        if int(reply[9]):
+            self.stats.inc_value("frontier/quarantined", int(reply[9]))
             logger.warning(
                 "Quarantined %d stored requests longer than FRONTIER_MAX_REQUEST_BYTES",
-                int(reply[7]),
+                int(reply[9]),
             )
         if given_up:
             self.stats.inc_value("frontier/given_up", given_up)
@@ -247,15 +269,20 @@ class Leases:
 
     def heartbeat(self) -> None:
         """Extend the leases of requests this worker is still working on."""
+        args = self.heartbeat_args()
+        if args:
+            try:
+                self.note_lost(self.scripts.run("heartbeat", args))
+            except redis.RedisError as exc:
+                self.heartbeat_failed(exc)
+
+    def heartbeat_args(self) -> list[Any] | None:
+        """The heartbeat script's arguments (None: no lease to extend)."""
         leases = [lease for lease in self._held if lease not in self._lost]
-        if not leases:
-            return
-        try:
-            lost = self.scripts.run("heartbeat", [self.owner, self.lease_ttl_ms, *leases])
-        except redis.RedisError as exc:
-            self.stats.inc_value("frontier/redis_unavailable")
-            logger.warning("Cannot extend %d leases now: %s", len(leases), exc)
-            return
+        return [self.owner, self.lease_ttl_ms, *leases] if leases else None
+
+    def note_lost(self, lost: list[Any]) -> None:
+        """Note the leases the heartbeat found taken over."""
         if lost:
             self._lost.update(text(lease) for lease in lost)
             self.stats.inc_value("frontier/lease_lost", len(lost))
@@ -264,6 +291,10 @@ class Leases:
                 "longer than FRONTIER_LEASE_TTL); other workers may fetch them again",
                 len(lost),
             )
+
+    def heartbeat_failed(self, exc: BaseException) -> None:
+        self.stats.inc_value("frontier/redis_unavailable")
+        logger.warning("Cannot extend %d leases now: %s", len(self._held), exc)
 
     def release_all(self) -> int:
         """Give back every lease this worker holds (on shutdown), so other workers need
@@ -281,8 +312,9 @@ class Leases:
 
     # --- failures ----------------------------------------------------------------------
 
-    def fail(self, request: Request, reason: str) -> None:
-        """``request`` failed for good: record it with ``reason`` and release its lease."""
+    def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:
+        """``request`` failed for good: record it with ``reason`` and release its lease
+        (once ``after`` fired, when given)."""
         lease = self.take(request)
         if lease is None:
             return
@@ -292,9 +324,17 @@ class Leases:
             )
         except RequestNotSerializable:
             stored = None
-        self.fail_lease(lease, reason, url=request.url, request_json=stored)
+        self.fail_lease(lease, reason, url=request.url, request_json=stored, after=after)
 
-    def fail_lease(self, lease: str, reason: str, *, url: str, request_json: str | None) -> None:
+    def fail_lease(
+        self,
+        lease: str,
+        reason: str,
+        *,
+        url: str,
+        request_json: str | None,
+        after: Deferred[Any] | None = None,
+    ) -> None:
         """Record the failure (with the stored request, when there is one) and release."""
         try:
             stored = json.loads(request_json) if request_json else None
@@ -319,7 +359,7 @@ class Leases:
             return False
 
         deliver = partial(self.scripts.run, "fail", [self.owner, lease, url or lease, record])
-        self.outbox.send(Answer("fail", deliver, on_reply))
+        self.outbox.send(Answer("fail", deliver, on_reply, after))
 
     def quarantine(self, lease: str, reason: str) -> None:
         """The leased request ``lease`` does not decode: put it in quarantine with
