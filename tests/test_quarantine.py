@@ -18,7 +18,7 @@ from scrapy import Request, Spider
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
-import crawler.settings as project_settings
+import crawler.defaults as project_defaults
 from crawler.frontier.redis import RedisFrontier, quarantine
 from crawler.frontier.redis.layout import KEY_TYPES, FrontierKeys
 from tests.httpserver import Page, TestServer, html
@@ -62,7 +62,7 @@ def frontier_of(
 ) -> tuple[RedisFrontier, Spider]:
     """A worker's frontier of the crawl ``name`` (``site``: the project's spider, whose
     frontier `scrapy frontier site` reads), with a ``spidercls`` spider, project settings."""
-    settings = {setting: getattr(project_settings, setting) for setting in FRONTIER_SETTINGS}
+    settings = {setting: getattr(project_defaults, setting) for setting in FRONTIER_SETTINGS}
     settings.update(REDIS_URL=redis_url, FRONTIER_LEASE_TTL=60.0)
     crawler = get_crawler(spidercls, settings)
     assert crawler.stats is not None
