@@ -16,7 +16,7 @@ Duplicate-fetch ratio = successful fetches per document (a path, plus ``lang`` o
 1.00 is ideal); a merged meaningful variant would show as a missing document. Also prints the
 fingerprint's CPU cost per KB on the site's pages. Re-checks use the default share.
 
-    .venv/bin/python -m bench.learning [--pages 60] [--concurrency 16]
+    .venv/bin/python -m bench.learning [--pages 60] [--concurrency 16] [--docs DIR]
 
 Last run (2 shared cores, loaded machine), ``--pages 60``: see bench/README.md.
 """
@@ -62,6 +62,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=60)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--docs",
+        default="/usr/share/doc/python3.11/html",
+        help="HTML tree to time fingerprints on ('' to skip): the messy-web site's source",
+    )
     opts = parser.parse_args()
     site = LearnSite(pages=opts.pages)
     expected = 1 + 3 * opts.pages  # the index, articles, products in two languages
@@ -100,14 +105,23 @@ def main() -> None:
         f"from the start"
     )
     body = site.page("/articles/1?from=nav").body  # type: ignore[union-attr]
-    rounds = 200
+    fingerprint_cost("this site's page", [body.encode()] * 200)
+    docs = sorted(Path(opts.docs).rglob("*.html")) if opts.docs else []
+    if docs:  # the pages of the messy-web site (../shared/site) are built from these
+        fingerprint_cost(opts.docs, [path.read_bytes() for path in docs])
+
+
+def fingerprint_cost(what: str, bodies: list[bytes]) -> None:
+    """Print the CPU time fingerprinting ``bodies`` takes (in the crawl: a worker thread)."""
     started = time.process_time()
-    for _ in range(rounds):
-        fingerprint(body.encode(), body)
-    per_page = (time.process_time() - started) / rounds
+    for body in bodies:
+        fingerprint(body, body.decode("utf-8", "replace"))
+    spent = time.process_time() - started
+    kb = sum(map(len, bodies)) / 1024
     print(
-        f"fingerprint: {per_page * 1e3:.2f} ms CPU per page of {len(body) / 1024:.1f} KB "
-        f"({per_page * 1e3 / (len(body) / 1024):.3f} ms/KB), in a thread off the reactor"
+        f"fingerprint, {what}: {len(bodies)} pages, {kb / len(bodies):.1f} KB each: "
+        f"{spent * 1e3 / len(bodies):.2f} ms CPU per page, {spent * 1e3 / kb:.3f} ms/KB, "
+        f"{spent:.1f} s in all"
     )
 
 

@@ -38,6 +38,21 @@ class StalledCrawl:
     longest_stall_ms: int
     hang_seconds: float
     served_during_hang: int
+    #: Wall-clock time the hang began.
+    hang_started_at: float
+
+    def responses_during_hang(self, margin: float = 1.0) -> int:
+        """Responses the worker logged as crawled (DEBUG) more than ``margin`` seconds after
+        the hang began and before it ended (log timestamps have whole seconds)."""
+        first = self.hang_started_at + margin
+        last = self.hang_started_at + self.hang_seconds
+        count = 0
+        for stamp in re.findall(
+            r"^(\S+ \S+) \[scrapy\.core\.engine\] DEBUG: Crawled", self.log, re.M
+        ):
+            when = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+            count += first <= when and when + 1 <= last
+        return count
 
     @property
     def every_page_fetched(self) -> bool:
@@ -87,14 +102,15 @@ def crawl_with_hang(
     pages: int = 80,
     hang_seconds: float = 5.0,
     after_hits: int = 15,
+    page_delay: float = 0.05,
 ) -> StalledCrawl:
-    """Crawl a generated site of ``pages`` pages (each served in 0.05 s) through a shared
-    frontier; once the site served ``after_hits`` requests, hold ``hang(redis, store)``'s
-    context for ``hang_seconds``."""
+    """Crawl a generated site of ``pages`` pages (each served in ``page_delay`` s) through a
+    shared frontier; once the site served ``after_hits`` requests, hold
+    ``hang(redis, store)``'s context for ``hang_seconds``."""
     graph = LinkGraph(pages=pages)
     store = tmp_path / "store.sqlite"
     sqlite3.connect(store).close()
-    with RedisServer(bloom=True) as redis_server, serve(graph, delay=0.05) as site:
+    with RedisServer(bloom=True) as redis_server, serve(graph, delay=page_delay) as site:
         command = [
             SCRAPY, "crawl", "site",
             "-a", f"start_url={site.url}/p/0",
@@ -103,18 +119,18 @@ def crawl_with_hang(
             "-s", f"EXTENSIONS={json.dumps(EXTENSIONS)}",
             "-s", "CONCURRENT_REQUESTS=4",
             "-s", "FRONTIER_LEASE_TTL=30",
-            "-s", "LOG_LEVEL=INFO",
+            "-s", "LOG_LEVEL=DEBUG",
         ]  # fmt: skip
         log_path = tmp_path / "crawl.log"
         with log_path.open("w") as log:
             process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-            served_during_hang, took = 0, 0.0
+            served_during_hang, took, hang_started_at = 0, 0.0, 0.0
             if hang is not None:
                 deadline = time.monotonic() + 60
                 while len(site.paths()) < after_hits and time.monotonic() < deadline:
                     time.sleep(0.02)
                 context = hang(redis_server, store)
-                started = time.monotonic()
+                started, hang_started_at = time.monotonic(), time.time()
                 with context:  # type: ignore[attr-defined]
                     before = len(site.paths())
                     threading.Event().wait(hang_seconds)
@@ -132,6 +148,7 @@ def crawl_with_hang(
         longest_stall_ms=int(match.group(1)) if match else -1,
         hang_seconds=took,
         served_during_hang=served_during_hang,
+        hang_started_at=hang_started_at,
     )
 
 

@@ -40,12 +40,15 @@ def pairs(path: str, n: int, param: str = "from=nav") -> list[Page]:
     return out
 
 
-def test_three_equal_pairs_propose_a_host_rule() -> None:
+def test_three_equal_pairs_propose_a_rule_as_wide_as_their_evidence() -> None:
     evidence = ParamEvidence(min_pairs=3)
     assert feed(evidence, *pairs("/a/", 2)) == []
-    assert feed(evidence, *pairs("/a/", 3)) == ["e.org?from"]
+    # All under /a/: nothing is known about the rest of the host.
+    assert feed(evidence, *pairs("/a/", 3)) == ["e.org/a/*?from"]
     (proposal,) = evidence.proposals("e.org", "from")
     assert proposal.evidence[0] == ("https://e.org/a/0", "https://e.org/a/0?from=nav")
+    # Evidence from a second section of the site makes it a rule for the host.
+    assert feed(evidence, *pairs("/b/", 1)) == ["e.org?from"]
 
 
 def test_one_counter_example_vetoes_the_parameter() -> None:

@@ -185,7 +185,7 @@ def test_a_startproject_project_with_the_addons_line(project: Path, tmp_path: Pa
         run(project, "redirects", "--format", "hops", "-s", f"STORE_URL={store_url}")
     )
     rows = [json.loads(line) for line in stdout.splitlines()]
-    assert any(urlsplit(row["from"]).path == "/chain/1" for row in rows), stdout[:2000]
+    assert any(urlsplit(row["source"]).path == "/chain/1" for row in rows), stdout[:2000]
 
 
 def test_the_same_project_shared_by_two_workers(

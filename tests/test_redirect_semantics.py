@@ -126,3 +126,16 @@ def test_http_to_https_is_an_entry_but_a_tracking_twin_of_its_target_is_not() ->
         302,  # the 302 after the same-key hop counts
     )
     assert rows["https://e.org/a"].skip == "self"
+
+
+def test_sources_no_server_can_match_are_left_out_and_said() -> None:
+    chains = [
+        stored("1", FETCHED, ("https://e.org/a%0Ab", "https://e.org/one", 301)),
+        stored("2", FETCHED, ("https://e.org/%FF", "https://e.org/one", 301)),
+    ]
+    entries, problems = server_entries(redirect_sources(chains, [page("https://e.org/one")]))
+    assert entries == []
+    assert problems == [
+        "left out https://e.org/a%0Ab: decoded path holds control characters",
+        "left out https://e.org/%FF: decoded path is not UTF-8",
+    ]

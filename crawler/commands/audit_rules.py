@@ -37,7 +37,7 @@ from scrapy.exceptions import UsageError
 from crawler.canonical import InvalidURL, dedupe_key
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet
 from crawler.commands._records import add_format_option, reading_store
-from crawler.learning.state import combined_host_rules
+from crawler.learning.state import applied_rules, combined_host_rules
 from pipelines.records import APPLIED, PROPOSED, REVOKED, ParamRule, now, write_rows
 from pipelines.store import SqlRecordStore
 
@@ -191,7 +191,8 @@ class Command(ScrapyCommand):
         with reading_store(self.settings) as store:
             learned = store.param_rules()
             if opts.apply:
-                learned = apply_proposals(store, learned, opts.apply)
+                user_rules = self.settings.getdict("CANON_HOST_RULES")
+                learned = apply_proposals(store, learned, opts.apply, user_rules)
             versions = store.rules_versions()
             stored_version = opts.rules_version or (versions[-1] if versions else None)
             if stored_version is None and not learned:
@@ -201,9 +202,10 @@ class Command(ScrapyCommand):
                     f"no aliases under rules {stored_version!r} (stored: {versions})",
                     print_help=False,
                 )
-            applied = {rule.scope: [rule.param] for rule in learned if rule.state == APPLIED}
             user_rules = self.settings.getdict("CANON_HOST_RULES")
-            rules = DEFAULT_RULES.with_host_rules(combined_host_rules(user_rules, applied))
+            rules = DEFAULT_RULES.with_host_rules(
+                combined_host_rules(user_rules, applied_rules(learned))
+            )
             aliases = (
                 [(a["url"], a["key"]) for a in store.url_aliases(stored_version)]
                 if stored_version
@@ -234,16 +236,24 @@ class Command(ScrapyCommand):
 
 
 def apply_proposals(
-    store: SqlRecordStore, learned: list[ParamRule], names: list[str]
+    store: SqlRecordStore,
+    learned: list[ParamRule],
+    names: list[str],
+    user_rules: dict[str, Any],
 ) -> list[ParamRule]:
-    """Mark the named proposals applied in the store; UsageError for an unknown name."""
+    """Mark the named proposals applied in the store, with the rules version they make
+    (``CANON_HOST_RULES`` plus every applied rule); UsageError for an unknown name."""
     by_name = {rule.name: rule for rule in learned}
     for name in names:
         rule = by_name.get(name)
         if rule is None or rule.state != PROPOSED:
             proposed = sorted(r.name for r in learned if r.state == PROPOSED)
             raise UsageError(f"no proposed rule {name!r} (proposed: {proposed})", print_help=False)
-        by_name[name] = replace(rule, state=APPLIED, updated_at=now())
+        by_name[name] = replace(rule, state=APPLIED)
+    applied = applied_rules(by_name.values())
+    version = DEFAULT_RULES.with_host_rules(combined_host_rules(user_rules, applied)).version
+    for name in names:
+        by_name[name] = replace(by_name[name], rules_version=version, updated_at=now())
         store.add_param_rule(by_name[name])
     store.flush()
     return list(by_name.values())

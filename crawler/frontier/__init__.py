@@ -80,6 +80,13 @@ class Frontier(Protocol):
         """
         ...
 
+    def request_seen(self, request: Request) -> bool:
+        """Scrapy's dupefilter question for a request that did not come through a page
+        batch: True to drop it. The memory frontier marks its key seen (Scrapy's scheduler
+        then queues it); the shared one only checks, marking and queueing being one atomic
+        step of its scheduler's ``enqueue_request``."""
+        ...
+
     def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:
         """``request`` failed for good (download error after retries, callback error): a
         shared frontier records it with ``reason`` and releases its lease (once ``after``

@@ -59,6 +59,10 @@ class MemoryFrontier:
         fresh = self.seen.add_many([key for _, key in pairs])
         return self.keyer.verdicts(pairs, fresh)
 
+    def request_seen(self, request: Request) -> bool:
+        """Mark ``request``'s key seen; True if it was already (or cannot be keyed)."""
+        return not self.admit(None, [request])
+
     def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:
         """Nothing to release: Scrapy's scheduler already logged and counted the failure."""
 

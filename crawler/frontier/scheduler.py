@@ -73,7 +73,15 @@ class RedisScheduler(BaseScheduler):
     Scrapy's scheduler contract: ``__len__`` is the requests buffered here plus those
     queued in Redis at the last reading; stats ``scheduler/enqueued(/redis)`` count
     requests the frontier queued (when its answer says so), ``scheduler/dequeued(/redis)``
-    those handed to the engine.
+    those handed to the engine. Deviations: ``has_pending_requests`` stays True while a
+    request handed out is unanswered (its page may still add links), and while any worker
+    holds a lease; see ``tests/test_scheduler_contract.py``.
+
+    One private Scrapy API: when leases land from the background thread, or a host's turn
+    comes, the engine is asked to call ``next_request`` again through
+    ``engine._slot.nextcall.schedule()``, what its own heartbeat calls; Scrapy has no public
+    way to say "the scheduler has requests now", and without it the engine would ask again
+    only after its 5 s heartbeat or the next finished download.
     """
 
     def __init__(self, crawler: Crawler, frontier: RedisFrontier, batch_size: int) -> None:
@@ -144,6 +152,7 @@ class RedisScheduler(BaseScheduler):
         stats = self.crawler.stats
         assert stats is not None
         if new:
+            self._queued_elsewhere += len(new)
             stats.inc_value("scheduler/enqueued/redis", len(new))
             stats.inc_value("scheduler/enqueued", len(new))
         for request in duplicates:
@@ -253,8 +262,7 @@ class RedisScheduler(BaseScheduler):
         self._wake_call = reactor.callLater(delay, self._wake_engine)  # type: ignore[attr-defined]
 
     def _wake_engine(self) -> None:
-        # Scrapy has no public "ask the scheduler again" call (its engine polls every 5 s,
-        # or when a download ends); this is what the engine's own heartbeat calls.
+        # Private API, see the class docstring.
         slot = getattr(self.crawler.engine, "_slot", None)
         if slot is not None:
             slot.nextcall.schedule()

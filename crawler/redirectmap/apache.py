@@ -6,8 +6,10 @@ any port) and the query (empty or tracking parameters only for a source without 
 parameters in any order, with tracking parameters, for one with a query). The rule's pattern
 is the decoded URL-path, matched case-sensitively. Flags: ``R=<status>``, ``NE`` (else
 ``%C3%A9`` in a target is sent as ``%25C3%25A9``), ``QSD`` (else the request's query string is
-appended), ``UnsafeAllow3F`` when the target has a ``?`` (else Apache 2.4.60+ answers 403 for
-requests whose path held ``%3F``), ``L``. ``$`` and ``%`` in targets are escaped (``\\$``,
+appended), ``UnsafeAllow3F`` when the target has a ``?`` (Apache 2.4.60+ refuses with 403 a
+substitution holding ``?`` for a request whose path held ``%3F``, unless the rule allows it;
+2.4.71 was not seen to do so for these VirtualHost-context redirects, the flag keeps other
+versions from it), ``L``. ``$`` and ``%`` in targets are escaped (``\\$``,
 ``\\%``): mod_rewrite reads them as back-references.
 """
 

@@ -262,7 +262,16 @@ class RedisFrontier:
         Returns False if the request was dropped (a known duplicate, or no valid key)."""
         if request.meta.get(QUEUED_META):
             return True
-        return bool(self.admission.admit(self.leases.take_replaced(request), [request]))
+        parent = self.leases.take_replaced(request)
+        return bool(self.admission.admit(parent, [request], dropped_by_caller=True))
+
+    def request_seen(self, request: Request) -> bool:
+        """True if ``request``'s key is in the seen filter (or it cannot be keyed); marks
+        and queues nothing (:meth:`enqueue` does both at once). Calls Redis in the caller's
+        thread: Scrapy's dupefilter contract is synchronous, and the shared scheduler never
+        asks it."""
+        keyed = self.keyer.keyed([request])
+        return not keyed or self.seen.contains(keyed[0][1])
 
     # --- leases ----------------------------------------------------------------------
 

@@ -171,6 +171,7 @@ class Admission:
         *,
         after: Deferred[Any] | None = None,
         on_late_duplicates: Callable[[list[Request]], None] | None = None,
+        dropped_by_caller: bool = False,
     ) -> list[Request]:
         """Admit ``children`` and release the lease ``parent`` (taken from the lease
         book already), in one atomic admit script, or in the three steps of a sharded
@@ -179,7 +180,9 @@ class Admission:
 
         When the answer is not known on return (sent from the background thread, or Redis
         away), every request is returned; ``on_late_duplicates`` gets those it finds seen
-        when it comes."""
+        when it comes. :attr:`on_verdict` hears of every answer; of its duplicates only
+        when late, if ``dropped_by_caller`` (the caller reports those it gets back itself:
+        Scrapy's engine sends ``request_dropped`` when ``enqueue_request`` says False)."""
         pairs = self.keyer.keyed(children)
         entries: list[tuple[Request, str]] = []
         checks: list[bool] = []
@@ -213,7 +216,7 @@ class Admission:
                 request for (request, _), new in zip(entries, fresh, strict=True) if not new
             ]
             if self.on_verdict is not None:
-                self.on_verdict(new_ones, duplicates)
+                self.on_verdict(new_ones, duplicates if late or not dropped_by_caller else [])
             if late and duplicates and on_late_duplicates is not None:
                 on_late_duplicates(duplicates)
             return True

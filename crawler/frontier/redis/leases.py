@@ -10,8 +10,23 @@
 - **fail** (``fail.lua``): record the reason a request failed for good and release it.
 - **release** (``release.lua``): give every held lease back on shutdown.
 
-A lease is answered (links admitted, failure recorded) once; the answer goes through the
-:class:`crawler.frontier.redis.outbox.Outbox`, in order with every other answer.
+A lease is answered (links admitted, failure recorded) once, by what happens to its request,
+never by garbage collection nor by waiting for it to expire:
+
+- its response is handled: the page's link batch releases it (even empty, even when the
+  callback raised midway); a callback that raised first, through Scrapy's ``spider_error``
+  (:class:`middlewares.linkbatch.BatchDedupeMiddleware`);
+- its download failed (retries exhausted, ``IgnoreRequest`` from any downloader
+  middleware's ``process_request``): :class:`crawler.frontier.scheduler.LeaseMiddleware`;
+  an errback that raised: ``spider_error`` again;
+- a redirect or retry replaces it: the replacement takes the lease over, atomically;
+- it left the downloader (``request_left_downloader``) and nothing of the above followed
+  within seconds (a middleware's ``process_response`` raised, a ``request_scheduled``
+  handler dropped its redirect): :meth:`Leases.answer_dropped` records it as failed;
+- the worker shuts down: :meth:`Leases.release_all` gives it back.
+
+Answers go through the :class:`crawler.frontier.redis.outbox.Outbox`, in order with every
+other answer.
 """
 
 from __future__ import annotations

@@ -133,9 +133,9 @@ class Outbox:
         assert self.background is not None
         self.background.run(answer.attempt).addBoth(lambda _: self._settled(answer))
 
-    def _after_fired(self, result: Any) -> Any:
+    def _after_fired(self, _: object) -> None:
+        """What the answer waited for is done (its receivers logged any error)."""
         self.flush()
-        return result
 
     def _settled(self, answer: Answer) -> None:
         """Back on the loop: handle the attempt's result, go on with the next answer."""
