@@ -182,7 +182,7 @@ def test_a_startproject_project_with_the_addons_line(project: Path, tmp_path: Pa
     assert "offsite/filtered" in log
     # A command of the frontier, in the user's project.
     stdout, _ = finish(
-        run(project, "redirects", "--format", "hops", "-s", f"STORE_URL={store_url}")
+        run(project, "redirects", "--format", "jsonl", "-s", f"STORE_URL={store_url}")
     )
     rows = [json.loads(line) for line in stdout.splitlines()]
     assert any(urlsplit(row["source"]).path == "/chain/1" for row in rows), stdout[:2000]
