@@ -23,7 +23,11 @@ from tests.sitegen import LinkGraph, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRAPY = str(ROOT / ".venv" / "bin" / "scrapy")
-EXTENSIONS = {**project_settings.EXTENSIONS, "crawler.loopwatch.LoopStallMeter": 0}
+#: The add-on installs the project's own extensions next to these.
+EXTENSIONS = {
+    **getattr(project_settings, "EXTENSIONS", {}),
+    "crawler.loopwatch.LoopStallMeter": 0,
+}
 
 
 @dataclass
