@@ -67,7 +67,7 @@ class Mode:
         self.crawler = get_crawler(ContractSpider, settings)
         self.crawler.spider = ContractSpider.from_crawler(self.crawler)
         if not shared:  # Scrapy's scheduler reads the engine's downloader (its own tests too)
-            self.crawler.engine = Mock(downloader=Mock(slots={}))
+            self.crawler.engine = Mock(downloader=Mock(slots={}, middleware=Mock(middlewares=[])))
         self.dropped: list[Request] = []
         self.crawler.signals.connect(self._dropped, signal=signals.request_dropped)
         self.scheduler: Any = None
