@@ -43,7 +43,8 @@ from scrapy.utils.response import get_meta_refresh
 
 from crawler.canonical import InvalidURL, dedupe_key, resolve_link
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from crawler.frontier import META_CHECKED, META_KEY, frontier_for, page_handled
+from crawler.frontier import META_CHECKED, frontier_for, page_handled
+from crawler.frontier.keys import carry_key, url_key
 from middlewares.ssrf import DNS_FAILURES, PROCESS_GUARD, AddressBlocked, SSRFPolicy
 from pipelines.records import (
     BLOCKED,
@@ -113,10 +114,13 @@ def soft_404_flag(start_url: str, final_url: str) -> str | None:
     return None
 
 
-def key_or_error(url: str, rules: RuleSet = DEFAULT_RULES) -> tuple[str | None, str | None]:
-    """(dedupe key under ``rules``, None) or (None, the reason it has none)."""
+def key_or_error(
+    url: str, rules: RuleSet = DEFAULT_RULES, request: Request | None = None
+) -> tuple[str | None, str | None]:
+    """(dedupe key under ``rules``, None) or (None, the reason it has none). When ``url`` is
+    ``request``'s URL, the key the request carries is used (or computed once and carried)."""
     try:
-        return dedupe_key(url, rules), None
+        return (dedupe_key(url, rules) if request is None else url_key(request, url, rules)), None
     except InvalidURL as exc:
         return None, exc.reason
 
@@ -206,9 +210,9 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             return self.redirect_request(request, response, announcement, target)
 
         chain = Chain.from_meta(request.meta) or Chain.begin(
-            request.url, key_or_error(request.url, self.rules)[0]
+            request.url, key_or_error(request.url, self.rules, request)[0]
         )
-        source_key = key_or_error(response.url, self.rules)[0]
+        source_key = key_or_error(response.url, self.rules, request)[0]
         target_key, key_error = key_or_error(target, self.rules) if target else (None, None)
         earlier_urls, earlier_keys = chain.urls, chain.keys
         chain = chain.add(
@@ -232,7 +236,9 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             end = ERROR, "unfollowable-location"
         elif target_key is None:
             end = ERROR, f"invalid-target:{key_error}"
-        elif self.ssrf is not None and (refusal := self.ssrf.refusal(target)) is not None:
+        elif (
+            self.ssrf is not None and (refusal := self.ssrf.refusal(target, target_key)) is not None
+        ):
             end = BLOCKED, refusal
             stats.inc_value(f"ssrf/blocked/{refusal}")
         elif target in earlier_urls or (target_key in earlier_keys and target_key != source_key):
@@ -249,8 +255,9 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         assert target is not None and target_key is not None
         redirected = self.redirect_request(request, response, announcement, target)
         redirected.meta[CHAIN_META_KEY] = chain.to_meta()
+        if redirected.url == target:  # the frontier and the next hop need not key it again
+            carry_key(redirected, target_key)
         if target_key == source_key or redirected.dont_filter:
-            redirected.meta[META_KEY] = target_key
             redirected.meta[META_CHECKED] = target
             return redirected
         admitted = frontier_for(self.crawler).admit(request, [redirected])
@@ -292,7 +299,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         if request.callback is NO_CALLBACK:
             return
         chain = Chain.from_meta(request.meta)
-        key = key_or_error(response.url, self.rules)[0]
+        key = key_or_error(response.url, self.rules, request)[0]
         flag = soft_404_flag(chain.start_url, response.url) if chain else None
         if chain is not None:
             self.finish(chain.finish(FETCHED, response.url, flag=flag))

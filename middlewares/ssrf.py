@@ -24,6 +24,7 @@ the resolver refused are kept process-wide (:data:`PROCESS_GUARD`).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 from collections.abc import Iterable, Sequence
@@ -38,6 +39,7 @@ from twisted.internet.error import DNSLookupError
 
 from crawler.canonical import InvalidURL, canonicalize
 from crawler.frontier import META_KEY
+from crawler.frontier.keys import carried_key, key_host
 from pipelines.records import BLOCKED, Chain
 from pipelines.store import record_chain
 
@@ -129,8 +131,10 @@ def normalized_host(url: str) -> str | None:
     return host.rstrip(".") if host else None
 
 
+@functools.lru_cache(maxsize=4096)
 def host_key(host: str) -> str:
-    """A host name or address as given in settings or spider attributes, normalized."""
+    """A host name or address as given in settings or spider attributes, normalized.
+    Cached: every request and every DNS answer asks it for the request's host."""
     host = host.strip().lower()
     return normalized_host(f"http://{host}/") or host.strip("[]").rstrip(".")
 
@@ -178,11 +182,12 @@ class SSRFPolicy:
         key = host_key(host)
         return key in self.allowed_hosts or key in self.guard.crawl_hosts
 
-    def refusal(self, url: str) -> str | None:
+    def refusal(self, url: str, key: str | None = None) -> str | None:
         """Why ``url`` must not be requested, or None. Names are judged by what they resolve
         to (see :class:`SSRFGuardResolver`), except metadata names and names the resolver
-        already refused."""
-        host = normalized_host(url)
+        already refused. ``key``, the URL's dedupe key when known, spares canonicalizing
+        ``url`` again (a URL-form key holds the very host stage 1 gives)."""
+        host = (key and key_host(key)) or normalized_host(url)
         if host is None or self.allows(host):
             return None
         try:
@@ -292,7 +297,7 @@ class SSRFGuardMiddleware:
         PROCESS_GUARD.exempt(crawl_hosts(spider))
 
     def process_request(self, request: Request) -> None:
-        reason = self.policy.refusal(request.url)
+        reason = self.policy.refusal(request.url, carried_key(request))
         if reason is not None:
             self.record_block(request, reason)
             raise AddressBlocked(request.url, reason)
