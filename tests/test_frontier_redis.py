@@ -26,7 +26,7 @@ from scrapy.utils.test import get_crawler
 import crawler.settings as project_settings
 from crawler.commands.seed import Command as SeedCommand
 from crawler.frontier import META_KEY
-from crawler.frontier.redis import LEASE_META, QUEUED_META, RedisFrontier
+from crawler.frontier.redis import LEASE_META, QUEUED_META, FrontierKeys, RedisFrontier
 from crawler.frontier.scheduler import LeaseMiddleware, RedisScheduler
 from tests.cluster import RedisClusterServers
 from tests.httpserver import Page, TestServer, html, redirect
@@ -449,7 +449,7 @@ def test_frontier_works_on_a_redis_cluster(redis_cluster: RedisClusterServers) -
 
 def test_request_whose_lease_keeps_expiring_is_given_up_with_the_reason(workers: Any) -> None:
     worker = workers(lease_ttl=0.05)
-    worker.max_expiries = 2
+    worker.leases.max_expiries = 2
     worker.admit(None, [Request("https://example.com/kills-workers")])
     stuck = worker.lease(1)  # held, never answered nor extended: as if its worker hung
     time.sleep(0.1)
@@ -543,3 +543,19 @@ def test_closing_worker_gives_its_leases_back_to_the_queue(redis_url: str, worke
         scheduler.frontier.close()
     assert sorted(urls(other.lease(5))) == [f"https://example.com/{n}" for n in range(3)]
     assert other.failures() == {}
+
+
+def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them() -> None:
+    import crawler.frontier.redis.layout as layout
+    from crawler.frontier.lua import script_keys
+    from crawler.frontier.redis import SCRIPTS
+
+    every_key = FrontierKeys.names()
+    for name in (*SCRIPTS, "turn", "waiting"):
+        named = script_keys(name)
+        assert set(named) <= set(every_key), name
+        assert len(set(named)) == len(named) < len(every_key), name
+    assert script_keys("heartbeat") == ("leases", "owners")
+    assert "seen" not in script_keys("lease")
+    documented = layout.__doc__ or ""
+    assert all(f"\n{key} " in documented for key in every_key)

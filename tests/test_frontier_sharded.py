@@ -76,7 +76,7 @@ def kill_before(worker: RedisFrontier, script: str) -> None:
     def killed(*args: Any, **kwargs: Any) -> None:
         raise WorkerKilled
 
-    worker._scripts[script] = killed  # type: ignore[assignment]
+    worker.scripts._scripts[script] = killed  # type: ignore[assignment]
 
 
 def crawl_two_workers(first: RedisFrontier, second: RedisFrontier) -> None:

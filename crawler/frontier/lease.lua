@@ -1,3 +1,4 @@
+-- KEYS: queue requests scores leases owners seq failed expiries staged hosts in_flight host_next host_busy host_delay
 -- Lease up to N requests to a worker, best priority first among those whose host is ready
 -- (politeness.lua: requests of hosts that are not are passed over, within the first
 -- FRONTIER_POLITENESS_SCAN entries of the queue). Leases that expired (their

@@ -1,0 +1,218 @@
+"""Admission: marking new requests' keys seen and queueing them, releasing the lease of the
+request whose handling produced them (the parent), so a crash can never lose them.
+
+- **admit** (``admit.lua``): one atomic step, when the seen filter is one key beside the
+  queue: mark the keys seen, queue the new requests, release the parent's lease.
+- With a sharded filter the keys live on other slots than the queue, so admitting a batch
+  whose keys need checking takes three steps, in an order that never loses a request:
+  **stage** the batch in the frontier under a lease (the parent's, or one of its own), mark
+  its keys in the shards, then **commit**: queue the new ones, drop the batch, release the
+  lease. A worker killed between the steps leaves a staged batch whose lease expires; the
+  next lease call queues the whole batch (``frontier/staged_recovered``): a key marked seen
+  always has its request staged or queued, at the cost of a few pages fetched twice after a
+  crash. A commit arriving after its lease expired does the same (see ``commit.lua``).
+
+An answer from a worker whose lease expired is still accepted if nobody has leased the
+request again; if another worker holds it, it is refused and dropped
+(``frontier/ack_refused``): the other worker fetches the same page and admits the same links.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from crawler.frontier import META_CHECKED, META_KEY
+from crawler.frontier.keys import was_checked
+from crawler.frontier.politeness import HOST_META, politeness_key
+from crawler.frontier.redis.leases import text, without_lease
+from crawler.frontier.redis.outbox import Answer
+from crawler.frontier.serialize import RequestNotSerializable, request_to_json
+from crawler.seen.redis import REPLY_TTL
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.statscollectors import StatsCollector
+
+    from crawler.frontier.keys import RequestKeyer
+    from crawler.frontier.lua import FrontierScripts
+    from crawler.frontier.redis.leases import Leases
+    from crawler.frontier.redis.outbox import Outbox
+    from crawler.seen.sharded import ShardedBloomSeenFilter
+
+logger = logging.getLogger(__name__)
+
+#: ``request.meta`` flag: already queued in the shared frontier, the scheduler skips it.
+QUEUED_META = "frontier_queued"
+#: The filter's parameters admit.lua takes, in its order.
+BLOOM_ARGS = ("capacity", "error_rate", "expansion")
+
+
+def stored_form(request: Request, key: str) -> Request:
+    """``request`` as it is stored: with its key, without this worker's lease id."""
+    meta = without_lease(request.meta)
+    meta.pop(QUEUED_META, None)
+    meta[META_KEY] = key
+    meta[HOST_META] = politeness_key(request)
+    # The URL, not True: a copy of the request with another URL is checked again.
+    meta[META_CHECKED] = request.url
+    return request.replace(meta=meta)
+
+
+class StagedAdmission:
+    """Delivers one batch in the three steps a sharded filter needs (module docstring):
+    stage it, mark its checked keys in the shards, commit it. Called again after a
+    ``REDIS_UNAVAILABLE`` error, it resumes at the step that failed; a retried step repeats
+    harmlessly (the stage and the shards' answers are kept under the batch's id).
+
+    Returns what the admit script returns: per request "1" if queued, else "0"; or
+    "refused" when the parent's lease may not be released by this worker (nothing done).
+    """
+
+    def __init__(
+        self,
+        admission: Admission,
+        parent: str | None,
+        checked_keys: list[str],
+        checks: list[bool],
+        rows: list[Any],
+    ) -> None:
+        self.admission = admission
+        self.parent = parent
+        self.checked_keys = checked_keys
+        self.checks = checks
+        self.rows = rows
+        self.batch = uuid.uuid4().hex
+        #: The lease holding the staged batch, once step 1 is done.
+        self.lease: str | None = None
+        #: The shards' answers for ``checked_keys``, once step 2 is done.
+        self.fresh: list[bool] | None = None
+
+    def __call__(self) -> str:
+        admission = self.admission
+        scripts = admission.scripts
+        if self.lease is None:
+            args = [admission.owner, self.parent or "", self.batch, admission.lease_ttl_ms]
+            reply = text(scripts.run("stage", [*args, *self.rows]))
+            if reply == "refused":
+                return reply
+            self.lease = reply
+        if self.fresh is None:
+            self.fresh = admission.seen.add_many(
+                self.checked_keys, batch_id=self.batch, reply_ttl=admission.seen_reply_ttl
+            )
+        answers = iter(self.fresh)
+        flags = "".join("1" if not check or next(answers) else "0" for check in self.checks)
+        status = text(scripts.run("commit", [self.lease, self.batch, flags]))
+        if status == "late":
+            admission.stats.inc_value("frontier/staged_recovered", len(self.checks))
+            logger.warning(
+                "Batch %s committed after its lease expired: all its %d requests queued "
+                "(some may be fetched twice)",
+                self.batch,
+                len(self.checks),
+            )
+            return "1" * len(self.checks)
+        return flags if status == "ok" else status
+
+
+class Admission:
+    """Admits requests into the shared frontier (see the module docstring).
+
+    Stats: ``frontier/enqueued``, ``frontier/acked``, ``frontier/unserializable``; the
+    seen-filter verdicts as in the embedded frontier (``seen/new``, ...).
+    """
+
+    def __init__(
+        self,
+        scripts: FrontierScripts,
+        seen: ShardedBloomSeenFilter,
+        keyer: RequestKeyer,
+        leases: Leases,
+        outbox: Outbox,
+        stats: StatsCollector,
+    ) -> None:
+        self.scripts = scripts
+        self.seen = seen
+        self.keyer = keyer
+        self.leases = leases
+        self.outbox = outbox
+        self.stats = stats
+        self.spider: Spider | None = None
+        self._logged_unserializable = False
+
+    @property
+    def owner(self) -> str:
+        return self.leases.owner
+
+    @property
+    def lease_ttl_ms(self) -> int:
+        return self.leases.lease_ttl_ms
+
+    @property
+    def seen_reply_ttl(self) -> int:
+        """Seconds each filter shard keeps its answer to a staged batch, for a retry: past
+        the lease's expiry (after which a commit distrusts the answers, see commit.lua),
+        plus a margin for the nodes' clocks."""
+        return math.ceil(self.leases.lease_ttl) + REPLY_TTL
+
+    def admit(self, parent: str | None, children: Sequence[Request]) -> list[Request]:
+        """Admit ``children`` and release the lease ``parent`` (taken from the lease
+        book already), in one atomic admit script, or in the three steps of a sharded
+        filter when some of their keys need checking; the new requests (all of them while
+        Redis is away), marked ``meta[QUEUED_META]``."""
+        pairs = self.keyer.keyed(children)
+        entries: list[tuple[Request, str]] = []
+        checks: list[bool] = []
+        rows: list[Any] = []  # per entry: queue score, JSON
+        for request, key in pairs:
+            try:
+                stored = request_to_json(stored_form(request, key), self.spider)
+            except RequestNotSerializable as exc:
+                self._count_unserializable(request, exc)
+                continue
+            entries.append((request, key))
+            checks.append(not (request.dont_filter or was_checked(request)))
+            rows += [-request.priority, stored]
+        if parent is None and not entries:
+            return []
+        admitted: list[Request] = []
+
+        def on_reply(reply: bytes | str) -> bool:
+            flags = text(reply)
+            if flags == "refused":
+                self.leases.refused(parent)
+                return False
+            if parent is not None:
+                self.stats.inc_value("frontier/acked")
+            fresh = [flag == "1" for flag in flags]
+            self.stats.inc_value("frontier/enqueued", sum(fresh))
+            admitted.extend(self.keyer.verdicts(entries, fresh))
+            return True
+
+        if len(self.seen.shards) > 1 and any(checks):
+            checked_keys = [key for (_, key), check in zip(entries, checks, strict=True) if check]
+            staged = StagedAdmission(self, parent, checked_keys, checks, rows)
+            answer = Answer("stage+commit", staged, on_reply)
+        else:
+            bloom = self.seen.parameters  # to recreate a lost filter (admit.lua)
+            args = [self.owner, parent or "", *(bloom[name] for name in BLOOM_ARGS)]
+            for index, (_, key) in enumerate(entries):
+                args += ["1" if checks[index] else "0", key, *rows[2 * index : 2 * index + 2]]
+            answer = Answer("admit", partial(self.scripts.run, "admit", args), on_reply)
+        self.outbox.send(answer)
+        if answer.outcome is None:  # waiting for Redis: the verdict is not known yet
+            admitted = [request for request, _ in entries]
+        for request in admitted:
+            request.meta[QUEUED_META] = True
+        return admitted
+
+    def _count_unserializable(self, request: Request, exc: RequestNotSerializable) -> None:
+        self.stats.inc_value("frontier/unserializable")
+        level = logging.DEBUG if self._logged_unserializable else logging.WARNING
+        self._logged_unserializable = True
+        logger.log(level, "Request %s cannot be queued (dropped): %s", request, exc.reason)
