@@ -1,18 +1,24 @@
-"""``scrapy frontier SPIDER [--watch] [--json]``: live status of a shared (Redis) frontier."""
+"""``scrapy frontier SPIDER [--watch] [--json]``: live status of a shared (Redis) frontier;
+``scrapy frontier SPIDER --reset --yes``: clear it so the same crawl can run again."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from crawler.frontier.politeness import HostLimits
+from crawler.frontier.redis.layout import FrontierKeys
+from crawler.frontier.reset import CrawlStillRunning, crawl_keys, reset_crawl
 from crawler.frontier.status import read_status
 from crawler.redis_client import redis_from_url
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 #: ANSI: cursor home, clear screen - --watch redraws in place.
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -24,7 +30,7 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
 
     def syntax(self) -> str:
-        return "<spider> [--watch [SECONDS]] [--json] -s REDIS_URL=redis://..."
+        return "<spider> [--watch [SECONDS]] [--json] | --reset --yes  -s REDIS_URL=redis://..."
 
     def short_desc(self) -> str:
         return "Show a shared frontier: queue, leases, Bloom fill and error, workers' pages/min"
@@ -40,6 +46,13 @@ class Command(ScrapyCommand):
             help="refresh in place every SECONDS (default 2) until interrupted",
         )
         parser.add_argument("--json", action="store_true", help="one JSON object per reading")
+        parser.add_argument(
+            "--reset",
+            action="store_true",
+            help="delete the crawl's shared state (queue, leases, seen filter, failures, "
+            "politeness, status, limits) so the same crawl can run again; needs --yes",
+        )
+        parser.add_argument("--yes", action="store_true", help="confirm --reset")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if len(args) != 1:
@@ -52,6 +65,12 @@ class Command(ScrapyCommand):
         error_rate = self.settings.getfloat("SEEN_FILTER_ERROR_RATE")
         limits = HostLimits.from_settings(self.settings)
         client = redis_from_url(url)
+        if opts.reset:
+            try:
+                self.reset(client, FrontierKeys.for_prefix(prefix), opts.yes)
+            finally:
+                client.close()
+            return
         try:
             while True:
                 status = read_status(client, prefix, error_rate, limits)
@@ -67,3 +86,22 @@ class Command(ScrapyCommand):
             sys.stdout.write("\n")
         finally:
             client.close()
+
+    def reset(self, client: Redis, keys: FrontierKeys, confirmed: bool) -> None:
+        """Clear the crawl under ``keys`` (only with ``--yes``); one line on the outcome,
+        exit code 1 when refused."""
+        if not confirmed:
+            found = sum(1 for _ in crawl_keys(client, keys))
+            print(
+                f"--reset would delete {found} keys of crawl {keys.prefix}; add --yes to confirm",
+                file=sys.stderr,
+            )
+            self.exitcode = 1
+            return
+        try:
+            deleted = reset_crawl(client, keys)
+        except CrawlStillRunning as exc:
+            print(exc, file=sys.stderr)
+            self.exitcode = 1
+            return
+        print(f"reset {keys.prefix}: {deleted} keys deleted; the next crawl starts afresh")
