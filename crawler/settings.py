@@ -150,6 +150,8 @@ EXTENSIONS = {
     "crawler.summary.CrawlSummary": 500,
     # Shared frontier only (REDIS_URL): publishes pages/min and leases for `scrapy frontier`.
     "crawler.frontier.status.WorkerStatusReporter": 510,
+    # Shared frontier only: CLOSESPIDER_PAGECOUNT/ITEMCOUNT/TIMEOUT hold for the whole crawl.
+    "crawler.frontier.limits.CrawlWideLimits": 520,
 }
 
 # Scrapy's JOBDIR queues pickle requests by default; ours are JSON.

@@ -34,6 +34,9 @@ Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
   fetching it now (:mod:`crawler.frontier.politeness`).
 - ``<prefix>:workers`` SET of worker ids, ``<prefix>:worker:<id>`` STRING (expiring): the
   workers' published status records (:mod:`crawler.frontier.status`).
+- ``<prefix>:limits`` HASH: the crawl-wide counts behind ``CLOSESPIDER_*`` (``pages``,
+  ``items``) and the crawl's first start (``started``, ms on Redis' clock)
+  (:mod:`crawler.frontier.limits`).
 
 Keys of the seen filter (:mod:`crawler.seen.redis`, :mod:`crawler.seen.sharded`):
 ``<seen>:params`` (its parameters), ``<seen>:reply:<batch>`` (expiring answers to a batch,
@@ -106,3 +109,8 @@ class FrontierKeys:
     def worker(self, owner: str) -> str:
         """One worker's latest status record."""
         return f"{self.prefix}:worker:{owner}"
+
+    @property
+    def limits(self) -> str:
+        """The crawl-wide counts for ``CLOSESPIDER_*`` limits."""
+        return f"{self.prefix}:limits"
