@@ -147,12 +147,20 @@ DOWNLOADER_MIDDLEWARES = {
     "middlewares.redirects.RedirectChainMiddleware": 580,
 }
 EXTENSIONS = {
+    # The crawl summary is printed last; Scrapy's stats dump only at DEBUG (STATS_DUMP below).
     "crawler.summary.CrawlSummary": 500,
+    # Replaces Scrapy's LogStats: a live status line on a terminal, else a line every
+    # LOGSTATS_INTERVAL seconds (pages, queued, filtered as seen, pages/min, errors).
+    "scrapy.extensions.logstats.LogStats": None,
+    "crawler.progress.CrawlProgress": 0,
     # Shared frontier only (REDIS_URL): publishes pages/min and leases for `scrapy frontier`.
     "crawler.frontier.status.WorkerStatusReporter": 510,
     # Shared frontier only: CLOSESPIDER_PAGECOUNT/ITEMCOUNT/TIMEOUT hold for the whole crawl.
     "crawler.frontier.limits.CrawlWideLimits": 520,
 }
+
+# Scrapy's 40-line stats dump at close would bury the crawl summary: logged at DEBUG instead.
+STATS_DUMP = False
 
 # Scrapy's JOBDIR queues pickle requests by default; ours are JSON.
 SCHEDULER_DISK_QUEUE = "crawler.frontier.diskqueue.JsonLifoDiskQueue"
