@@ -223,18 +223,24 @@ USER_SITE = {
 
 
 @pytest.mark.parametrize(
-    ("spider", "callback"), [("user_crawl", "parse_item"), ("user_pages", "parse_page")]
+    ("spider", "callback", "shared"),
+    [
+        ("user_crawl", "parse_item", False),
+        ("user_crawl", "parse_item", True),  # the rule travels through Redis as JSON
+        ("user_pages", "parse_page", False),
+    ],
 )
 def test_canonical_page_goes_to_the_callback_of_the_page_that_named_it(
-    tmp_path: Path, spider: str, callback: str
+    tmp_path: Path, spider: str, callback: str, shared: bool, request: pytest.FixtureRequest
 ) -> None:
     items = tmp_path / "items.jsonl"
+    shared_options = ["-s", f"REDIS_URL={request.getfixturevalue('redis_url')}"] if shared else []
     with TestServer(USER_SITE) as server:
         result = scrapy(
             "crawl", spider, "-a", f"start_url={server.url}/",
             "-s", "SPIDER_MODULES=tests.user_spiders",
             "-s", f"STORE_URL=sqlite:///{tmp_path / 'store.sqlite'}",
-            "-O", f"{items}:jsonlines",
+            "-O", f"{items}:jsonlines", *shared_options,
         )  # fmt: skip
         hits = Counter(server.paths())
     assert result.returncode == 0, result.stderr[-3000:]
