@@ -255,7 +255,8 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         assert target is not None and target_key is not None
         redirected = self.redirect_request(request, response, announcement, target)
         redirected.meta[CHAIN_META_KEY] = chain.to_meta()
-        if redirected.url == target:  # the frontier and the next hop need not key it again
+        # Keyed once: the frontier and the next hop read it (a 307 POST's key is not its URL's).
+        if redirected.url == target and redirected.method == "GET":
             carry_key(redirected, target_key)
         if target_key == source_key or redirected.dont_filter:
             redirected.meta[META_CHECKED] = target

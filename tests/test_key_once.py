@@ -14,7 +14,7 @@ from scrapy import Request
 
 from crawler.canonical import dedupe_key
 from crawler.frontier import META_KEY
-from crawler.frontier.keys import carried_key, key_host, request_key
+from crawler.frontier.keys import carried_key, key_host, url_key
 from middlewares.ssrf import normalized_host
 from tests.httpserver import TestServer, html, redirect
 
@@ -56,7 +56,7 @@ def test_at_most_two_canonicalizations_per_admitted_url(
 
 def test_a_key_is_carried_for_its_url_only() -> None:
     request = Request("https://example.com/a?utm_source=x")
-    key = request_key(request)
+    key = url_key(request, request.url)
     assert key == dedupe_key(request.url) and request.meta[META_KEY] == key
     assert carried_key(request) == key
     assert carried_key(request.replace(url="https://example.com/b")) is None

@@ -50,7 +50,7 @@ class RequestKeyer:
         pairs = []
         for request in requests:
             try:
-                key = request_key(request, self.rules)
+                key = carried_key(request, self.rules) or dedupe_key(request.url, self.rules)
             except InvalidURL as exc:
                 self.stats.inc_value(f"dupefilter/invalid/{exc.reason}")
                 first = exc.reason not in self._logged_reasons
@@ -106,23 +106,18 @@ def carried_key(request: Request, rules: RuleSet = DEFAULT_RULES) -> str | None:
     return None
 
 
-def request_key(request: Request, rules: RuleSet = DEFAULT_RULES) -> str:
-    """The dedupe key of ``request.url`` under ``rules``, computed once per request: taken
-    from ``request.meta`` when it carries one for this URL, else computed and carried.
-
-    Raises :class:`~crawler.canonical.InvalidURL` (nothing is carried then).
-    """
+def url_key(request: Request, url: str, rules: RuleSet = DEFAULT_RULES) -> str:
+    """The dedupe key of ``url``, computed once per request: when ``url`` is the URL of
+    ``request`` (a response's URL usually is) and the request is a GET, whose key is its
+    URL's, the key the request carries, else computed (and carried). Raises
+    :class:`~crawler.canonical.InvalidURL`."""
+    if url != request.url or request.method != "GET":
+        return dedupe_key(url, rules)
     key = carried_key(request, rules)
     if key is None:
-        key = dedupe_key(request.url, rules)
+        key = dedupe_key(url, rules)
         carry_key(request, key)
     return key
-
-
-def url_key(request: Request, url: str, rules: RuleSet = DEFAULT_RULES) -> str:
-    """The key of ``url``: the request's own when ``url`` is the request's URL (a response's
-    URL usually is), computed otherwise. Raises :class:`~crawler.canonical.InvalidURL`."""
-    return request_key(request, rules) if url == request.url else dedupe_key(url, rules)
 
 
 def key_host(key: str) -> str | None:
