@@ -11,7 +11,12 @@ from pathlib import Path
 
 import redis
 
+from crawler.frontier.redis.layout import FrontierKeys
+from crawler.frontier.reset import reset_crawl
+from crawler.redis_client import redis_from_url
+from tests.cluster import RedisClusterServers
 from tests.httpserver import TestServer, html
+from tests.seen_support import open_filter, page_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRAPY = [sys.executable, "-m", "scrapy.cmdline"]
@@ -92,3 +97,21 @@ def test_reset_refused_while_a_worker_reports(
     reset = scrapy(*reset_command)
     assert reset.returncode == 0, reset.stderr[-3000:]
     assert redis_client.keys("*") == []
+
+
+def test_reset_on_a_cluster_reaches_every_master(redis_cluster: RedisClusterServers) -> None:
+    redis_cluster.flushall()
+    keys = FrontierKeys.for_prefix("{site}")
+    seen = open_filter(redis_cluster.url, keys.seen, SEEN_FILTER_SHARDS=6)
+    seen.add_many(page_keys(60), batch_id="b1", reply_ttl=60)  # shards, params, replies
+    client = redis_from_url(redis_cluster.url)
+    client.zadd(keys.queue, {"r1": 0})
+    client.hset(keys.limits, "pages", 3)
+    holding = {redis_cluster.node_holding(shard.key).port for shard in seen.shards}
+    assert len(holding) == 3  # the state is spread over the masters
+    assert reset_crawl(client, keys) > 6
+    for node in redis_cluster.nodes:
+        with node.client() as node_client:
+            assert node_client.dbsize() == 0
+    client.close()
+    seen.client.close()
