@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import redis
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro
@@ -34,9 +33,11 @@ from crawler.redis_client import redis_from_url
 if TYPE_CHECKING:
     from typing import Self
 
+    import redis
     from scrapy import Spider
     from scrapy.crawler import Crawler
     from twisted.internet.defer import Deferred
+    from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
 
@@ -106,17 +107,16 @@ class CrawlWideLimits:
         self._items += 1
         self.report()
 
-    def report(self) -> Deferred[Any] | None:
+    def report(self) -> None:
         """Send the counts not yet reported (unless a report is in flight: the next one
         takes them) and close the spider if a limit is reached."""
         if self._reporting is not None or self._closing:
-            return self._reporting
+            return
         pages, items = self._pages, self._items
         self._pages = self._items = 0
         self._reporting = threads.deferToThread(self.scripts.run, "limits", [pages, items])
         self._reporting.addCallbacks(self._answered, self._not_answered, errbackArgs=(pages, items))
         self._reporting.addBoth(self._reported)
-        return self._reporting
 
     def _answered(self, reply: list[int]) -> None:
         pages, items, elapsed_ms = (int(value) for value in reply)
@@ -133,9 +133,8 @@ class CrawlWideLimits:
         elif self.timeout and elapsed_ms >= self.timeout * 1000:
             self.close("closespider_timeout", f"{elapsed_ms / 1000:.1f} s (CLOSESPIDER_TIMEOUT)")
 
-    def _not_answered(self, failure: Any, pages: int, items: int) -> None:
+    def _not_answered(self, failure: Failure, pages: int, items: int) -> None:
         """Keep the counts for the next report; the crawl goes on meanwhile."""
-        failure.trap(redis.RedisError)
         self._pages += pages
         self._items += items
         stats = self.crawler.stats
@@ -144,9 +143,8 @@ class CrawlWideLimits:
             logger.warning("Cannot report crawl-wide counts to Redis now: %s", failure.value)
         stats.inc_value("limits/unreported")
 
-    def _reported(self, result: Any) -> Any:
+    def _reported(self, result: None) -> None:
         self._reporting = None
-        return result
 
     def close(self, reason: str, reached: str) -> None:
         """Close this worker: the crawl as a whole reached a limit."""
