@@ -49,7 +49,7 @@ def test_two_workers_stop_at_the_crawls_total(
     redis_url: str, tmp_path: Path, setting: str, reason: str
 ) -> None:
     limit = 24
-    with TestServer(SITE, delay=0.1) as server:
+    with TestServer(SITE, delay=0.2) as server:
         workers = [
             start_worker(server, redis_url, tmp_path, name, "-s", f"{setting}={limit}")
             for name in ("a", "b")

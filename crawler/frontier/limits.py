@@ -10,10 +10,11 @@ the Redis server's clock. Scrapy's extension stays on: its per-process counts ne
 the crawl's, so the crawl-wide limit always trips first.
 
 Counts go to Redis in a thread, never on the reactor: one report in flight at a time, sent
-as soon as a page or item arrives and at least every :data:`CHECK_INTERVAL` seconds. Workers
-may overshoot a limit by the pages they fetch while a report travels, as Scrapy's own
-extension overshoots by the requests in flight. ``scrapy frontier SPIDER --reset --yes``
-starts the counts (and the timeout) afresh.
+as soon as a page or item arrives and at least every :data:`CHECK_INTERVAL` seconds. A worker
+also stops at once when the crawl's last known totals plus its own counts since reach a
+limit. Workers may overshoot a limit by the pages they fetch while a report travels, as
+Scrapy's own extension overshoots by the requests in flight. ``scrapy frontier SPIDER
+--reset --yes`` starts the counts (and the timeout) afresh.
 """
 
 from __future__ import annotations
@@ -68,8 +69,11 @@ class CrawlWideLimits:
         self.timeout = timeout
         self._pages = 0  # counted here, not yet reported
         self._items = 0
+        self._sent = (0, 0)  # pages and items of the report in flight
+        self._known = (0, 0)  # the crawl's totals at the last answer
         self._reporting: Deferred[Any] | None = None
-        self._closing = False
+        self._closing = False  # a limit was reached: no more checks
+        self._closed = False  # the spider closed: no more reports but the last one
         self._loop = task.LoopingCall(self.report)
 
     @classmethod
@@ -101,18 +105,28 @@ class CrawlWideLimits:
 
     def page_received(self) -> None:
         self._pages += 1
-        self.report()
+        self.count_locally()
 
     def item_scraped(self) -> None:
         self._items += 1
+        self.count_locally()
+
+    def count_locally(self) -> None:
+        """Close at once when the crawl's last known totals plus what this worker counted
+        since (a lower bound of the crawl's totals: they only grow) reach a limit; report."""
+        if not self._closing:
+            self.check(
+                self._known[0] + self._sent[0] + self._pages,
+                self._known[1] + self._sent[1] + self._items,
+            )
         self.report()
 
     def report(self) -> None:
         """Send the counts not yet reported (unless a report is in flight: the next one
         takes them) and close the spider if a limit is reached."""
-        if self._reporting is not None or self._closing:
+        if self._reporting is not None or self._closed:
             return
-        pages, items = self._pages, self._items
+        pages, items = self._sent = (self._pages, self._items)
         self._pages = self._items = 0
         self._reporting = threads.deferToThread(self.scripts.run, "limits", [pages, items])
         self._reporting.addCallbacks(self._answered, self._not_answered, errbackArgs=(pages, items))
@@ -120,21 +134,27 @@ class CrawlWideLimits:
 
     def _answered(self, reply: list[int]) -> None:
         pages, items, elapsed_ms = (int(value) for value in reply)
+        self._known, self._sent = (pages, items), (0, 0)
         stats = self.crawler.stats
         assert stats is not None
         stats.set_value("limits/crawl_pages", pages)
         stats.set_value("limits/crawl_items", items)
-        if self._closing:
-            return
+        if not self._closing:
+            self.check(pages, items, elapsed_ms / 1000)
+
+    def check(self, pages: int, items: int, elapsed: float = 0.0) -> None:
+        """Close this worker if the crawl's ``pages``, ``items`` or ``elapsed`` seconds
+        reached a limit."""
         if self.pagecount and pages >= self.pagecount:
             self.close("closespider_pagecount", f"{pages} pages (CLOSESPIDER_PAGECOUNT)")
         elif self.itemcount and items >= self.itemcount:
             self.close("closespider_itemcount", f"{items} items (CLOSESPIDER_ITEMCOUNT)")
-        elif self.timeout and elapsed_ms >= self.timeout * 1000:
-            self.close("closespider_timeout", f"{elapsed_ms / 1000:.1f} s (CLOSESPIDER_TIMEOUT)")
+        elif self.timeout and elapsed >= self.timeout:
+            self.close("closespider_timeout", f"{elapsed:.1f} s (CLOSESPIDER_TIMEOUT)")
 
     def _not_answered(self, failure: Failure, pages: int, items: int) -> None:
         """Keep the counts for the next report; the crawl goes on meanwhile."""
+        self._sent = (0, 0)
         self._pages += pages
         self._items += items
         stats = self.crawler.stats
@@ -152,12 +172,13 @@ class CrawlWideLimits:
         logger.info("Crawl-wide limit reached: %s across all workers; closing", reached)
         assert self.crawler.engine is not None
         deferred_from_coro(self.crawler.engine.close_spider_async(reason=reason))
+        self.report()  # the other workers learn it from the totals
 
     def spider_closed(self, spider: Spider) -> Deferred[Any]:
         """Report the last counts (other workers go on counting), then disconnect."""
         if self._loop.running:
             self._loop.stop()
-        self._closing = True
+        self._closing = self._closed = True
         pending = self._reporting or defer.succeed(None)
         pending.addBoth(lambda _: self._last_report())
         pending.addBoth(lambda _: self.client.close())
