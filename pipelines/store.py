@@ -18,17 +18,20 @@ import hashlib
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy import signals
+from scrapy.utils.defer import maybe_deferred_to_future
 from sqlalchemy import (
     Boolean,
     Column,
     Float,
+    Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -41,21 +44,27 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import OperationalError
+from twisted.internet.defer import Deferred, maybeDeferred
 
+from crawler.background import BackgroundThread
 from crawler.frontier import page_handled
 from pipelines.records import (
     SEEN,
     CanonicalHint,
     Chain,
+    ContentRecord,
     Hop,
     KeyAlias,
     PageRecord,
+    ParamRule,
     UrlAlias,
 )
+from pipelines.schema import upgrade_schema
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+    from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +74,8 @@ DEFAULT_BATCH_SIZE = 500
 DEFAULT_FLUSH_INTERVAL = 5.0
 #: A flush that hits a deadlock or a locked SQLite file is retried this many times.
 FLUSH_ATTEMPTS = 5
+#: Buffered rows: per table, per conflict key, the newest row.
+Rows = dict[str, dict[tuple[Any, ...], dict[str, Any]]]
 ID_LENGTH = 32
 
 metadata = MetaData()
@@ -89,6 +100,12 @@ pages = Table(
     Column("chain_id", String(ID_LENGTH)),
     Column("flag", Text),
     Column("fetched_at", Float, nullable=False),
+    # Content fingerprints (crawler.content): revision 0002_content_fingerprints.
+    Column("content_hash", String(32)),
+    Column("content_minhash", LargeBinary),
+    Column("content_norm", String(8)),
+    Column("content_kind", String(16)),
+    Index("ix_pages_content_hash", "content_hash"),
 )
 
 chains = Table(
@@ -156,6 +173,22 @@ key_aliases = Table(
     Column("via", String(16), nullable=False),
     Column("rules_version", String(32), nullable=False),
     Column("seen_at", Float, nullable=False),
+)
+
+#: Parameter drop rules learned from content (crawler.learning), with their evidence (JSON).
+param_rules = Table(
+    "param_rules",
+    metadata,
+    _id_column(),  # hash of scope, param
+    Column("scope", Text, nullable=False),
+    Column("param", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("evidence_count", Integer, nullable=False),
+    Column("evidence", Text, nullable=False),
+    Column("counter_example", Text),
+    Column("rules_version", String(32)),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
 )
 
 
@@ -238,6 +271,16 @@ _UPSERTS = {
     ),
     "url_aliases": _Upsert(url_aliases, ("id",)),
     "key_aliases": _Upsert(key_aliases, ("id",)),
+    # After "pages": a fingerprint computed off the reactor updates its page's row (and
+    # carries the page's columns, so it lands whichever of the two is written first).
+    "fingerprints": _Upsert(
+        pages, ("id",), ("content_hash", "content_minhash", "content_norm", "content_kind")
+    ),
+    "param_rules": _Upsert(
+        param_rules,
+        ("id",),
+        ("state", "evidence_count", "evidence", "counter_example", "rules_version", "updated_at"),
+    ),
 }
 
 
@@ -287,6 +330,14 @@ class RecordStore(Protocol):
 
     def add_key_alias(self, alias: KeyAlias) -> None: ...
 
+    def add_fingerprint(self, page: PageRecord, content: ContentRecord) -> None:
+        """Attach content fingerprints to ``page``'s row."""
+        ...
+
+    def add_param_rule(self, rule: ParamRule) -> None:
+        """Record a learned parameter rule, or a newer state of one."""
+        ...
+
     def flush(self) -> None:
         """Write everything buffered."""
         ...
@@ -309,6 +360,12 @@ class RecordStore(Protocol):
 
     def key_aliases(self) -> Iterator[dict[str, Any]]: ...
 
+    def fingerprinted_pages(self) -> Iterator[dict[str, Any]]:
+        """Pages with content fingerprints, by fingerprint."""
+        ...
+
+    def param_rules(self, state: str | None = None) -> list[ParamRule]: ...
+
 
 class SqlRecordStore:
     """:class:`RecordStore` on SQLAlchemy Core (SQLite or PostgreSQL)."""
@@ -328,7 +385,10 @@ class SqlRecordStore:
         self._buffered = 0
         self._last_flush = time.monotonic()
         self._retry_after = 0.0
-        metadata.create_all(engine)
+        #: Where writes go during a crawl (:func:`store_for`), off Twisted's loop; None:
+        #: in the caller's thread.
+        self.background: BackgroundThread | None = None
+        upgrade_schema(engine)
 
     @classmethod
     def from_url(cls, url: str | None, **kwargs: Any) -> SqlRecordStore:
@@ -366,17 +426,13 @@ class SqlRecordStore:
         now = time.monotonic()
         due = self._buffered >= self.batch_size or now - self._last_flush >= self.flush_interval
         if due and now >= self._retry_after:
+            if self.background is not None:
+                self.flush_later()
+                return
             try:
                 self.flush()
             except OperationalError as exc:
-                # The database is away: keep every record and try again later, rather than
-                # failing the response being processed (its page would be lost).
-                self._retry_after = now + self.flush_interval
-                logger.error(
-                    "Record store unavailable, %d records kept in memory until it is back: %s",
-                    self._buffered,
-                    exc,
-                )
+                self._flush_failed(exc)
 
     def add_page(self, page: PageRecord) -> None:
         self._buffer(
@@ -476,27 +532,97 @@ class SqlRecordStore:
             },
         )
 
+    def add_fingerprint(self, page: PageRecord, content: ContentRecord) -> None:
+        self._buffer(
+            "fingerprints",
+            {
+                "id": record_id(page.fetch_url),
+                "fetch_url": page.fetch_url,
+                "final_url": page.final_url,
+                "key": page.key,
+                "status": page.status,
+                "chain_id": page.chain_id,
+                "flag": page.flag,
+                "fetched_at": page.at,
+                "content_hash": content.exact,
+                "content_minhash": content.minhash,
+                "content_norm": content.norm,
+                "content_kind": content.kind,
+            },
+        )
+
+    def add_param_rule(self, rule: ParamRule) -> None:
+        self._buffer("param_rules", {"id": record_id(rule.scope, rule.param), **rule.row()})
+
+    def _flush_failed(self, exc: Exception) -> None:
+        # The database is away: keep every record and try again later, rather than failing
+        # the response being processed (its page would be lost).
+        self._retry_after = time.monotonic() + self.flush_interval
+        logger.error(
+            "Record store unavailable, %d records kept in memory until it is back: %s",
+            self._buffered,
+            exc,
+        )
+
     def flush(self) -> None:
         """Write every buffered row in one transaction, retried on deadlocks and locked
-        files (the upserts make a repeated attempt harmless)."""
+        files (the upserts make a repeated attempt harmless). Raises ``OperationalError``
+        when the database stays away; the rows stay buffered then."""
+        rows = self._take()
+        try:
+            self._write(rows)
+        except BaseException:
+            self._restore(rows)
+            raise
+
+    def flush_later(self) -> Deferred[None]:
+        """Write every buffered row from the background thread (in order with earlier
+        flushes); fires on the loop once they are committed, or kept for the next flush
+        (logged) when the database stays away."""
+        rows = self._take()
+        if self.background is None:
+            return maybeDeferred(self._write, rows).addErrback(self._put_back, rows)
+        return self.background.run(self._write, rows).addErrback(self._put_back, rows)
+
+    def _take(self) -> Rows:
+        """The buffered rows, now no longer buffered."""
         self._last_flush = time.monotonic()
-        if not self._buffered:
+        rows, self._buffers = self._buffers, {name: {} for name in _UPSERTS}
+        self._buffered = 0
+        return rows
+
+    def _restore(self, rows: Rows) -> None:
+        """Buffer ``rows`` again, behind newer ones of the same key."""
+        for name, table_rows in rows.items():
+            for key, row in table_rows.items():
+                if key not in self._buffers[name]:
+                    self._buffers[name][key] = row
+                    self._buffered += 1
+
+    def _put_back(self, failure: Failure, rows: Rows) -> None:
+        """A flush in the background failed for good: keep its rows for the next one."""
+        self._restore(rows)
+        failure.trap(OperationalError)
+        self._flush_failed(failure.value)
+
+    def _write(self, rows: Rows) -> None:
+        """Write ``rows`` in one transaction, retried on deadlocks and locked files (the
+        upserts make a repeated attempt harmless). Blocks: runs in the background thread
+        during a crawl."""
+        if not any(rows.values()):
             return
         for attempt in range(1, FLUSH_ATTEMPTS + 1):
             try:
                 with self.engine.begin() as connection:
-                    for name, rows in self._buffers.items():
-                        if rows:
-                            self._upsert(connection, _UPSERTS[name], rows)
-                break
+                    for name, table_rows in rows.items():
+                        if table_rows:
+                            self._upsert(connection, _UPSERTS[name], table_rows)
+                return
             except OperationalError:
                 if attempt == FLUSH_ATTEMPTS:
                     raise
                 logger.warning("Record store busy, retrying the flush (attempt %d)", attempt)
                 time.sleep(0.05 * 2**attempt)
-        for rows in self._buffers.values():
-            rows.clear()
-        self._buffered = 0
 
     def _upsert(
         self, connection: Connection, spec: _Upsert, rows: dict[tuple[Any, ...], dict[str, Any]]
@@ -516,6 +642,8 @@ class SqlRecordStore:
         connection.execute(statement, [rows[key] for key in sorted(rows)])
 
     def close(self) -> None:
+        if self.background is not None:
+            self.background.close()  # flushes under way end first
         self.flush()
         self.engine.dispose()
 
@@ -568,6 +696,16 @@ class SqlRecordStore:
     def key_aliases(self) -> Iterator[dict[str, Any]]:
         return self._rows(key_aliases, key_aliases.c.from_key)
 
+    def fingerprinted_pages(self) -> Iterator[dict[str, Any]]:
+        return self._rows(
+            pages, pages.c.content_hash, pages.c.fetch_url, where=pages.c.content_hash.isnot(None)
+        )
+
+    def param_rules(self, state: str | None = None) -> list[ParamRule]:
+        where = None if state is None else param_rules.c.state == state
+        rows = self._rows(param_rules, param_rules.c.scope, param_rules.c.param, where=where)
+        return [ParamRule.from_row(row) for row in rows]
+
 
 _stores: weakref.WeakKeyDictionary[Crawler, RecordStore] = weakref.WeakKeyDictionary()
 
@@ -581,7 +719,11 @@ def store_for(crawler: Crawler) -> RecordStore:
     """
     store = _stores.get(crawler)
     if store is None:
+        from twisted.internet import reactor
+
         store = SqlRecordStore.from_settings(crawler.settings)
+        if reactor.running:  # type: ignore[attr-defined]
+            store.background = BackgroundThread("record-store")
         crawler.signals.connect(store.close, signal=signals.spider_closed)
         if crawler.settings.get("REDIS_URL"):
             crawler.signals.connect(_flush_on_page_handled(store), signal=page_handled, weak=False)
@@ -589,9 +731,9 @@ def store_for(crawler: Crawler) -> RecordStore:
     return store
 
 
-def _flush_on_page_handled(store: RecordStore) -> Callable[..., None]:
-    def flush(**_: Any) -> None:
-        store.flush()
+def _flush_on_page_handled(store: SqlRecordStore) -> Callable[..., Coroutine[Any, Any, None]]:
+    async def flush(**_: Any) -> None:
+        await maybe_deferred_to_future(store.flush_later())
 
     return flush
 

@@ -15,7 +15,7 @@ from redis.crc import key_slot
 from scrapy import Request
 from scrapy.utils.test import get_crawler
 
-import crawler.settings as project_settings
+import crawler.defaults as project_settings
 from crawler.frontier.redis import RedisFrontier
 from crawler.redis_client import RedisSetupError
 from tests.cluster import RedisClusterServers

@@ -47,6 +47,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scrapy import signals
 from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.frontier.lua import FrontierScripts
@@ -262,18 +263,27 @@ def disable_local_delays(downloader: Downloader) -> None:
     """Set this worker's own download delays to 0: the shared frontier spaces the requests
     to each host across all workers already, and a local delay on top would hold a leased
     request back past its turn (so another worker's next turn could come right after it).
+
+    Through public API only: each download slot's ``delay`` is set to 0 (as AutoThrottle
+    sets it), for the slots that exist and, as ``request_reached_downloader`` fires (after
+    the request's slot is made, before the slot's queue is processed), for new ones.
     """
-    if downloader._delay or any(
-        slot.get("delay") for slot in downloader.per_slot_settings.values()
+    settings = downloader.settings
+    if settings.getfloat("DOWNLOAD_DELAY") or any(
+        slot.get("delay") for slot in settings.getdict("DOWNLOAD_SLOTS").values()
     ):
         logger.info(
             "Download delays apply across all workers of the shared frontier (global "
             "politeness); this worker adds none of its own"
         )
-    # Scrapy's AutoThrottle sets this attribute the same way, for new slots.
-    downloader._delay = 0.0
-    downloader.per_slot_settings = {
-        key: {**slot, "delay": 0.0} for key, slot in downloader.per_slot_settings.items()
-    }
+
+    def no_local_delay(request: Request) -> None:
+        slot = downloader.slots.get(request.meta.get(DOWNLOAD_SLOT_META, ""))
+        if slot is not None:
+            slot.delay = 0.0
+
     for slot in downloader.slots.values():
         slot.delay = 0.0
+    downloader.signals.connect(
+        no_local_delay, signal=signals.request_reached_downloader, weak=False
+    )

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from scrapy import Spider
     from scrapy.crawler import Crawler
+    from twisted.python.failure import Failure
 
 #: Status records live this many publishing intervals after the last one.
 STALE_AFTER_INTERVALS = 3
@@ -208,15 +209,21 @@ class WorkerStatusReporter:
         }
 
     def publish(self) -> None:
-        """Write the record; a Redis hiccup only skips one report."""
+        """Write the record (from the frontier's background thread in a crawl); a Redis
+        hiccup only skips one report."""
         frontier = self.frontier
         record = json.dumps(self.record(time.time()))
         ttl = max(1, math.ceil(self.interval * STALE_AFTER_INTERVALS))
-        try:
+
+        def write() -> None:
             with frontier.client.pipeline(transaction=False) as pipe:
                 pipe.set(frontier.keys.worker(frontier.owner), record, ex=ttl)
                 pipe.sadd(frontier.keys.workers, frontier.owner)
                 pipe.execute()
-        except redis.RedisError:
+
+        def skipped(failure: Failure) -> None:
+            failure.trap(redis.RedisError)
             # Status is best effort: the crawl goes on, the next report will do.
             self.crawler.stats.inc_value("frontier/status_unpublished")
+
+        frontier.call(write).addErrback(skipped)

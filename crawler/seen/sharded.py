@@ -147,6 +147,11 @@ class ShardedBloomSeenFilter:
                 fresh[position] = is_new
         return fresh
 
+    def contains(self, key: str) -> bool:
+        """True if ``key`` was added (or is a false positive); adds nothing."""
+        shard = self.shards[self.shard_of(key)]
+        return bool(self.client.execute_command("BF.EXISTS", shard.key, key))
+
     def info(self) -> list[BloomInfo | None]:
         """``BF.INFO`` of each shard (None for a shard not created yet)."""
         return [shard.info() for shard in self.shards]

@@ -29,21 +29,24 @@ refusing writes never crashes the crawl nor drops an answer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 from scrapy import signals
+from twisted.internet.defer import Deferred, maybeDeferred
 
+from crawler.background import BackgroundThread
+from crawler.frontier import failure_reason
 from crawler.frontier.keys import RequestKeyer
 from crawler.frontier.lua import FrontierScripts
 from crawler.frontier.politeness import HostLimits, HostPoliteness
 from crawler.frontier.redis import state
 from crawler.frontier.redis.admission import QUEUED_META, Admission
 from crawler.frontier.redis.layout import FrontierKeys
-from crawler.frontier.redis.leases import LEASE_META, Leases, failure_reason, worker_id
+from crawler.frontier.redis.leases import LEASE_META, Leases, worker_id
 from crawler.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
 from crawler.redis_client import describe, redis_from_url, require_bloom
 from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
@@ -66,6 +69,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: The frontier's own client retries briefly; longer outages are ridden out by the outbox
 #: and the scheduler's backoff instead.
@@ -135,6 +140,22 @@ class RedisFrontier:
         )
         self.admission = Admission(self.scripts, seen, keyer, self.leases, self.outbox, stats)
         self.spider = spider
+        #: Where Redis is called from in a crawl (:meth:`go_background`); None: the
+        #: caller's thread (commands, tests).
+        self.background: BackgroundThread | None = None
+
+    def call(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
+        """``function(*args)`` (a Redis call) from the background thread, or in the
+        caller's thread without one; the Deferred fires with its result."""
+        if self.background is None:
+            return maybeDeferred(function, *args)
+        return self.background.run(function, *args)
+
+    def go_background(self) -> None:
+        """From now on, call Redis from a thread of its own, never from Twisted's loop:
+        answers, leases, heartbeats (a crawl's scheduler calls this when it opens)."""
+        if self.background is None:
+            self.background = self.outbox.background = BackgroundThread("frontier-redis")
 
     @property
     def spider(self) -> Spider | None:
@@ -202,21 +223,36 @@ class RedisFrontier:
         frontier = cls.from_settings(
             crawler.settings, crawler.spidercls.name, crawler.stats, crawler.spider
         )
+        frontier.keyer.for_crawler(crawler)
         crawler.signals.connect(frontier.close, signal=signals.spider_closed)
         return frontier
 
     # --- admission -------------------------------------------------------------------
 
-    def admit(self, parent: Request | None, children: Sequence[Request]) -> list[Request]:
+    def admit(
+        self,
+        parent: Request | None,
+        children: Sequence[Request],
+        *,
+        after: Deferred[Any] | None = None,
+        on_late_duplicates: Callable[[list[Request]], None] | None = None,
+    ) -> list[Request]:
         """Queue the new ones among ``children`` in Redis and, in the same atomic step,
-        release ``parent``'s lease (when this worker holds it).
+        release ``parent``'s lease (when this worker holds it), once ``after`` fired (the
+        page's records committed).
 
         Returns the new ones, as the embedded frontier does, so callers learn the verdict;
         they are already queued in Redis and marked ``meta[QUEUED_META]``, so when they are
-        handed to the engine anyway the scheduler does not queue them again. While Redis is
-        unreachable the verdict is unknown and every request is returned.
+        handed to the engine anyway the scheduler does not queue them again. When the
+        verdict is not known yet (sent in the background, or Redis away) every request is
+        returned, and ``on_late_duplicates`` gets the duplicates once it is.
         """
-        return self.admission.admit(self.leases.take(parent), children)
+        return self.admission.admit(
+            self.leases.take(parent),
+            children,
+            after=after,
+            on_late_duplicates=on_late_duplicates,
+        )
 
     def enqueue(self, request: Request) -> bool:
         """Admit a request the engine scheduled directly (start requests, ``dont_filter``
@@ -226,7 +262,16 @@ class RedisFrontier:
         Returns False if the request was dropped (a known duplicate, or no valid key)."""
         if request.meta.get(QUEUED_META):
             return True
-        return bool(self.admission.admit(self.leases.take_replaced(request), [request]))
+        parent = self.leases.take_replaced(request)
+        return bool(self.admission.admit(parent, [request], dropped_by_caller=True))
+
+    def request_seen(self, request: Request) -> bool:
+        """True if ``request``'s key is in the seen filter (or it cannot be keyed); marks
+        and queues nothing (:meth:`enqueue` does both at once). Calls Redis in the caller's
+        thread: Scrapy's dupefilter contract is synchronous, and the shared scheduler never
+        asks it."""
+        keyed = self.keyer.keyed([request])
+        return not keyed or self.seen.contains(keyed[0][1])
 
     # --- leases ----------------------------------------------------------------------
 
@@ -234,21 +279,52 @@ class RedisFrontier:
         """Lease up to ``count`` requests (see :meth:`.leases.Leases.lease`)."""
         return self.leases.lease(count)
 
+    def lease_later(self, count: int) -> Deferred[list[Request]]:
+        """Lease up to ``count`` requests from the background thread (in the caller's
+        thread without one); errbacks with Redis' error. Afterwards :meth:`seems_drained`
+        tells whether the crawl looked drained then."""
+        leasing = self.call(self.scripts.run, "lease", self.leases.lease_args(count))
+        return leasing.addCallback(self.leases.take_delivery)
+
+    def seems_drained(self) -> bool:
+        """:meth:`is_drained` as of the last lease call, without asking Redis: nothing
+        queued nor leased anywhere then, and nothing held or waiting here now."""
+        sizes = self.leases.shared_sizes
+        return sizes == (0, 0) and not self.outbox and not self.leases
+
     def responded(self, request: Request) -> None:
         """A response for ``request`` reached the engine (see :meth:`.leases.Leases.responded`)."""
         self.leases.responded(request)
 
+    def left_downloader(self, request: Request) -> None:
+        """``request`` left the downloader (see :meth:`.leases.Leases.left_downloader`)."""
+        self.leases.left_downloader(request)
+
+    def answer_dropped(self, grace: float) -> int:
+        """Fail the requests dropped after their download; how many
+        (:meth:`.leases.Leases.answer_dropped`)."""
+        return self.leases.answer_dropped(grace)
+
     def heartbeat(self) -> None:
-        """Extend the leases of requests this worker is still working on."""
-        self.leases.heartbeat()
+        """Extend the leases of requests this worker is still working on (from the
+        background thread when there is one)."""
+        args = self.leases.heartbeat_args()
+        if self.background is None or args is None:
+            self.leases.heartbeat()
+            return
+        extended = self.call(self.scripts.run, "heartbeat", args)
+        extended.addCallbacks(
+            self.leases.note_lost, lambda f: self.leases.heartbeat_failed(f.value)
+        )
 
     def release_all(self) -> int:
         """Give back every lease this worker holds; how many went back to the queue."""
         return self.leases.release_all()
 
-    def fail(self, request: Request, reason: str) -> None:
-        """``request`` failed for good: record it with ``reason`` and release its lease."""
-        self.leases.fail(request, reason)
+    def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:
+        """``request`` failed for good: record it with ``reason`` and release its lease
+        (once ``after`` fired, when given)."""
+        self.leases.fail(request, reason, after=after)
 
     # --- answers waiting for Redis ---------------------------------------------------
 
@@ -281,6 +357,8 @@ class RedisFrontier:
 
     def close(self) -> None:
         """Deliver what can be delivered, then release the connection."""
+        if self.background is not None:
+            self.background.close()
         if not self.outbox.close():
             logger.error(
                 "%d frontier updates could not be delivered before closing; their leases "

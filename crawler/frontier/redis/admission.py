@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ from crawler.seen.redis import REPLY_TTL
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.statscollectors import StatsCollector
+    from twisted.internet.defer import Deferred
 
     from crawler.frontier.keys import RequestKeyer
     from crawler.frontier.lua import FrontierScripts
@@ -143,6 +144,9 @@ class Admission:
         self.outbox = outbox
         self.stats = stats
         self.spider: Spider | None = None
+        #: Called on each answer with the requests found new and those found seen (a crawl
+        #: counts them and fires ``request_dropped`` for the latter).
+        self.on_verdict: Callable[[list[Request], list[Request]], None] | None = None
         self._logged_unserializable = False
 
     @property
@@ -160,11 +164,25 @@ class Admission:
         plus a margin for the nodes' clocks."""
         return math.ceil(self.leases.lease_ttl) + REPLY_TTL
 
-    def admit(self, parent: str | None, children: Sequence[Request]) -> list[Request]:
+    def admit(
+        self,
+        parent: str | None,
+        children: Sequence[Request],
+        *,
+        after: Deferred[Any] | None = None,
+        on_late_duplicates: Callable[[list[Request]], None] | None = None,
+        dropped_by_caller: bool = False,
+    ) -> list[Request]:
         """Admit ``children`` and release the lease ``parent`` (taken from the lease
         book already), in one atomic admit script, or in the three steps of a sharded
-        filter when some of their keys need checking; the new requests (all of them while
-        Redis is away), marked ``meta[QUEUED_META]``."""
+        filter when some of their keys need checking, once ``after`` fired; the new
+        requests, marked ``meta[QUEUED_META]``.
+
+        When the answer is not known on return (sent from the background thread, or Redis
+        away), every request is returned; ``on_late_duplicates`` gets those it finds seen
+        when it comes. :attr:`on_verdict` hears of every answer; of its duplicates only
+        when late, if ``dropped_by_caller`` (the caller reports those it gets back itself:
+        Scrapy's engine sends ``request_dropped`` when ``enqueue_request`` says False)."""
         pairs = self.keyer.keyed(children)
         entries: list[tuple[Request, str]] = []
         checks: list[bool] = []
@@ -181,6 +199,7 @@ class Admission:
         if parent is None and not entries:
             return []
         admitted: list[Request] = []
+        late = False
 
         def on_reply(reply: bytes | str) -> bool:
             flags = text(reply)
@@ -191,25 +210,35 @@ class Admission:
                 self.stats.inc_value("frontier/acked")
             fresh = [flag == "1" for flag in flags]
             self.stats.inc_value("frontier/enqueued", sum(fresh))
-            admitted.extend(self.keyer.verdicts(entries, fresh))
+            new_ones = self.keyer.verdicts(entries, fresh)
+            admitted.extend(new_ones)
+            duplicates = [
+                request for (request, _), new in zip(entries, fresh, strict=True) if not new
+            ]
+            if self.on_verdict is not None:
+                self.on_verdict(new_ones, duplicates if late or not dropped_by_caller else [])
+            if late and duplicates and on_late_duplicates is not None:
+                on_late_duplicates(duplicates)
             return True
 
         if len(self.seen.shards) > 1 and any(checks):
             checked_keys = [key for (_, key), check in zip(entries, checks, strict=True) if check]
             staged = StagedAdmission(self, parent, checked_keys, checks, rows)
-            answer = Answer("stage+commit", staged, on_reply)
+            answer = Answer("stage+commit", staged, on_reply, after)
         else:
             bloom = self.seen.parameters  # to recreate a lost filter (admit.lua)
             args = [self.owner, parent or "", *(bloom[name] for name in BLOOM_ARGS)]
             for index, (_, key) in enumerate(entries):
                 args += ["1" if checks[index] else "0", key, *rows[2 * index : 2 * index + 2]]
-            answer = Answer("admit", partial(self.scripts.run, "admit", args), on_reply)
+            answer = Answer("admit", partial(self.scripts.run, "admit", args), on_reply, after)
         self.outbox.send(answer)
-        if answer.outcome is None:  # waiting for Redis: the verdict is not known yet
-            admitted = [request for request, _ in entries]
-        for request in admitted:
+        result = admitted
+        if answer.outcome is None:  # not delivered yet: the verdict is not known
+            late = True
+            result = [request for request, _ in entries]
+        for request in result:
             request.meta[QUEUED_META] = True
-        return admitted
+        return result
 
     def _count_unserializable(self, request: Request, exc: RequestNotSerializable) -> None:
         self.stats.inc_value("frontier/unserializable")

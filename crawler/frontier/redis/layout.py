@@ -37,6 +37,9 @@ Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
 - ``<prefix>:limits`` HASH: the crawl-wide counts behind ``CLOSESPIDER_*`` (``pages``,
   ``items``) and the crawl's first start (``started``, ms on Redis' clock)
   (:mod:`crawler.frontier.limits`).
+- ``<prefix>:learned`` STRING and ``<prefix>:learned_version`` STRING: the crawl's learned
+  parameter rules and their version, so every worker keys with the same rules
+  (:mod:`crawler.learning.state`).
 
 Keys of the seen filter (:mod:`crawler.seen.redis`, :mod:`crawler.seen.sharded`):
 ``<seen>:params`` (its parameters), ``<seen>:reply:<batch>`` (expiring answers to a batch,

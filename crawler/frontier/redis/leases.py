@@ -10,8 +10,23 @@
 - **fail** (``fail.lua``): record the reason a request failed for good and release it.
 - **release** (``release.lua``): give every held lease back on shutdown.
 
-A lease is answered (links admitted, failure recorded) once; the answer goes through the
-:class:`crawler.frontier.redis.outbox.Outbox`, in order with every other answer.
+A lease is answered (links admitted, failure recorded) once, by what happens to its request,
+never by garbage collection nor by waiting for it to expire:
+
+- its response is handled: the page's link batch releases it (even empty, even when the
+  callback raised midway); a callback that raised first, through Scrapy's ``spider_error``
+  (:class:`middlewares.linkbatch.BatchDedupeMiddleware`);
+- its download failed (retries exhausted, ``IgnoreRequest`` from any downloader
+  middleware's ``process_request``): :class:`crawler.frontier.scheduler.LeaseMiddleware`;
+  an errback that raised: ``spider_error`` again;
+- a redirect or retry replaces it: the replacement takes the lease over, atomically;
+- it left the downloader (``request_left_downloader``) and nothing of the above followed
+  within seconds (a middleware's ``process_response`` raised, a ``request_scheduled``
+  handler dropped its redirect): :meth:`Leases.answer_dropped` records it as failed;
+- the worker shuts down: :meth:`Leases.release_all` gives it back.
+
+Answers go through the :class:`crawler.frontier.redis.outbox.Outbox`, in order with every
+other answer.
 """
 
 from __future__ import annotations
@@ -22,7 +37,6 @@ import os
 import secrets
 import socket
 import time
-import weakref
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +54,7 @@ from crawler.frontier.serialize import (
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.statscollectors import StatsCollector
+    from twisted.internet.defer import Deferred
 
     from crawler.frontier.lua import FrontierScripts
     from crawler.frontier.politeness import HostPoliteness
@@ -51,6 +66,8 @@ logger = logging.getLogger(__name__)
 LEASE_META = "frontier_lease"
 #: Most expired leases one lease call puts back in the queue.
 RECLAIM_BATCH = 1000
+#: Items before the leased requests in the lease script's reply (lease.lua).
+LEASE_REPLY_HEAD = 9
 
 
 def text(value: bytes | str) -> str:
@@ -67,13 +84,6 @@ def without_lease(meta: dict[str, Any]) -> dict[str, Any]:
 def worker_id() -> str:
     """An owner id for this process's leases: ``host:pid:random``."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-
-
-def failure_reason(exception: BaseException) -> str:
-    """A short, readable reason for a request that failed with ``exception``."""
-    message = str(exception).strip()
-    name = type(exception).__name__
-    return f"{name}: {message}"[:300] if message else name
 
 
 class Leases:
@@ -104,11 +114,14 @@ class Leases:
         self.lease_ttl = lease_ttl
         self.max_expiries = max_expiries
         self.spider: Spider | None = None
-        # Leases this worker holds, by id; the request objects are held weakly: a request
-        # dropped without an answer is noticed (see _unanswered) instead of leaking a lease.
-        self._held: dict[str, weakref.finalize] = {}
-        self._alive: weakref.WeakValueDictionary[str, Request] = weakref.WeakValueDictionary()
+        #: Leases this worker holds, by id: the URL of each request, for the log.
+        self._held: dict[str, str] = {}
+        #: Leases whose response reached the engine: later requests carrying the lease are
+        #: the page's links, not its replacements.
         self._responded: set[str] = set()
+        #: Leases whose request left the downloader without a response (yet), with when.
+        self._left: dict[str, float] = {}
+        #: Leases the heartbeat found taken over by another worker.
         self._lost: set[str] = set()
 
     @property
@@ -125,13 +138,17 @@ class Leases:
         """Lease up to ``count`` requests (best priority first, of hosts ready by
         politeness) to this worker, after putting expired leases back in the queue. Raises
         ``REDIS_UNAVAILABLE`` errors."""
+        return self.take_delivery(self.scripts.run("lease", self.lease_args(count)))
+
+    def lease_args(self, count: int) -> list[Any]:
+        """The lease script's arguments for ``count`` requests."""
         args = [self.owner, count, self.lease_ttl_ms, RECLAIM_BATCH, self.max_expiries]
-        reply = self.scripts.run("lease", [*args, *self.politeness.limits.script_args()])
-        return self.take_delivery(reply)
+        return [*args, *self.politeness.limits.script_args()]
 
     def take_delivery(self, reply: list[Any]) -> list[Request]:
         """Hold the requests the lease script's ``reply`` hands out; note the rest."""
-        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[7:]
+        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[LEASE_REPLY_HEAD:]
+        self.shared_sizes = int(reply[7]), int(reply[8])
         recovered_batches, recovered = int(reply[2]), int(reply[3])
         self.politeness.leased(int(reply[4]), int(reply[5]), int(reply[6]))
         if recovered:
@@ -174,9 +191,7 @@ class Leases:
     # --- which request holds which lease -----------------------------------------------
 
     def _hold(self, lease: str, request: Request) -> None:
-        self._alive[lease] = request
-        self._held[lease] = weakref.finalize(request, self._unanswered, lease, request.url)
-        self._held[lease].atexit = False
+        self._held[lease] = request.url
 
     def holds(self, lease: str | None) -> bool:
         """True if this worker holds ``lease`` (not answered yet)."""
@@ -199,43 +214,64 @@ class Leases:
         return None
 
     def take_id(self, lease: str) -> str:
-        self._held.pop(lease).detach()
-        self._alive.pop(lease, None)
+        del self._held[lease]
         self._responded.discard(lease)
+        self._left.pop(lease, None)
         self._lost.discard(lease)
         return lease
 
     def responded(self, request: Request) -> None:
-        """A response for ``request`` reached the engine: requests scheduled from now on
-        that carry its lease id are its links, no longer its replacements."""
+        """A response for ``request`` reached the engine (Scrapy's ``response_received``):
+        requests scheduled from now on that carry its lease id are its links, no longer its
+        replacements; its page batch (or its callback's error) answers the lease."""
         lease = request.meta.get(LEASE_META)
         if lease in self._held:
             self._responded.add(lease)
+            self._left.pop(lease, None)
 
-    def _unanswered(self, lease: str, url: str) -> None:
-        """A leased request vanished without an answer (e.g. ``IgnoreRequest`` raised while
-        its response was processed): record it as failed rather than refetch it forever.
-        Runs from the garbage collector, so it only queues the update."""
-        if lease not in self._held:
-            return
-        self.take_id(lease)
-        self.stats.inc_value("frontier/unanswered")
-        logger.warning("Request %s (lease %s) was dropped without an answer", url, lease)
-        self.fail_lease(lease, "dropped without an answer", url=url, request_json=None, now=False)
+    def left_downloader(self, request: Request) -> None:
+        """``request`` left the downloader (Scrapy's ``request_left_downloader``): its
+        response, or a replacement taking its lease over, or its failure follows at once,
+        unless a downloader middleware drops it on the way (see :meth:`answer_dropped`)."""
+        lease = request.meta.get(LEASE_META)
+        if lease in self._held and lease not in self._responded:
+            self._left.setdefault(lease, time.monotonic())
+
+    def answer_dropped(self, grace: float) -> int:
+        """Record as failed the requests that left the downloader more than ``grace``
+        seconds ago with nothing since: no response reached the engine, no replacement took
+        their lease over, no failure was reported (an exception raised in a downloader
+        middleware's ``process_response``, a redirect dropped by a ``request_scheduled``
+        handler). Returns how many."""
+        deadline = time.monotonic() - grace
+        dropped = [lease for lease, left in self._left.items() if left <= deadline]
+        for lease in dropped:
+            url = self._held[lease]
+            self.take_id(lease)
+            self.stats.inc_value("frontier/unanswered")
+            logger.warning("Request %s (lease %s) was dropped after its download", url, lease)
+            reason = "dropped after its download (no response, no replacement, no error)"
+            self.fail_lease(lease, reason, url=url, request_json=None)
+        return len(dropped)
 
     # --- keeping and giving back -------------------------------------------------------
 
     def heartbeat(self) -> None:
         """Extend the leases of requests this worker is still working on."""
-        leases = [lease for lease in list(self._alive) if lease not in self._lost]
-        if not leases:
-            return
-        try:
-            lost = self.scripts.run("heartbeat", [self.owner, self.lease_ttl_ms, *leases])
-        except redis.RedisError as exc:
-            self.stats.inc_value("frontier/redis_unavailable")
-            logger.warning("Cannot extend %d leases now: %s", len(leases), exc)
-            return
+        args = self.heartbeat_args()
+        if args:
+            try:
+                self.note_lost(self.scripts.run("heartbeat", args))
+            except redis.RedisError as exc:
+                self.heartbeat_failed(exc)
+
+    def heartbeat_args(self) -> list[Any] | None:
+        """The heartbeat script's arguments (None: no lease to extend)."""
+        leases = [lease for lease in self._held if lease not in self._lost]
+        return [self.owner, self.lease_ttl_ms, *leases] if leases else None
+
+    def note_lost(self, lost: list[Any]) -> None:
+        """Note the leases the heartbeat found taken over."""
         if lost:
             self._lost.update(text(lease) for lease in lost)
             self.stats.inc_value("frontier/lease_lost", len(lost))
@@ -244,6 +280,10 @@ class Leases:
                 "longer than FRONTIER_LEASE_TTL); other workers may fetch them again",
                 len(lost),
             )
+
+    def heartbeat_failed(self, exc: BaseException) -> None:
+        self.stats.inc_value("frontier/redis_unavailable")
+        logger.warning("Cannot extend %d leases now: %s", len(self._held), exc)
 
     def release_all(self) -> int:
         """Give back every lease this worker holds (on shutdown), so other workers need
@@ -261,8 +301,9 @@ class Leases:
 
     # --- failures ----------------------------------------------------------------------
 
-    def fail(self, request: Request, reason: str) -> None:
-        """``request`` failed for good: record it with ``reason`` and release its lease."""
+    def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:
+        """``request`` failed for good: record it with ``reason`` and release its lease
+        (once ``after`` fired, when given)."""
         lease = self.take(request)
         if lease is None:
             return
@@ -272,10 +313,16 @@ class Leases:
             )
         except RequestNotSerializable:
             stored = None
-        self.fail_lease(lease, reason, url=request.url, request_json=stored)
+        self.fail_lease(lease, reason, url=request.url, request_json=stored, after=after)
 
     def fail_lease(
-        self, lease: str, reason: str, *, url: str, request_json: str | None, now: bool = True
+        self,
+        lease: str,
+        reason: str,
+        *,
+        url: str,
+        request_json: str | None,
+        after: Deferred[Any] | None = None,
     ) -> None:
         """Record the failure (with the stored request, when there is one) and release."""
         try:
@@ -301,7 +348,7 @@ class Leases:
             return False
 
         deliver = partial(self.scripts.run, "fail", [self.owner, lease, url or lease, record])
-        self.outbox.send(Answer("fail", deliver, on_reply), now=now)
+        self.outbox.send(Answer("fail", deliver, on_reply, after))
 
     def refused(self, lease: str | None) -> None:
         """Redis refused this worker's answer for ``lease``."""
