@@ -2,7 +2,9 @@
 
 ``python -m tests.key_counting START_URL STORE_URL [REDIS_URL]``: crawls with the project's
 settings, counting every call of stage 1 (``canonicalize``, wherever it is imported) and of
-``dedupe_key``; prints ``{"canonicalize": n, "dedupe_key": n, "admitted": n}``. Run in a
+``dedupe_key``, and apart the keys parameter-rule learning computes for its evidence
+(``learn_key``: each fetched page keyed without the learned rules, by design); prints
+``{"canonicalize": n, "dedupe_key": n, "learn_key": n, "admitted": n}``. Run in a
 subprocess: a Twisted reactor starts once per process.
 """
 
@@ -19,6 +21,7 @@ from scrapy.utils.project import get_project_settings
 
 import crawler.canonical.rules
 import crawler.frontier.keys
+import crawler.learning.extension
 import middlewares.redirects
 import middlewares.ssrf
 from crawler.spiders.site import SiteSpider
@@ -41,6 +44,7 @@ def main(start_url: str, store_url: str, redis_url: str = "") -> None:
     original_key = crawler.canonical.rules.dedupe_key
     for module in (crawler.canonical.rules, middlewares.redirects, crawler.frontier.keys):
         module.dedupe_key = counted("dedupe_key", original_key)  # type: ignore[attr-defined]
+    crawler.learning.extension.dedupe_key = counted("learn_key", original_key)  # type: ignore[attr-defined]
     settings = get_project_settings()
     settings.set("LOG_LEVEL", "WARNING")
     settings.set("STORE_URL", store_url)
@@ -52,7 +56,7 @@ def main(start_url: str, store_url: str, redis_url: str = "") -> None:
     process.start()
     assert spider_crawler.stats is not None
     admitted = spider_crawler.stats.get_value("seen/new", 0)
-    print(json.dumps({**calls, "admitted": admitted}))
+    print(json.dumps({"learn_key": 0, **calls, "admitted": admitted}))
 
 
 if __name__ == "__main__":
