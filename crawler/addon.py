@@ -16,7 +16,9 @@ settings override:
 - Scrapy's ``RedirectMiddleware`` and ``MetaRefreshMiddleware`` switched off: replaced by
   :class:`middlewares.redirects.RedirectChainMiddleware`;
 - ``JOBDIR`` disk queues that store requests as JSON, not pickle;
-- the ``file``, ``data``, ``s3`` and ``ftp`` download handlers switched off.
+- the ``file``, ``data``, ``s3`` and ``ftp`` download handlers switched off;
+- Scrapy's ``LogStats`` replaced by :class:`crawler.progress.CrawlProgress`, and its stats dump
+  at close off (``STATS_DUMP``), so the crawl summary is the last thing printed.
 
 :meth:`BloomFrontierAddon.update_pre_crawler_settings` installs the SSRF guard's DNS resolver,
 which Scrapy reads from the crawler process's settings (``TWISTED_DNS_RESOLVER``). A script
@@ -86,8 +88,14 @@ SHARED_DOWNLOADER_MIDDLEWARES = {
     # Right after Scrapy's RobotsTxtMiddleware (100): it must see the wait for robots.txt.
     "middlewares.politeness.GlobalPolitenessMiddleware": 101,
 }
+#: Extensions; None switches one of Scrapy's off.
 EXTENSIONS = {
+    # The crawl summary is printed last; Scrapy's stats dump only at DEBUG (STATS_DUMP).
     "crawler.summary.CrawlSummary": 500,
+    # Replaces Scrapy's LogStats: a live status line on a terminal, else a line every
+    # LOGSTATS_INTERVAL seconds (pages, queued, filtered as seen, pages/min, errors).
+    "scrapy.extensions.logstats.LogStats": None,
+    "crawler.progress.CrawlProgress": 0,
     # Shared frontier only (it is NotConfigured without REDIS_URL): publishes pages/min and
     # leases for `scrapy frontier`.
     "crawler.frontier.status.WorkerStatusReporter": 510,
@@ -95,6 +103,8 @@ EXTENSIONS = {
     "crawler.content.extension.ContentFingerprints": 520,
     # Parameter rules proven by content (CANON_LEARN).
     "crawler.learning.extension.ParamRuleLearning": 530,
+    # Shared frontier only: CLOSESPIDER_PAGECOUNT/ITEMCOUNT/TIMEOUT hold for the whole crawl.
+    "crawler.frontier.limits.CrawlWideLimits": 540,
 }
 
 DUPEFILTER = "crawler.dupefilter.BloomDupeFilter"
@@ -181,6 +191,8 @@ class BloomFrontierAddon:
         settings.set("SCHEDULER", SHARED_SCHEDULER if shared else EMBEDDED_SCHEDULER, "addon")
         for name, queue in DISK_QUEUES.items():
             settings.set(name, queue, "addon")
+        # Scrapy's 40-line stats dump at close would bury the crawl summary: logged at DEBUG.
+        settings.set("STATS_DUMP", False, "addon")
         problems = conflicts(settings, shared)
         if problems:
             raise _refuse(problems)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import pprint
 import time
 from typing import TYPE_CHECKING
 
@@ -55,18 +56,24 @@ def summarize(stats: dict[str, object], elapsed: float) -> str:
 
 
 class CrawlSummary:
-    """Logs :func:`summarize` when the spider closes."""
+    """Logs :func:`summarize` as the crawl's last words: computed when the spider closes,
+    printed when the engine has stopped, after Scrapy's own closing messages. Scrapy's
+    stats dump (40 lines) is demoted: with ``STATS_DUMP`` off (this project's default) the
+    stats are logged at DEBUG, and stay in ``crawler.stats``."""
 
-    def __init__(self, stats: StatsCollector) -> None:
+    def __init__(self, stats: StatsCollector, dump_stats: bool = False) -> None:
         self.stats = stats
+        self.dump_stats = dump_stats
         self.started = time.monotonic()
+        self.summary: str | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         assert crawler.stats is not None
-        extension = cls(crawler.stats)
+        extension = cls(crawler.stats, not crawler.settings.getbool("STATS_DUMP"))
         crawler.signals.connect(extension.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(extension.spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(extension.engine_stopped, signal=signals.engine_stopped)
         return extension
 
     def spider_opened(self, spider: Spider) -> None:
@@ -74,6 +81,11 @@ class CrawlSummary:
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
         elapsed = time.monotonic() - self.started
-        logger.info(
-            "%s\n  finish reason:          %s", summarize(self.stats.get_stats(), elapsed), reason
-        )
+        stats = self.stats.get_stats()
+        if self.dump_stats:
+            logger.debug("Scrapy stats:\n%s", pprint.pformat(stats))
+        self.summary = f"{summarize(stats, elapsed)}\n  finish reason:          {reason}"
+
+    def engine_stopped(self) -> None:
+        if self.summary is not None:
+            logger.info("%s", self.summary)

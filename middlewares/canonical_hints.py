@@ -17,7 +17,7 @@ is only trusted (``valid``) when all of these hold; otherwise the ``reason`` say
 Valid hints have reason ``self`` (the page's own key) or ``same-site``. A valid ``same-site``
 hint records a key alias (page key -> canonical key) and sends the canonical URL on as a link
 of the page (so the frontier fetches it unless its key was seen), when it is on a host the
-spider follows.
+spider follows; the canonical page goes to the callback of the page that named it.
 """
 
 from __future__ import annotations
@@ -30,11 +30,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urljoin, urlsplit
 
 import tldextract
-from scrapy import Request
+from scrapy import Request, Spider
 from scrapy.http import TextResponse
+from scrapy.http.request import NO_CALLBACK
 
 from crawler.canonical import resolve_link
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
+from crawler.frontier.keys import carry_key
 from crawler.spiders.site import page_base
 from middlewares.redirects import is_home_page, key_or_error
 from pipelines.records import CanonicalHint, KeyAlias, rules_version_of
@@ -54,6 +56,9 @@ _EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 #: One ``<uri>; params`` entry of a ``Link`` header.
 _LINK_VALUE = re.compile(r"<([^>]*)>([^<]*)")
 _LINK_PARAM = re.compile(r';\s*([A-Za-z0-9!#$&+.^_`|~*-]+)\s*=\s*(?:"([^"]*)"|([^;,\s]*))')
+#: ``meta`` keys a callback needs to handle a page, carried over to its canonical page:
+#: ``CrawlSpider._callback`` finds the page's rule by ``meta["rule"]``.
+CALLBACK_META = ("rule",)
 PAGE_PARAMS = frozenset({"page", "p", "pg", "paged", "pagenum", "page_num", "pageno"})
 _PAGE_PATH = re.compile(r"/page/(\d+)/?$", re.IGNORECASE)
 
@@ -174,7 +179,8 @@ class CanonicalHintsMiddleware:
 
     Installed far from the engine (high order) so that the canonical request it adds goes
     through Scrapy's depth/referer middlewares and the page's link batch like any link.
-    Stats: ``canonical/valid/<reason>``, ``canonical/invalid/<reason>``, ``canonical/followed``.
+    Stats: ``canonical/valid/<reason>``, ``canonical/invalid/<reason>``, ``canonical/followed``,
+    ``canonical/not_followed/no_callback``.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -208,7 +214,7 @@ class CanonicalHintsMiddleware:
             hints += [(SOURCE_ELEMENT, href, base) for href in head_canonicals(response)]
         if not hints:
             return []
-        page_key = key_or_error(response.url, self.rules)[0]
+        page_key = key_or_error(response.url, self.rules, response.request)[0]
         verdicts = judge_hints(response.url, page_key, hints, self.rules)
         store = store_for(self.crawler)
         store.add_hints(verdicts)
@@ -225,8 +231,34 @@ class CanonicalHintsMiddleware:
         assert chosen.canonical_url is not None
         if not self.in_scope(chosen.canonical_url):
             return []
+        request = self.follow_up(response, chosen.canonical_url)
+        if request is None:
+            stats.inc_value("canonical/not_followed/no_callback")
+            return []
+        if request.url == chosen.canonical_url:  # keyed once, here: the frontier reuses it
+            carry_key(request, chosen.canonical_key)
         stats.inc_value("canonical/followed")
-        return [Request(chosen.canonical_url, meta={"canonical_of": response.url})]
+        return [request]
+
+    def follow_up(self, response: Response, url: str) -> Request | None:
+        """A request for ``url`` handled like the page that named it: the same callback,
+        errback and ``cb_kwargs`` (a ``CrawlSpider`` rule's callback, a spider's
+        ``parse_page``). None when that page has no callback of its own to give: an internal
+        download, or Scrapy's default ``parse`` on a spider that does not define it."""
+        page = response.request
+        if page is None or page.callback is NO_CALLBACK:
+            return None
+        if page.callback is None and type(self.crawler.spider).parse is Spider.parse:
+            return None
+        meta = {"canonical_of": response.url}
+        meta.update((name, page.meta[name]) for name in CALLBACK_META if name in page.meta)
+        return Request(
+            url,
+            callback=page.callback,
+            errback=page.errback,
+            cb_kwargs=dict(page.cb_kwargs),
+            meta=meta,
+        )
 
     def in_scope(self, url: str) -> bool:
         """On a host the spider follows links to (every host if it does not say)."""

@@ -44,7 +44,8 @@ from scrapy.utils.response import get_meta_refresh
 
 from crawler.canonical import InvalidURL, dedupe_key, resolve_link
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from crawler.frontier import META_CHECKED, META_KEY, frontier_for, handle_page
+from crawler.frontier import META_CHECKED, frontier_for, handle_page
+from crawler.frontier.keys import carry_key, url_key
 from middlewares.ssrf import DNS_FAILURES, AddressBlocked, policy_for
 from pipelines.records import (
     BLOCKED,
@@ -113,10 +114,13 @@ def soft_404_flag(start_url: str, final_url: str) -> str | None:
     return None
 
 
-def key_or_error(url: str, rules: RuleSet = DEFAULT_RULES) -> tuple[str | None, str | None]:
-    """(dedupe key under ``rules``, None) or (None, the reason it has none)."""
+def key_or_error(
+    url: str, rules: RuleSet = DEFAULT_RULES, request: Request | None = None
+) -> tuple[str | None, str | None]:
+    """(dedupe key under ``rules``, None) or (None, the reason it has none). When ``url`` is
+    ``request``'s URL, the key the request carries is used (or computed once and carried)."""
     try:
-        return dedupe_key(url, rules), None
+        return (dedupe_key(url, rules) if request is None else url_key(request, url, rules)), None
     except InvalidURL as exc:
         return None, exc.reason
 
@@ -215,9 +219,9 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             return internal
 
         chain = Chain.from_meta(request.meta) or Chain.begin(
-            request.url, key_or_error(request.url, self.rules)[0]
+            request.url, key_or_error(request.url, self.rules, request)[0]
         )
-        source_key = key_or_error(response.url, self.rules)[0]
+        source_key = key_or_error(response.url, self.rules, request)[0]
         target_key, key_error = key_or_error(target, self.rules) if target else (None, None)
         earlier_urls, earlier_keys = chain.urls, chain.keys
         chain = chain.add(
@@ -242,7 +246,9 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             end = ERROR, "unfollowable-location"
         elif target_key is None:
             end = ERROR, f"invalid-target:{key_error}"
-        elif self.ssrf_enabled and (refusal := policy_for(self.crawler).refusal(target)):
+        elif self.ssrf_enabled and (
+            refusal := policy_for(self.crawler).refusal(target, target_key)
+        ):
             end = BLOCKED, refusal
             stats.inc_value(f"ssrf/blocked/{refusal}")
         elif target in earlier_urls or (target_key in earlier_keys and target_key != source_key):
@@ -262,8 +268,10 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
 
         assert target is not None and target_key is not None and redirected is not None
         redirected.meta[CHAIN_META_KEY] = chain.to_meta()
+        # Keyed once: the frontier and the next hop read it (a 307 POST's key is not its URL's).
+        if redirected.url == target and redirected.method == "GET":
+            carry_key(redirected, target_key)
         if target_key == source_key or redirected.dont_filter:
-            redirected.meta[META_KEY] = target_key
             redirected.meta[META_CHECKED] = target
             return redirected
 
@@ -318,7 +326,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         if request.callback is NO_CALLBACK:
             return
         chain = Chain.from_meta(request.meta)
-        key = key_or_error(response.url, self.rules)[0]
+        key = key_or_error(response.url, self.rules, request)[0]
         flag = soft_404_flag(chain.start_url, response.url) if chain else None
         if chain is not None:
             self.finish(chain.finish(FETCHED, response.url, flag=flag))

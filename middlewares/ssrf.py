@@ -42,6 +42,7 @@ those names unless that crawler exempts them.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import urllib.request
@@ -59,6 +60,7 @@ from twisted.internet.error import DNSLookupError
 
 from crawler.canonical import InvalidURL, canonicalize
 from crawler.frontier import META_KEY
+from crawler.frontier.keys import carried_key, key_host
 from pipelines.records import BLOCKED, Chain
 from pipelines.store import record_chain
 
@@ -150,8 +152,10 @@ def normalized_host(url: str) -> str | None:
     return host.rstrip(".") if host else None
 
 
+@functools.lru_cache(maxsize=4096)
 def host_key(host: str) -> str:
-    """A host name or address as given in settings or spider attributes, normalized."""
+    """A host name or address as given in settings or spider attributes, normalized.
+    Cached: every request and every DNS answer asks it for the request's host."""
     host = host.strip().lower()
     return normalized_host(f"http://{host}/") or host.strip("[]").rstrip(".")
 
@@ -232,11 +236,12 @@ class SSRFPolicy:
             return None
         return self.resolver.private_names.get(host_key(host))
 
-    def refusal(self, url: str) -> str | None:
+    def refusal(self, url: str, key: str | None = None) -> str | None:
         """Why ``url`` must not be requested, or None. A scheme outside the allowed ones is
         refused whatever the host; names are judged by what they resolve to (see
         :class:`SSRFGuardResolver`), except metadata names and names the resolver already
-        found private.
+        found private. ``key``, the URL's dedupe key when known, spares canonicalizing
+        ``url`` again (a URL-form key holds the very host stage 1 gives).
 
         >>> SSRFPolicy().refusal("file:///etc/passwd")
         'scheme:file'
@@ -245,7 +250,7 @@ class SSRFPolicy:
         if scheme not in self.schemes:
             return f"scheme:{scheme[:20] or 'none'}"
         # A widened scheme's host is read as an http URL's (the canonicalizer knows http).
-        host = normalized_host(
+        host = (key and key_host(key)) or normalized_host(
             url if scheme in DEFAULT_SCHEMES else f"http:{url[len(scheme) + 1 :]}"
         )
         if host is None:
@@ -395,7 +400,7 @@ class SSRFGuardMiddleware:
         return policy_for(self.crawler)
 
     def process_request(self, request: Request) -> None:
-        reason = self.policy.refusal(request.url)
+        reason = self.policy.refusal(request.url, carried_key(request))
         if reason is None and request.meta.get("proxy") and not self.policy.allow_proxy:
             reason = "proxy"
         if reason is not None:

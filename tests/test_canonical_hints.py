@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from pathlib import Path
+
 import pytest
+from scrapy import Request, Spider
+from scrapy.http import HtmlResponse, Response
+from scrapy.http.request import NO_CALLBACK
+from scrapy.utils.test import get_crawler
 
 from middlewares.canonical_hints import (
     SOURCE_ELEMENT,
     SOURCE_HEADER,
+    CanonicalHintsMiddleware,
     judge_hints,
     link_header_canonicals,
     page_number,
@@ -14,7 +23,8 @@ from middlewares.canonical_hints import (
 )
 from middlewares.redirects import key_or_error
 from pipelines.store import SqlRecordStore
-from tests.redirect_server import Crawl, command_rows, run_crawl, spy_hosts
+from tests.httpserver import TestServer, html
+from tests.redirect_server import Crawl, command_rows, run_crawl, scrapy, spy_hosts
 
 PAGE = "https://www.example.co.uk/docs/guide/intro.html"
 
@@ -202,3 +212,74 @@ def test_canonicals_command(crawl: Crawl) -> None:
     }
     valid_only = command_rows("canonicals", crawl.store_url, "--valid-only")
     assert valid_only == [row for row in rows if row["valid"]]
+
+
+USER_SITE = {
+    "/": html("/page"),
+    # Its canonical is linked from nowhere: only the hint can have it fetched.
+    "/page": html(head='<link rel="canonical" href="/canonical-page">'),
+    "/canonical-page": html(),
+}
+
+
+@pytest.mark.parametrize(
+    ("spider", "callback", "shared"),
+    [
+        ("user_crawl", "parse_item", False),
+        ("user_crawl", "parse_item", True),  # the rule travels through Redis as JSON
+        ("user_pages", "parse_page", False),
+    ],
+)
+def test_canonical_page_goes_to_the_callback_of_the_page_that_named_it(
+    tmp_path: Path, spider: str, callback: str, shared: bool, request: pytest.FixtureRequest
+) -> None:
+    items = tmp_path / "items.jsonl"
+    shared_options = ["-s", f"REDIS_URL={request.getfixturevalue('redis_url')}"] if shared else []
+    with TestServer(USER_SITE) as server:
+        result = scrapy(
+            "crawl", spider, "-a", f"start_url={server.url}/",
+            "-s", "SPIDER_MODULES=tests.user_spiders",
+            "-s", f"STORE_URL=sqlite:///{tmp_path / 'store.sqlite'}",
+            "-O", f"{items}:jsonlines", *shared_options,
+        )  # fmt: skip
+        hits = Counter(server.paths())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "NotImplementedError" not in result.stderr, result.stderr[-3000:]
+    assert "spider_exceptions" not in result.stderr
+    assert hits["/canonical-page"] == 1
+    rows = [json.loads(line) for line in items.read_text().splitlines()]
+    by_path = {row["url"].removeprefix(server.url): row["callback"] for row in rows}
+    assert by_path["/page"] == by_path["/canonical-page"] == callback
+
+
+class NoParseSpider(Spider):
+    name = "no_parse"
+
+
+class WithParseSpider(Spider):
+    name = "with_parse"
+
+    def parse(self, response: Response) -> None:
+        """Scrapy's default callback, defined."""
+
+
+@pytest.mark.parametrize(
+    ("spider", "callback", "followed"),
+    [
+        (NoParseSpider, None, False),  # Scrapy would call a parse the spider lacks
+        (NoParseSpider, NO_CALLBACK, False),  # an internal download
+        (WithParseSpider, None, True),
+    ],
+)
+def test_canonical_not_followed_from_a_page_without_a_callback(
+    spider: type[Spider], callback: object, followed: bool
+) -> None:
+    crawler = get_crawler(spider)
+    crawler.spider = spider.from_crawler(crawler)
+    middleware = CanonicalHintsMiddleware(crawler)
+    page = Request("https://e.org/page", callback=callback)  # type: ignore[arg-type]
+    response = HtmlResponse(page.url, request=page, body=b"<html></html>")
+    follow_up = middleware.follow_up(response, "https://e.org/canonical")
+    assert (follow_up is not None) is followed
+    if follow_up is not None:
+        assert follow_up.callback is None and follow_up.meta["canonical_of"] == page.url

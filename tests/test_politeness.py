@@ -269,6 +269,7 @@ def test_four_workers_hit_a_host_no_harder_than_one(tmp_path: Path) -> None:
                 "-s", f"REDIS_URL={redis_server.url}",
                 "-s", f"DOWNLOAD_DELAY={DELAY}",
                 "-s", f"STORE_URL=sqlite:///{tmp_path / f'w{number}.sqlite'}",
+                "-s", "STATS_DUMP=True",  # read below: frontier/leased per worker
             ]  # fmt: skip
             log = (tmp_path / f"w{number}.log").open("w")
             processes.append(

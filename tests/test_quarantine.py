@@ -212,10 +212,10 @@ def site_routes() -> dict[str, Page]:
     return routes
 
 
-def start_worker(start_url: str, redis_url: str, store: Path) -> subprocess.Popen[str]:
+def start_worker(start_url: str, redis_url: str, store_url: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*SCRAPY, "crawl", "site", "-a", f"start_url={start_url}",
-         "-s", f"REDIS_URL={redis_url}", "-s", f"STORE_URL=sqlite:///{store}",
+         "-s", f"REDIS_URL={redis_url}", "-s", f"STORE_URL={store_url}",
          "-s", "FRONTIER_LEASE_BATCH=4"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -228,11 +228,12 @@ def finish(worker: subprocess.Popen[str]) -> None:
 
 
 def test_poisons_injected_during_a_crawl_end_in_quarantine_and_the_crawl_finishes(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, pg_url: str
 ) -> None:
+    """Two workers (then a third) share the frontier and, as workers should, one PostgreSQL
+    record store (processes sharing a SQLite file can log lock errors under load)."""
     secret = tmp_path / "secret.html"
     keys = FrontierKeys.for_prefix("{site}")
-    store = tmp_path / "store.sqlite"
     with TestServer(site_routes(), delay=0.05) as site, redis.Redis.from_url(redis_url) as client:
         secret.write_text(f'<a href="{site.url}/leak?secret=s3cret">x</a>')
         poisons = {
@@ -242,7 +243,7 @@ def test_poisons_injected_during_a_crawl_end_in_quarantine_and_the_crawl_finishe
             "class import": POISONS["class import"],
             "50 MB url": (b'{"url":"https://e.com/' + b"a" * 50_000_000 + b'"}', "more than"),
         }
-        workers = [start_worker(f"{site.url}/", redis_url, store) for _ in range(2)]
+        workers = [start_worker(f"{site.url}/", redis_url, pg_url) for _ in range(2)]
         deadline = time.monotonic() + 60
         while "/" not in site.paths() and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -261,7 +262,7 @@ def test_poisons_injected_during_a_crawl_end_in_quarantine_and_the_crawl_finishe
 
         # A third worker, started afterwards, with one more poison waiting: leases normally.
         late_poison = inject(client, keys, POISONS["not json"][0], score=-10)
-        third = start_worker(f"{site.url}/later", redis_url, store)
+        third = start_worker(f"{site.url}/later", redis_url, pg_url)
         finish(third)
         late_hits = Counter(path for path in site.paths() if path != "/robots.txt") - hits
 

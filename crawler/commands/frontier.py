@@ -1,4 +1,5 @@
-"""``scrapy frontier SPIDER [--watch] [--json]``: live status of a shared (Redis) frontier.
+"""``scrapy frontier SPIDER [--watch] [--json]``: live status of a shared (Redis) frontier;
+``scrapy frontier SPIDER --reset --yes``: clear it so the same crawl can run again.
 
 ``--quarantine`` lists the stored requests in quarantine (:mod:`crawler.frontier.redis.
 quarantine`); ``--requeue-quarantined ID...|all`` and ``--drop-quarantined ID...|all`` act on
@@ -21,6 +22,7 @@ from crawler.commands._failures import fails_cleanly
 from crawler.frontier.politeness import HostLimits
 from crawler.frontier.redis import quarantine
 from crawler.frontier.redis.layout import FrontierKeys
+from crawler.frontier.reset import CrawlStillRunning, crawl_keys, reset_crawl
 from crawler.frontier.status import read_status
 from crawler.redis_client import Client, command_client
 
@@ -36,7 +38,7 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
 
     def syntax(self) -> str:
-        return "<spider> [--watch [SECONDS]] [--json] -s REDIS_URL=redis://..."
+        return "<spider> [--watch [SECONDS]] [--json] | --reset --yes  -s REDIS_URL=redis://..."
 
     def short_desc(self) -> str:
         return "Show a shared frontier: queue, leases, Bloom fill and error, workers' pages/min"
@@ -69,6 +71,13 @@ class Command(ScrapyCommand):
             metavar="ID",
             help="delete these quarantine records ('all': every one)",
         )
+        parser.add_argument(
+            "--reset",
+            action="store_true",
+            help="delete the crawl's shared state (queue, leases, seen filter, failures, "
+            "politeness, status, limits) so the same crawl can run again; needs --yes",
+        )
+        parser.add_argument("--yes", action="store_true", help="confirm --reset")
 
     @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -83,6 +92,12 @@ class Command(ScrapyCommand):
         error_rate = self.settings.getfloat("SEEN_FILTER_ERROR_RATE")
         limits = HostLimits.from_settings(self.settings)
         client = command_client(url)
+        if opts.reset:
+            try:
+                self.reset(client, FrontierKeys.for_prefix(prefix), opts.yes)
+            finally:
+                client.close()
+            return
         try:
             if opts.quarantine or opts.requeue_quarantined or opts.drop_quarantined:
                 self.quarantine(client, FrontierKeys.for_prefix(prefix), opts)
@@ -125,3 +140,22 @@ class Command(ScrapyCommand):
                 f"    {payload[:PAYLOAD_PREVIEW]!r}"
                 + (" ..." if len(payload) > PAYLOAD_PREVIEW else "")
             )
+
+    def reset(self, client: Client, keys: FrontierKeys, confirmed: bool) -> None:
+        """Clear the crawl under ``keys`` (only with ``--yes``); one line on the outcome,
+        exit code 1 when refused."""
+        if not confirmed:
+            found = sum(1 for _ in crawl_keys(client, keys))
+            print(
+                f"--reset would delete {found} keys of crawl {keys.prefix}; add --yes to confirm",
+                file=sys.stderr,
+            )
+            self.exitcode = 1
+            return
+        try:
+            deleted = reset_crawl(client, keys)
+        except CrawlStillRunning as exc:
+            print(exc, file=sys.stderr)
+            self.exitcode = 1
+            return
+        print(f"reset {keys.prefix}: {deleted} keys deleted; the next crawl starts afresh")

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 #: ``request.meta`` key holding the request's dedupe key once computed.
 META_KEY = "dedupe_key"
+#: ``request.meta`` key: the URL ``META_KEY`` was computed for. A copy of the request with
+#: another URL (a redirect, ``request.replace(url=...)``) carries the old key: it is keyed again.
+META_KEY_URL = "dedupe_key_url"
 #: ``request.meta`` flag: the key was already checked in a page batch; do not check again.
 META_CHECKED = "dedupe_checked"
 

@@ -1,4 +1,5 @@
-"""Dedupe keys for requests: computed once per batch, rejections counted by reason.
+"""Dedupe keys for requests: computed once per request and carried in its ``meta``,
+rejections counted by reason.
 
 A request's key is its URL's dedupe key (:func:`crawler.canonical.dedupe_key`); a request
 with another method than GET (a form POST, a HEAD) has that key extended with the method and
@@ -13,6 +14,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from scrapy import signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
@@ -20,7 +22,7 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.canonical import InvalidURL, dedupe_key
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from crawler.frontier import META_CHECKED, META_KEY
+from crawler.frontier import META_CHECKED, META_KEY, META_KEY_URL
 
 if TYPE_CHECKING:
     from typing import Self
@@ -151,7 +153,7 @@ class RequestKeyer:
             if self.offsite is not None and self.offsite.refuses(request):
                 continue
             try:
-                key = request_key(request, rules)
+                key = carried_key(request, rules) or request_key(request, rules)
             except InvalidURL as exc:
                 self.stats.inc_value(f"dupefilter/invalid/{exc.reason}")
                 first = exc.reason not in self._logged_reasons
@@ -169,7 +171,7 @@ class RequestKeyer:
         admitted = []
         for (request, key), is_new in zip(pairs, fresh, strict=True):
             if is_new:
-                request.meta[META_KEY] = key
+                carry_key(request, key)
                 # The URL, not True: a request copied with another URL must be checked again.
                 request.meta[META_CHECKED] = request.url
                 admitted.append(request)
@@ -187,3 +189,51 @@ class RequestKeyer:
 def was_checked(request: Request) -> bool:
     """True if this very URL was already checked against the seen filter in a batch."""
     return request.meta.get(META_CHECKED) == request.url
+
+
+def carry_key(request: Request, key: str) -> None:
+    """Store ``key`` in ``request.meta`` as the dedupe key of the request's current URL."""
+    request.meta[META_KEY] = key
+    request.meta[META_KEY_URL] = request.url
+
+
+def carried_key(request: Request, rules: RuleSet = DEFAULT_RULES) -> str | None:
+    """The key ``request.meta`` carries for this very URL under ``rules``, or None."""
+    key = request.meta.get(META_KEY)
+    if (
+        isinstance(key, str)
+        and request.meta.get(META_KEY_URL, request.meta.get(META_CHECKED)) == request.url
+        and key.startswith(rules.version + "|")
+    ):
+        return key
+    return None
+
+
+def url_key(request: Request, url: str, rules: RuleSet = DEFAULT_RULES) -> str:
+    """The dedupe key of ``url``, computed once per request: when ``url`` is the URL of
+    ``request`` (a response's URL usually is) and the request is a GET, whose key is its
+    URL's, the key the request carries, else computed (and carried). Raises
+    :class:`~crawler.canonical.InvalidURL`."""
+    if url != request.url or request.method != "GET":
+        return dedupe_key(url, rules)
+    key = carried_key(request, rules)
+    if key is None:
+        key = dedupe_key(url, rules)
+        carry_key(request, key)
+    return key
+
+
+def key_host(key: str) -> str | None:
+    """The host of a URL-form key, spelled as stage 1 spells it; None for a provider
+    identity. The rules rewrite a URL's path and query, never its authority.
+
+    >>> key_host("r2|https://xn--bcher-kva.example:8080/a?b=1")
+    'xn--bcher-kva.example'
+    >>> key_host("r2|youtube:kJQP7kiw5Fk") is None
+    True
+    """
+    url = key.partition("|")[2]
+    if "://" not in url:
+        return None
+    host = urlsplit(url).hostname
+    return host.rstrip(".") if host else None

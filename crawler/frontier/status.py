@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,7 @@ from crawler.frontier import frontier_for
 from crawler.frontier.politeness import HostLimits, hosts_waiting
 from crawler.frontier.redis import RedisFrontier, quarantine
 from crawler.frontier.redis.layout import FrontierKeys
+from crawler.progress import RateWindow
 from crawler.seen.redis import BloomInfo, bloom_info
 from crawler.seen.sharded import shard_keys
 
@@ -39,7 +39,6 @@ STALE_AFTER_INTERVALS = 3
 #: RedisBloom gives each new sub-filter half the error rate of the one before, starting at
 #: half the configured rate (so the sum stays below it).
 TIGHTENING = 0.5
-RATE_WINDOW_S = 60.0
 
 
 def expected_error_rate(info: BloomInfo, error_rate: float) -> float:
@@ -175,7 +174,7 @@ class WorkerStatusReporter:
     def __init__(self, crawler: Crawler, interval: float) -> None:
         self.crawler = crawler
         self.interval = interval
-        self.samples: deque[tuple[float, int]] = deque()
+        self.rate = RateWindow()
         self.started = time.time()
         self._loop = task.LoopingCall(self.publish)
 
@@ -208,12 +207,7 @@ class WorkerStatusReporter:
         """This worker's status, with its page rate over the last minute."""
         assert self.crawler.stats is not None
         pages = self.crawler.stats.get_value("response_received_count", 0)
-        self.samples.append((now, pages))
-        while len(self.samples) > 1 and self.samples[1][0] <= now - RATE_WINDOW_S:
-            self.samples.popleft()
-        oldest_time, oldest_pages = self.samples[0]
-        span = now - oldest_time
-        rate = (pages - oldest_pages) * 60.0 / span if span > 0 else 0.0
+        rate = self.rate.per_minute(now, pages)
         return {
             "worker": self.frontier.owner,
             "pages_total": pages,

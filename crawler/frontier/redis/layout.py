@@ -40,6 +40,9 @@ Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
   fetching it now (:mod:`crawler.frontier.politeness`).
 - ``<prefix>:workers`` SET of worker ids, ``<prefix>:worker:<id>`` STRING (expiring): the
   workers' published status records (:mod:`crawler.frontier.status`).
+- ``<prefix>:limits`` HASH: the crawl-wide counts behind ``CLOSESPIDER_*`` (``pages``,
+  ``items``) and the crawl's first start (``started``, ms on Redis' clock)
+  (:mod:`crawler.frontier.limits`).
 - ``<prefix>:learned`` STRING and ``<prefix>:learned_version`` STRING: the crawl's learned
   parameter rules and their version, so every worker keys with the same rules
   (:mod:`crawler.learning.state`).
@@ -143,3 +146,8 @@ class FrontierKeys:
     def worker(self, owner: str) -> str:
         """One worker's latest status record."""
         return f"{self.prefix}:worker:{owner}"
+
+    @property
+    def limits(self) -> str:
+        """The crawl-wide counts for ``CLOSESPIDER_*`` limits."""
+        return f"{self.prefix}:limits"
