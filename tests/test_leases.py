@@ -45,6 +45,7 @@ def test_raising_callbacks_and_ignored_requests_answer_their_leases_at_once(
             "-s", f"STORE_URL=sqlite:///{tmp_path / 'store.sqlite'}",
             "-s", "ROBOTSTXT_OBEY=False",
             "-s", "SSRF_GUARD_ENABLED=False",
+            "-s", "STATS_DUMP=True",  # read below: the add-on turns Scrapy's dump off
         ]  # fmt: skip
         started = time.monotonic()
         result = subprocess.run(
