@@ -83,6 +83,7 @@ from crawler.frontier.serialize import (
     request_to_json,
 )
 from crawler.redis_client import describe, redis_from_url, require_bloom
+from crawler.seen.layers import OlderLayers, redis_layers
 from crawler.seen.redis import REPLY_TTL
 from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
 
@@ -133,6 +134,11 @@ def _without_lease(meta: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``meta`` without this worker's lease id and politeness turn (never stored
     nor inherited)."""
     return {name: value for name, value in meta.items() if name not in (LEASE_META, TURN_META)}
+
+
+def _must_check(request: Request) -> bool:
+    """True if ``request``'s key is to be checked against the seen filter."""
+    return not (request.dont_filter or was_checked(request))
 
 
 def _warn_about_setup(client: redis.Redis) -> None:
@@ -323,6 +329,8 @@ class RedisFrontier:
         self._retry_delay = OUTBOX_RETRY_MIN
         self._retry_call: Any = None
         self._logged_unserializable = False
+        #: Read-only layers of the seen filter (after `scrapy rebuild-filter`).
+        self.older = OlderLayers([])
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -352,8 +360,10 @@ class RedisFrontier:
         try:
             require_bloom(client)
             keys = FrontierKeys.for_prefix(prefix)
-            seen = seen_filter_from_settings(client, keys.seen, settings)
             keyer = RequestKeyer.from_settings(stats, settings)
+            # After `scrapy rebuild-filter`: the current generation and the older layers.
+            keys, older = redis_layers(client, keys, settings, keyer.rules)
+            seen = seen_filter_from_settings(client, keys.seen, settings)
             frontier = cls(
                 client,
                 keys,
@@ -365,6 +375,7 @@ class RedisFrontier:
                 spider=spider,
                 limits=HostLimits.from_settings(settings),
             )
+            frontier.older = older
         except BaseException:
             client.close()
             raise
@@ -419,7 +430,7 @@ class RedisFrontier:
         """Admit ``children`` in one atomic admit script, or in the three steps of a sharded
         filter when some of their keys need checking; the new requests (all of them while
         Redis is away)."""
-        pairs = self.keyer.keyed(children)
+        pairs = self.older.drop_seen(self.keyer.keyed(children), self.keyer, _must_check)
         entries: list[tuple[Request, str]] = []
         checks: list[bool] = []
         rows: list[Any] = []  # per entry: queue score, JSON
@@ -430,7 +441,7 @@ class RedisFrontier:
                 self._count_unserializable(request, exc)
                 continue
             entries.append((request, key))
-            checks.append(not (request.dont_filter or was_checked(request)))
+            checks.append(_must_check(request))
             rows += [-request.priority, text]
         if parent is None and not entries:
             return []

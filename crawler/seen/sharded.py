@@ -147,6 +147,31 @@ class ShardedBloomSeenFilter:
                 fresh[position] = is_new
         return fresh
 
+    def contains_many(self, keys: Sequence[str]) -> list[bool]:
+        """Per key, True if its shard (probably) holds it; adds nothing. One pipelined
+        ``BF.MEXISTS`` per shard touched; a shard not created yet holds nothing. For an
+        older, read-only layer (:mod:`crawler.seen.layers`)."""
+        if not keys:
+            return []
+        positions: defaultdict[int, list[int]] = defaultdict(list)
+        for position, key in enumerate(keys):
+            positions[self.shard_of(key)].append(position)
+        with self.client.pipeline(transaction=False) as pipe:
+            for shard, shard_positions in positions.items():
+                pipe.execute_command(
+                    "BF.MEXISTS", self.shards[shard].key, *(keys[p] for p in shard_positions)
+                )
+            replies = pipe.execute(raise_on_error=False)
+        found = [False] * len(keys)
+        for shard_positions, reply in zip(positions.values(), replies, strict=True):
+            if isinstance(reply, redis.ResponseError) and "not found" in str(reply).lower():
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            for position, hit in zip(shard_positions, reply, strict=True):
+                found[position] = bool(hit)
+        return found
+
     def info(self) -> list[BloomInfo | None]:
         """``BF.INFO`` of each shard (None for a shard not created yet)."""
         return [shard.info() for shard in self.shards]
