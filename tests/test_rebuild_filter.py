@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from queuelib import queue
 from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
@@ -18,13 +19,14 @@ from crawler.canonical import dedupe_key
 from crawler.canonical.rules import DEFAULT_RULES, rules_from_settings
 from crawler.frontier.memory import MemoryFrontier
 from crawler.frontier.redis import RedisFrontier
+from crawler.frontier.serialize import request_to_json
 from crawler.redis_client import redis_from_url
 from crawler.seen.layers import (
     RulesMismatch,
     read_manifest,
     settings_rules_record,
 )
-from crawler.seen.rebuild import rebuild_redis
+from crawler.seen.rebuild import jobdir_queued_urls, rebuild_redis
 from crawler.spiders.site import SiteSpider
 from pipelines.records import UrlAlias
 from pipelines.store import SqlRecordStore
@@ -220,3 +222,24 @@ def test_shared_rebuild_command(redis_url: str, sqlite_url: str) -> None:
     new = redis_worker(redis_url, sqlite_url, CANON_HOST_RULES=STRIP_REF)
     assert urls_admitted(new, BASE, "/a?ref=5", "/q", "/other") == {"/other"}
     new.close()
+
+
+def test_jobdir_queue_is_read_without_being_consumed(tmp_path: Path) -> None:
+    """Requests waiting in Scrapy's JOBDIR disk queues (a LIFO file per priority, FIFO
+    directories for start requests) are part of what the crawl knows."""
+    root = tmp_path / "requests.queue"
+    root.mkdir()
+    lifo = queue.LifoDiskQueue(root / "0")
+    fifo = queue.FifoDiskQueue(root / "0s")
+    for target, path in ((lifo, "/lifo/1"), (lifo, "/lifo/2"), (fifo, "/fifo/1")):
+        target.push(request_to_json(Request(BASE + path)).encode())
+    lifo.close()
+    fifo.close()
+    (root / "active.json").write_text("[0]")
+    sizes = {path: path.stat().st_size for path in root.rglob("*") if path.is_file()}
+    assert sorted(jobdir_queued_urls(tmp_path)) == [
+        f"{BASE}/fifo/1",
+        f"{BASE}/lifo/1",
+        f"{BASE}/lifo/2",
+    ]
+    assert {path: path.stat().st_size for path in root.rglob("*") if path.is_file()} == sizes
