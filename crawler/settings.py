@@ -53,7 +53,7 @@ SEEN_FILTER_EXPANSION = 2
 SEEN_FILTER_SHARDS = 1
 # Per-host dedupe-key rules on top of the built-in ones (crawler.canonical.rules, lists in
 # crawler.canonical.tracking). Keys: a host (applies to its subdomains too), "host/path" (one
-# page) or "*" (every host). Values, all optional:
+# page), "host/path/*" (every page under /path/) or "*" (every host). Values, all optional:
 #   "strip": [names]      extra tracking parameters removed there (case-insensitive)
 #   "keep_only": [names]  allowlist: every other parameter removed there
 #   "disable": [rules]    rules switched off there: "tracking", "tracking-shaped",
@@ -65,6 +65,24 @@ SEEN_FILTER_SHARDS = 1
 # Any customization changes the keys' version prefix ("r2+<hash>"), so keys made under other
 # rules never collide silently with a filter filled under these.
 CANON_HOST_RULES: dict[str, dict[str, list[str]]] = {}
+
+# --- Content fingerprints and learned parameter rules --------------------------------------
+# Every fetched document gets an exact fingerprint of its normalized body (per-request noise
+# such as CSRF tokens, nonces and timestamps removed) and a MinHash near-duplicate signature,
+# stored with its page record (crawler.content), computed in a thread off the reactor.
+CONTENT_FINGERPRINTS_ENABLED = True
+# Parameter drop rules proven by content (crawler.learning): when pages that differ by one
+# parameter have equal content CANON_LEARN_MIN_PAIRS times on a host (or a path prefix) and
+# never differ, that parameter becomes a drop rule for that scope, recorded with its evidence.
+#   "propose": recorded for review (`scrapy audit-rules`, which can --apply it);
+#   "apply":   also applied at once, by every worker of the crawl (learned rules live beside
+#              the frontier in Redis when shared); "off": nothing learned.
+# Error pages, empty pages and soft-404s are never evidence; one counter-example vetoes.
+CANON_LEARN = "propose"
+CANON_LEARN_MIN_PAIRS = 3
+# Share of the links an applied learned rule merged that are fetched anyway to re-check the
+# rule: different content revokes it (logged, and recorded with the counter-example).
+CANON_LEARN_RECHECK = 0.05
 
 # --- Shared frontier ---------------------------------------------------------------------
 # redis://[:password@]host:port/db or rediss:// for TLS. Unset: embedded, single-process crawl.
@@ -134,6 +152,8 @@ SPIDER_MIDDLEWARES = {
     # High order = closest to the spider: the canonical URL it adds passes Scrapy's depth and
     # referer middlewares and joins the page's link batch.
     "middlewares.canonical_hints.CanonicalHintsMiddleware": 950,
+    # Above the link batch: re-check copies of links a learned rule merged (CANON_LEARN_RECHECK).
+    "crawler.learning.recheck.LearnedRuleRecheck": 20,
 }
 DOWNLOADER_MIDDLEWARES = {
     # Before Scrapy's offsite filter (50) and robots.txt (100): a refused host gets no
@@ -150,6 +170,10 @@ EXTENSIONS = {
     "crawler.summary.CrawlSummary": 500,
     # Shared frontier only (REDIS_URL): publishes pages/min and leases for `scrapy frontier`.
     "crawler.frontier.status.WorkerStatusReporter": 510,
+    # Content fingerprints of every fetched document (CONTENT_FINGERPRINTS_ENABLED).
+    "crawler.content.extension.ContentFingerprints": 520,
+    # Parameter rules proven by content (CANON_LEARN).
+    "crawler.learning.extension.ParamRuleLearning": 530,
 }
 
 # Scrapy's JOBDIR queues pickle requests by default; ours are JSON.

@@ -187,6 +187,73 @@ class KeyAlias:
     at: float = field(default_factory=now)
 
 
+@dataclass(frozen=True)
+class ContentRecord:
+    """A document's content fingerprints (:mod:`crawler.content.fingerprint`): ``exact``
+    (32 hex digits), ``minhash`` (None for bodies that are not text), the normalization
+    they were made under, and the document's ``kind`` for learning (``ok``, ``empty``,
+    ``error``, ``soft-404``)."""
+
+    exact: str
+    minhash: bytes | None
+    norm: str
+    kind: str
+
+
+#: Learned parameter rule states: waiting for the user, in force, withdrawn.
+PROPOSED, APPLIED, REVOKED = "proposed", "applied", "revoked"
+
+
+@dataclass(frozen=True)
+class ParamRule:
+    """Parameter ``param`` carries no content within ``scope`` (a host, or ``host/prefix*``):
+    ``evidence`` holds the URL pairs that differ by it alone and had equal content;
+    ``counter_example`` the pair (and why) that revoked it, if any."""
+
+    scope: str
+    param: str
+    state: str
+    evidence: tuple[tuple[str, str], ...]
+    counter_example: dict[str, Any] | None = None
+    rules_version: str | None = None
+    created_at: float = field(default_factory=now)
+    updated_at: float = field(default_factory=now)
+
+    @property
+    def name(self) -> str:
+        """How commands and settings name the rule: ``scope?param``."""
+        return f"{self.scope}?{self.param}"
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "scope": self.scope,
+            "param": self.param,
+            "state": self.state,
+            "evidence_count": len(self.evidence),
+            "evidence": json.dumps([list(pair) for pair in self.evidence]),
+            "counter_example": None
+            if self.counter_example is None
+            else json.dumps(self.counter_example, sort_keys=True),
+            "rules_version": self.rules_version,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> ParamRule:
+        counter = row.get("counter_example")
+        return cls(
+            scope=row["scope"],
+            param=row["param"],
+            state=row["state"],
+            evidence=tuple((a, b) for a, b in json.loads(row["evidence"])),
+            counter_example=json.loads(counter) if counter else None,
+            rules_version=row.get("rules_version"),
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+
 def write_rows(
     rows: Iterable[dict[str, Any]], fmt: str, columns: Sequence[str], out: TextIO
 ) -> int:

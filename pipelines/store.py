@@ -28,7 +28,9 @@ from sqlalchemy import (
     Boolean,
     Column,
     Float,
+    Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -47,11 +49,14 @@ from pipelines.records import (
     SEEN,
     CanonicalHint,
     Chain,
+    ContentRecord,
     Hop,
     KeyAlias,
     PageRecord,
+    ParamRule,
     UrlAlias,
 )
+from pipelines.schema import upgrade_schema
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -89,6 +94,12 @@ pages = Table(
     Column("chain_id", String(ID_LENGTH)),
     Column("flag", Text),
     Column("fetched_at", Float, nullable=False),
+    # Content fingerprints (crawler.content): revision 0002_content_fingerprints.
+    Column("content_hash", String(32)),
+    Column("content_minhash", LargeBinary),
+    Column("content_norm", String(8)),
+    Column("content_kind", String(16)),
+    Index("ix_pages_content_hash", "content_hash"),
 )
 
 chains = Table(
@@ -156,6 +167,22 @@ key_aliases = Table(
     Column("via", String(16), nullable=False),
     Column("rules_version", String(32), nullable=False),
     Column("seen_at", Float, nullable=False),
+)
+
+#: Parameter drop rules learned from content (crawler.learning), with their evidence (JSON).
+param_rules = Table(
+    "param_rules",
+    metadata,
+    _id_column(),  # hash of scope, param
+    Column("scope", Text, nullable=False),
+    Column("param", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("evidence_count", Integer, nullable=False),
+    Column("evidence", Text, nullable=False),
+    Column("counter_example", Text),
+    Column("rules_version", String(32)),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
 )
 
 
@@ -238,6 +265,16 @@ _UPSERTS = {
     ),
     "url_aliases": _Upsert(url_aliases, ("id",)),
     "key_aliases": _Upsert(key_aliases, ("id",)),
+    # After "pages": a fingerprint computed off the reactor updates its page's row (and
+    # carries the page's columns, so it lands whichever of the two is written first).
+    "fingerprints": _Upsert(
+        pages, ("id",), ("content_hash", "content_minhash", "content_norm", "content_kind")
+    ),
+    "param_rules": _Upsert(
+        param_rules,
+        ("id",),
+        ("state", "evidence_count", "evidence", "counter_example", "rules_version", "updated_at"),
+    ),
 }
 
 
@@ -287,6 +324,14 @@ class RecordStore(Protocol):
 
     def add_key_alias(self, alias: KeyAlias) -> None: ...
 
+    def add_fingerprint(self, page: PageRecord, content: ContentRecord) -> None:
+        """Attach content fingerprints to ``page``'s row."""
+        ...
+
+    def add_param_rule(self, rule: ParamRule) -> None:
+        """Record a learned parameter rule, or a newer state of one."""
+        ...
+
     def flush(self) -> None:
         """Write everything buffered."""
         ...
@@ -309,6 +354,12 @@ class RecordStore(Protocol):
 
     def key_aliases(self) -> Iterator[dict[str, Any]]: ...
 
+    def fingerprinted_pages(self) -> Iterator[dict[str, Any]]:
+        """Pages with content fingerprints, by fingerprint."""
+        ...
+
+    def param_rules(self, state: str | None = None) -> list[ParamRule]: ...
+
 
 class SqlRecordStore:
     """:class:`RecordStore` on SQLAlchemy Core (SQLite or PostgreSQL)."""
@@ -328,7 +379,7 @@ class SqlRecordStore:
         self._buffered = 0
         self._last_flush = time.monotonic()
         self._retry_after = 0.0
-        metadata.create_all(engine)
+        upgrade_schema(engine)
 
     @classmethod
     def from_url(cls, url: str | None, **kwargs: Any) -> SqlRecordStore:
@@ -476,6 +527,28 @@ class SqlRecordStore:
             },
         )
 
+    def add_fingerprint(self, page: PageRecord, content: ContentRecord) -> None:
+        self._buffer(
+            "fingerprints",
+            {
+                "id": record_id(page.fetch_url),
+                "fetch_url": page.fetch_url,
+                "final_url": page.final_url,
+                "key": page.key,
+                "status": page.status,
+                "chain_id": page.chain_id,
+                "flag": page.flag,
+                "fetched_at": page.at,
+                "content_hash": content.exact,
+                "content_minhash": content.minhash,
+                "content_norm": content.norm,
+                "content_kind": content.kind,
+            },
+        )
+
+    def add_param_rule(self, rule: ParamRule) -> None:
+        self._buffer("param_rules", {"id": record_id(rule.scope, rule.param), **rule.row()})
+
     def flush(self) -> None:
         """Write every buffered row in one transaction, retried on deadlocks and locked
         files (the upserts make a repeated attempt harmless)."""
@@ -567,6 +640,16 @@ class SqlRecordStore:
 
     def key_aliases(self) -> Iterator[dict[str, Any]]:
         return self._rows(key_aliases, key_aliases.c.from_key)
+
+    def fingerprinted_pages(self) -> Iterator[dict[str, Any]]:
+        return self._rows(
+            pages, pages.c.content_hash, pages.c.fetch_url, where=pages.c.content_hash.isnot(None)
+        )
+
+    def param_rules(self, state: str | None = None) -> list[ParamRule]:
+        where = None if state is None else param_rules.c.state == state
+        rows = self._rows(param_rules, param_rules.c.scope, param_rules.c.param, where=where)
+        return [ParamRule.from_row(row) for row in rows]
 
 
 _stores: weakref.WeakKeyDictionary[Crawler, RecordStore] = weakref.WeakKeyDictionary()

@@ -74,7 +74,7 @@ _EMPTY: frozenset[str] = frozenset()
 @dataclass(frozen=True)
 class HostRule:
     """What the rules say about one scope: a host (and its subdomains), a ``host/path`` page,
-    or :data:`ANY_HOST`.
+    a ``host/prefix/*`` path prefix (the paths under ``/prefix/``), or :data:`ANY_HOST`.
 
     ``strip``: extra tracking names (lower-case) removed there. ``keep_only``: when set, the
     only parameters kept there (an allowlist), ``scope`` naming where it comes from.
@@ -226,6 +226,10 @@ class RuleSet:
         while True:
             if path is not None and name in self._hosts_with_pages:
                 found = _more_general(found, self.hosts.get(name + path))
+                # Path prefixes (``host/docs/*``), the longest first.
+                slash = len(path)
+                while (slash := path.rfind("/", 0, slash)) >= 0:
+                    found = _more_general(found, self.hosts.get(f"{name}{path[: slash + 1]}*"))
             found = _more_general(found, self.hosts.get(name))
             dot = name.find(".")
             if dot < 0:
@@ -323,7 +327,8 @@ def _parse_host_rule(scope: str, spec: Mapping[str, Any]) -> tuple[str, HostRule
 
 
 def _normalize_scope(scope: str) -> str:
-    """``Bücher.Example/Path`` -> ``xn--bcher-kva.example/Path`` (stage-1 host and path)."""
+    """``Bücher.Example/Path`` -> ``xn--bcher-kva.example/Path`` (stage-1 host and path);
+    a path prefix keeps its final ``*`` (``example.com/docs/*``)."""
     if scope == ANY_HOST:
         return scope
     host, slash, path = scope.partition("/")

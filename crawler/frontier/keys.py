@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from crawler.canonical import InvalidURL, dedupe_key
@@ -34,6 +34,7 @@ class RequestKeyer:
         self.stats = stats
         self.debug = debug
         self.rules = rules
+        self.rules_source: Callable[[], RuleSet] | None = None
         self._logged_reasons: set[str] = set()
         self._logged_duplicate = False
 
@@ -42,13 +43,19 @@ class RequestKeyer:
         """The crawl's keyer: ``CANON_HOST_RULES`` applied, ``DUPEFILTER_DEBUG`` honoured."""
         return cls(stats, settings.getbool("DUPEFILTER_DEBUG"), rules_from_settings(settings))
 
+    def use_rules(self, source: Callable[[], RuleSet]) -> None:
+        """Key each batch with ``source()`` from now on: rules that change while the crawl
+        runs (learned rules, :mod:`crawler.learning.state`)."""
+        self.rules_source = source
+
     def keyed(self, requests: Sequence[Request]) -> list[tuple[Request, str]]:
         """Pair each request with its dedupe key; requests whose URL is invalid are dropped,
         logged with the reason and counted."""
         pairs = []
+        rules = self.rules if self.rules_source is None else self.rules_source()
         for request in requests:
             try:
-                key = dedupe_key(request.url, self.rules)
+                key = dedupe_key(request.url, rules)
             except InvalidURL as exc:
                 self.stats.inc_value(f"dupefilter/invalid/{exc.reason}")
                 first = exc.reason not in self._logged_reasons

@@ -1,0 +1,112 @@
+"""``ContentFingerprints``: fingerprint every fetched document, off the reactor, and store
+the fingerprints with its page record.
+
+Each response that reached the engine (redirects are followed before that; robots.txt and
+other engine-internal downloads are skipped) is fingerprinted in Twisted's thread pool; the
+result is added to the record store from the reactor thread and announced with the
+:data:`content_fingerprinted` signal (``page``, ``content``, ``request``), which
+:mod:`crawler.learning` listens to. Pending fingerprints are awaited when the spider
+closes. Stats: ``content/fingerprinted``, ``content/kind/<kind>``, ``content/failed``.
+A fingerprint of a page whose lease was already released is lost if the worker dies before
+the next flush: it is derived data, the page itself is recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.http import TextResponse
+from scrapy.http.request import NO_CALLBACK
+from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.threads import deferToThread
+
+from crawler.content.fingerprint import fingerprint
+from crawler.frontier import META_KEY
+from middlewares.redirects import soft_404_flag
+from pipelines.records import Chain, ContentRecord, PageRecord
+from pipelines.store import store_for
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+logger = logging.getLogger(__name__)
+
+#: Signal sent (``page``, ``content``, ``request``) once a page's fingerprints are stored.
+content_fingerprinted = object()
+
+
+def page_of(request: Request, response: Response) -> PageRecord:
+    """The page record a response belongs to, as the redirect middleware records it: keyed
+    on the chain's first URL."""
+    chain = Chain.from_meta(request.meta)
+    return PageRecord(
+        fetch_url=chain.start_url if chain else request.url,
+        final_url=response.url,
+        key=request.meta.get(META_KEY),
+        status=response.status,
+        chain_id=chain.chain_id if chain else None,
+        flag=soft_404_flag(chain.start_url, response.url) if chain else None,
+    )
+
+
+class ContentFingerprints:
+    """See the module docstring. ``CONTENT_FINGERPRINTS_ENABLED`` switches it off."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self._pending: set[Deferred[Any]] = set()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        if not crawler.settings.getbool("CONTENT_FINGERPRINTS_ENABLED", True):
+            raise NotConfigured
+        extension = cls(crawler)
+        crawler.signals.connect(extension.response_received, signal=signals.response_received)
+        crawler.signals.connect(extension.spider_closed, signal=signals.spider_closed)
+        return extension
+
+    def response_received(self, response: Response, request: Request, **_: Any) -> None:
+        if request.callback is NO_CALLBACK:
+            return
+        page = page_of(request, response)
+        # Decoded here: Scrapy caches the text, which the spider's callback needs anyway.
+        text = response.text if isinstance(response, TextResponse) else None
+        pending = deferToThread(fingerprint, response.body, text, response.status, page.flag)
+        self._pending.add(pending)
+        pending.addCallback(self._store, page, request)
+        pending.addErrback(self._failed, page)
+        pending.addBoth(self._done, pending)
+
+    def _store(self, content: ContentRecord, page: PageRecord, request: Request) -> None:
+        stats = self.crawler.stats
+        assert stats is not None
+        store_for(self.crawler).add_fingerprint(page, content)
+        stats.inc_value("content/fingerprinted")
+        stats.inc_value(f"content/kind/{content.kind}")
+        self.crawler.signals.send_catch_log(
+            signal=content_fingerprinted, page=page, content=content, request=request
+        )
+
+    def _failed(self, failure: Any, page: PageRecord) -> None:
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value("content/failed")
+        logger.error("Cannot fingerprint %s: %s", page.final_url, failure.getErrorMessage())
+
+    def _done(self, result: Any, pending: Deferred[Any]) -> Any:
+        self._pending.discard(pending)
+        return result
+
+    def spider_closed(self, **_: Any) -> Deferred[Any] | None:
+        """Wait for the fingerprints still being computed, then write them."""
+        if not self._pending:
+            return None
+        waiting: Deferred[Any] = DeferredList(list(self._pending))
+        waiting.addCallback(lambda _: store_for(self.crawler).flush())
+        return waiting

@@ -1,0 +1,245 @@
+"""``ParamRuleLearning``: learn parameter drop rules from content while the crawl runs.
+
+``CANON_LEARN`` says what happens when content proves a parameter changes nothing
+(:mod:`crawler.learning.evidence`):
+
+* ``"propose"`` (default): the rule is recorded in the store (``param_rules``, state
+  ``proposed``, with its evidence) for review with ``scrapy audit-rules``, which can apply
+  it (``--apply``); the next crawl keys with it;
+* ``"apply"``: it also joins the crawl's active learned rules at once (the shared state,
+  :mod:`crawler.learning.state`), so every worker keys with it from its next batch;
+* ``"off"``: nothing is learned.
+
+Rules applied earlier (state ``applied`` in the store) are loaded into the shared state when
+a worker opens. A counter-example found later, by the crawl or by the sampled re-check
+(:mod:`crawler.learning.recheck`), revokes a proposed or applied rule for good: recorded with
+the counter-example, removed from the active rules, logged as a warning. Stats:
+``learn/proposed``, ``learn/applied``, ``learn/revoked``, ``learn/rechecked``,
+``learn/recheck_confirmed``.
+
+Each worker learns from the pages it fetched itself; the rules it proposes or applies, and
+revocations, are shared with all.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+
+from crawler.canonical import InvalidURL, dedupe_key
+from crawler.content.extension import content_fingerprinted
+from crawler.content.fingerprint import OK
+from crawler.frontier import frontier_for
+from crawler.learning.evidence import CounterExample, Page, ParamEvidence, Proposal, split_key
+from crawler.learning.state import (
+    Learned,
+    LiveRules,
+    MemoryRuleState,
+    RedisRuleState,
+    RuleState,
+    normalized,
+)
+from pipelines.records import APPLIED, PROPOSED, REVOKED, ContentRecord, PageRecord, ParamRule, now
+from pipelines.store import store_for
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+MODES = ("off", "propose", "apply")
+#: ``request.meta`` of a re-check fetch: the key it was merged into and the dropped names.
+RECHECK_META = "learn_recheck"
+
+_learners: weakref.WeakKeyDictionary[Crawler, ParamRuleLearning] = weakref.WeakKeyDictionary()
+
+
+def learning_for(crawler: Crawler) -> ParamRuleLearning | None:
+    """The crawler's learning extension, if learning is on."""
+    return _learners.get(crawler)
+
+
+def covers(scope: str, host: str, path: str) -> bool:
+    """True if a learned scope (``host`` or ``host/prefix/*``) covers ``host`` and ``path``."""
+    scope_host, slash, prefix = scope.partition("/")
+    if scope_host != host:
+        return False
+    return not slash or path.startswith("/" + prefix.removesuffix("*"))
+
+
+class ParamRuleLearning:
+    """See the module docstring."""
+
+    def __init__(self, crawler: Crawler, mode: str, min_pairs: int) -> None:
+        self.crawler = crawler
+        self.mode = mode
+        self.evidence = ParamEvidence(min_pairs)
+        self.known: dict[tuple[str, str], ParamRule] = {}
+        self.state: RuleState = MemoryRuleState()
+        self.live = LiveRules(crawler.settings, self.state, on_change=self._rules_changed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        settings = crawler.settings
+        mode = settings.get("CANON_LEARN", "propose")
+        if mode not in MODES:
+            raise ValueError(f"CANON_LEARN must be one of {MODES}, not {mode!r}")
+        if mode == "off":
+            raise NotConfigured
+        learning = cls(crawler, mode, settings.getint("CANON_LEARN_MIN_PAIRS", 3))
+        crawler.signals.connect(learning.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(learning.observe, signal=content_fingerprinted)
+        _learners[crawler] = learning
+        return learning
+
+    # --- the shared rules --------------------------------------------------------------
+
+    def spider_opened(self, **_: Any) -> None:
+        """Load the rules the store knows, publish the applied ones, key with them."""
+        frontier = frontier_for(self.crawler)
+        client = getattr(frontier, "client", None)
+        if client is not None:  # the shared frontier: the rules live beside it in Redis
+            self.state = RedisRuleState(client, frontier.keys.prefix)  # type: ignore[attr-defined]
+            self.live.state = self.state
+        for rule in store_for(self.crawler).param_rules():
+            self.known[rule.scope, rule.param] = rule
+        applied = [rule for rule in self.known.values() if rule.state == APPLIED]
+        if applied:
+            self._change_rules(lambda learned: _with(learned, applied))
+        self.live.reload()
+        frontier.keyer.use_rules(self.live.current)  # type: ignore[attr-defined]
+
+    def _change_rules(self, change: Callable[[Learned], Learned]) -> None:
+        """Apply ``change`` to the shared learned rules (compare-and-set, retried)."""
+        while True:
+            version, learned = self.state.load()
+            new = normalized(change(learned))
+            if new == normalized(learned) or self.state.publish(version, new):
+                return
+
+    def _rules_changed(self) -> None:
+        logger.info(
+            "Keying with learned rules version %d (%s): %s",
+            self.live.version,
+            self.live.full_version,
+            self.live.learned or "none",
+        )
+
+    @property
+    def has_applied(self) -> bool:
+        return bool(self.live.learned)
+
+    # --- learning ----------------------------------------------------------------------
+
+    def observe(self, page: PageRecord, content: ContentRecord, request: Request, **_: Any) -> None:
+        """Compare a freshly fingerprinted page with the pages it differs from by one
+        parameter; propose, apply or revoke rules accordingly."""
+        try:
+            key = dedupe_key(page.final_url, self.live.current())
+        except InvalidURL:
+            return
+        fetched = Page(page.final_url, key, content.exact, content.kind, page.status)
+        recheck = request.meta.get(RECHECK_META)
+        if recheck:
+            self._recheck(fetched, recheck)
+            return
+        touched, counters = self.evidence.observe(fetched)
+        for counter in counters:
+            self._revoke_covering(counter)
+        for host, name in sorted(touched):
+            for proposal in self.evidence.proposals(host, name):
+                self._propose(proposal)
+
+    def _recheck(self, fetched: Page, recheck: dict[str, Any]) -> None:
+        """A URL an applied rule merged, fetched anyway: same content as its key's page?"""
+        stats = self.crawler.stats
+        assert stats is not None
+        stats.inc_value("learn/rechecked")
+        merged = self.evidence.page(recheck["key"])
+        parts = split_key(recheck["key"])
+        if merged is None or parts is None or merged.kind != OK or fetched.kind != OK:
+            return
+        if merged.exact == fetched.exact:
+            stats.inc_value("learn/recheck_confirmed")
+            return
+        host, path, _ = parts
+        for name in recheck["params"]:
+            counter = CounterExample(host, name, path, merged.url, fetched.url, "re-check differs")
+            self.evidence.add_counter(counter)
+            self._revoke_covering(counter)
+
+    def _propose(self, proposal: Proposal) -> None:
+        existing = self.known.get((proposal.scope, proposal.param))
+        if existing is not None:  # proposed (keep the larger evidence), applied or revoked
+            if existing.state == PROPOSED and len(proposal.evidence) > len(existing.evidence):
+                self._record(existing, evidence=proposal.evidence)
+            return
+        host_rule = self.known.get((proposal.scope.partition("/")[0], proposal.param))
+        if host_rule is not None and host_rule.state != REVOKED:
+            return  # a rule for the whole host covers it
+        state = APPLIED if self.mode == "apply" else PROPOSED
+        rule = ParamRule(proposal.scope, proposal.param, state, proposal.evidence)
+        if state == APPLIED:
+            self._change_rules(lambda learned: _with(learned, [rule]))
+            self.live.current()
+        self._record(rule, rules_version=self.live.full_version if state == APPLIED else None)
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value(f"learn/{state}")
+        logger.info(
+            "Learned: %s carries no content (%d URL pairs, e.g. %s = %s): %s",
+            rule.name,
+            len(rule.evidence),
+            *rule.evidence[0],
+            state,
+        )
+
+    def _revoke_covering(self, counter: CounterExample) -> None:
+        for (scope, param), rule in list(self.known.items()):
+            if (
+                param == counter.param
+                and rule.state != REVOKED
+                and covers(scope, counter.host, counter.path)
+            ):
+                was_applied = rule.state == APPLIED
+                self._record(rule, state=REVOKED, counter_example=counter.as_json())
+                if was_applied:
+                    self._change_rules(lambda learned, rule=rule: _without(learned, rule))
+                    self.live.current()
+                assert self.crawler.stats is not None
+                self.crawler.stats.inc_value("learn/revoked")
+                logger.warning(
+                    "Revoked learned rule %s: %s and %s differ (%s)%s",
+                    rule.name,
+                    counter.url_a,
+                    counter.url_b,
+                    counter.reason,
+                    "; URLs it merged were not fetched" if was_applied else "",
+                )
+
+    def _record(self, rule: ParamRule, **changes: Any) -> None:
+        updated = replace(rule, **changes, updated_at=now())
+        self.known[rule.scope, rule.param] = updated
+        store_for(self.crawler).add_param_rule(updated)
+
+
+def _with(learned: Learned, rules: list[ParamRule]) -> Learned:
+    result = {scope: list(names) for scope, names in learned.items()}
+    for rule in rules:
+        result.setdefault(rule.scope, []).append(rule.param)
+    return result
+
+
+def _without(learned: Learned, rule: ParamRule) -> Learned:
+    return {
+        scope: [name for name in names if not (scope == rule.scope and name == rule.param)]
+        for scope, names in learned.items()
+    }

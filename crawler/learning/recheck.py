@@ -1,0 +1,90 @@
+"""``LearnedRuleRecheck``: fetch a sample of the URLs an applied learned rule merged.
+
+Once a rule drops a parameter, its variants are never fetched again, so nothing would ever
+show the rule wrong. This spider middleware (placed above the link batch, so it sees every
+link a page yields) sends a share ``CANON_LEARN_RECHECK`` of the links a learned rule changed
+to the downloader anyway, as a ``dont_filter`` copy marked for re-checking; when its content
+differs from the page its key was merged into, the rule is revoked
+(:meth:`crawler.learning.extension.ParamRuleLearning`). The original link goes through the
+batch as usual.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+from scrapy.exceptions import NotConfigured
+
+from crawler.canonical import InvalidURL, dedupe_key
+from crawler.learning.extension import RECHECK_META, learning_for
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+
+def _names(key: str) -> set[str]:
+    query = key.partition("?")[2]
+    return {param.partition("=")[0].lower() for param in query.split("&")} if query else set()
+
+
+class LearnedRuleRecheck:
+    """See the module docstring."""
+
+    def __init__(self, crawler: Crawler, rate: float, rng: random.Random | None = None) -> None:
+        self.crawler = crawler
+        self.rate = rate
+        self.rng = rng or random.Random()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        rate = crawler.settings.getfloat("CANON_LEARN_RECHECK", 0.05)
+        if rate <= 0 or crawler.settings.get("CANON_LEARN", "propose") == "off":
+            raise NotConfigured
+        return cls(crawler, rate)
+
+    def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterable[Any]:
+        for output in result:
+            yield output
+            recheck = self.recheck(output)
+            if recheck is not None:
+                yield recheck
+
+    async def process_spider_output_async(
+        self, response: Response, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        async for output in result:
+            yield output
+            recheck = self.recheck(output)
+            if recheck is not None:
+                yield recheck
+
+    def recheck(self, output: Any) -> Request | None:
+        """A re-check copy of ``output`` if it is a link sampled among those a learned rule
+        changed, else None."""
+        learning = learning_for(self.crawler)
+        if (
+            learning is None
+            or not learning.has_applied
+            or not isinstance(output, Request)
+            or output.dont_filter
+            or self.rng.random() >= self.rate
+        ):
+            return None
+        try:
+            learned = dedupe_key(output.url, learning.live.current())
+            plain = dedupe_key(output.url, learning.live.without_learned())
+        except InvalidURL:
+            return None
+        dropped = _names(plain) - _names(learned)
+        if not dropped:
+            return None
+        return output.replace(
+            dont_filter=True,
+            meta={**output.meta, RECHECK_META: {"key": learned, "params": sorted(dropped)}},
+        )

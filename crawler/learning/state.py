@@ -1,0 +1,174 @@
+"""The crawl's active learned rules, shared by its workers, and the ruleset keys are made with.
+
+The learned rules are a map ``scope -> [parameter names]`` (scopes as in
+``CANON_HOST_RULES``) with a version number that grows with every change. Embedded crawls keep
+them in process; shared crawls in Redis beside the frontier (``<prefix>:learned`` holds the
+JSON, ``<prefix>:learned_version`` the number), changed only by a compare-and-set, so every
+worker sees one sequence of versions. :class:`LiveRules` reads the version before each batch
+of keys and rebuilds its ruleset when it moved: a worker never keys with stale rules.
+
+Keys keep the key prefix the crawl started with while learned rules change under it: a learned
+rule only drops a parameter proven to change nothing, so a key it does not touch stays the
+same and a key it touches becomes the key of the page proven equal; a new prefix mid-crawl
+would make every URL seen so far look new. The full version (``r2+<hash>`` including the
+learned rules) is recorded with each learned rule; the next crawl keys under it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from crawler.canonical.rules import RuleSet, rules_from_settings
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+    from crawler.redis_client import Client
+
+#: Learned rules: scope -> sorted parameter names dropped there.
+Learned = dict[str, list[str]]
+
+
+class RuleState(Protocol):
+    """Where a crawl's learned rules live."""
+
+    def version(self) -> int:
+        """The current version (0: nothing learned yet)."""
+        ...
+
+    def load(self) -> tuple[int, Learned]:
+        """The current version and rules, read together."""
+        ...
+
+    def publish(self, expected: int, rules: Learned) -> bool:
+        """Replace the rules if the version is still ``expected`` (then it grows by one);
+        False if another worker changed them first (load and try again)."""
+        ...
+
+
+class MemoryRuleState:
+    """:class:`RuleState` of an embedded crawl."""
+
+    def __init__(self) -> None:
+        self._version = 0
+        self._rules: Learned = {}
+
+    def version(self) -> int:
+        return self._version
+
+    def load(self) -> tuple[int, Learned]:
+        return self._version, {scope: list(names) for scope, names in self._rules.items()}
+
+    def publish(self, expected: int, rules: Learned) -> bool:
+        if expected != self._version:
+            return False
+        self._rules = normalized(rules)
+        self._version += 1
+        return True
+
+
+class RedisRuleState:
+    """:class:`RuleState` of a shared crawl: two keys under the frontier's prefix (one hash
+    tag, so a transaction may touch both on Redis Cluster)."""
+
+    def __init__(self, client: Client, prefix: str) -> None:
+        self.client = client
+        self.rules_key = f"{prefix}:learned"
+        self.version_key = f"{prefix}:learned_version"
+
+    def version(self) -> int:
+        return int(self.client.get(self.version_key) or 0)
+
+    def load(self) -> tuple[int, Learned]:
+        version, text = self.client.mget([self.version_key, self.rules_key])
+        return int(version or 0), json.loads(text) if text else {}
+
+    def publish(self, expected: int, rules: Learned) -> bool:
+        text = json.dumps(normalized(rules), sort_keys=True)
+
+        def change(pipe: Any) -> None:
+            if int(pipe.get(self.version_key) or 0) != expected:
+                raise _Moved
+            pipe.multi()
+            pipe.set(self.rules_key, text)
+            pipe.incr(self.version_key)
+
+        try:
+            self.client.transaction(change, self.version_key)
+        except _Moved:
+            return False
+        return True
+
+
+class _Moved(Exception):
+    """The learned rules changed under a compare-and-set."""
+
+
+def normalized(rules: Mapping[str, list[str]]) -> Learned:
+    """Rules with sorted, distinct, lower-case names and no empty scope."""
+    return {
+        scope: sorted({name.lower() for name in names})
+        for scope, names in sorted(rules.items())
+        if names
+    }
+
+
+def combined_host_rules(
+    user: Mapping[str, Mapping[str, list[str]]], learned: Mapping[str, list[str]]
+) -> dict[str, dict[str, list[str]]]:
+    """``CANON_HOST_RULES`` with the learned drop rules added as ``strip`` names."""
+    result = {scope: dict(spec) for scope, spec in user.items()}
+    for scope, names in learned.items():
+        spec = result.setdefault(scope, {})
+        spec["strip"] = sorted({*spec.get("strip", ()), *names})
+    return result
+
+
+class LiveRules:
+    """The ruleset of a crawl whose learned rules may change while it runs.
+
+    :meth:`current` costs one version read (a Redis ``GET`` when shared) and rebuilds the
+    ruleset only when the version moved. Keys keep ``key_version`` as their prefix (the
+    version the crawl started with, see the module docstring); :attr:`full_version` is
+    the version the rules would have as a crawl's starting rules.
+    """
+
+    def __init__(
+        self, settings: BaseSettings, state: RuleState, on_change: Callable[[], None] | None = None
+    ) -> None:
+        self.user_rules = settings.getdict("CANON_HOST_RULES")
+        self.base = rules_from_settings(settings)
+        self.state = state
+        self.on_change = on_change
+        self.version = -1
+        self.learned: Learned = {}
+        self.full_version = self.base.version
+        self.key_version: str | None = None
+        self._rules = self.base
+
+    def current(self) -> RuleSet:
+        """The rules to key the next batch with."""
+        if self.state.version() != self.version:
+            self.reload()
+        return self._rules
+
+    def without_learned(self) -> RuleSet:
+        """The crawl's rules without the learned ones, under the same key prefix."""
+        if self.key_version is None or self.base.version == self.key_version:
+            return self.base
+        return replace(self.base, version=self.key_version)
+
+    def reload(self) -> None:
+        self.version, self.learned = self.state.load()
+        full = self.base.with_host_rules(combined_host_rules(self.user_rules, self.learned))
+        self.full_version = full.version
+        if self.key_version is None:
+            self.key_version = full.version
+        self._rules = (
+            full if full.version == self.key_version else replace(full, version=self.key_version)
+        )
+        if self.on_change is not None:
+            self.on_change()

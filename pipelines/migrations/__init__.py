@@ -1,0 +1,1 @@
+"""Alembic migrations of the record store (package data: run by :mod:`pipelines.schema`)."""

@@ -1,0 +1,109 @@
+"""Record-store migrations: new stores, stores from before migrations, concurrent openers."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from pipelines.records import PageRecord
+from pipelines.schema import alembic_config, current_revision, head_revision
+from pipelines.store import SqlRecordStore, make_engine, metadata
+
+VERSIONS = Path(__file__).parent.parent / "pipelines" / "migrations" / "versions"
+
+
+def _schema_diff(engine: sa.Engine) -> list[object]:
+    with engine.connect() as connection:
+        return compare_metadata(MigrationContext.configure(connection), metadata)
+
+
+def _pre_migration_store(url: str) -> sa.Engine:
+    """A store as the version before migrations wrote it: its tables made by create_all
+    (the baseline's definitions), rows in them, no ``alembic_version``."""
+    spec = importlib.util.spec_from_file_location("baseline", VERSIONS / "0001_baseline.py")
+    assert spec is not None and spec.loader is not None
+    baseline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(baseline)
+    old = sa.MetaData()
+    for name, columns in baseline._tables().items():
+        sa.Table(name, old, *columns)
+    engine = make_engine(url)
+    old.create_all(engine)
+    with engine.begin() as connection:
+        connection.execute(
+            old.tables["pages"].insert(),
+            {
+                "id": "a" * 32,
+                "fetch_url": "https://e.org/old",
+                "final_url": "https://e.org/old",
+                "key": "r2|https://e.org/old",
+                "status": 200,
+                "fetched_at": 1.0,
+            },
+        )
+    return engine
+
+
+def test_one_head_and_ids_in_order() -> None:
+    script = ScriptDirectory.from_config(alembic_config())
+    assert len(script.get_heads()) == 1
+    revisions = [r.revision for r in script.walk_revisions()][::-1]
+    assert revisions[:2] == ["0001_baseline", "0002_content_fingerprints"]
+
+
+def test_new_store_is_at_head_and_matches_the_tables(store_url: str) -> None:
+    store = SqlRecordStore.from_url(store_url)
+    try:
+        assert current_revision(store.engine) == head_revision()
+        assert _schema_diff(store.engine) == []
+    finally:
+        store.close()
+
+
+def test_store_from_before_migrations_upgrades_in_place(store_url: str) -> None:
+    engine = _pre_migration_store(store_url)
+    assert current_revision(engine) is None
+    assert _schema_diff(engine) != []  # the fingerprint columns are missing
+    engine.dispose()
+
+    store = SqlRecordStore.from_url(store_url)
+    try:
+        assert current_revision(store.engine) == head_revision()
+        assert _schema_diff(store.engine) == []
+        (old,) = list(store.pages())
+        assert old["fetch_url"] == "https://e.org/old" and old["content_hash"] is None
+        store.add_page(PageRecord("https://e.org/new", "https://e.org/new", None, 200))
+        store.flush()
+        assert [p["fetch_url"] for p in store.pages()] == ["https://e.org/new", "https://e.org/old"]
+    finally:
+        store.close()
+    # Opening it again finds it up to date and changes nothing.
+    again = SqlRecordStore.from_url(store_url)
+    assert len(list(again.pages())) == 2
+    again.close()
+
+
+def test_workers_opening_a_new_store_at_once_migrate_it_once(pg_url: str) -> None:
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        try:
+            SqlRecordStore.from_url(pg_url).close()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    engine = make_engine(pg_url)
+    assert current_revision(engine) == head_revision()
+    engine.dispose()
