@@ -177,6 +177,17 @@ class UrlAlias:
 
 
 @dataclass(frozen=True)
+class ShortenerAnswer:
+    """What a link shortener answered for ``short_url``: its status and ``Location`` (None
+    when it sent none), at ``at``."""
+
+    short_url: str
+    status: int
+    location: str | None
+    at: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
 class KeyAlias:
     """``from_key`` names the same resource as ``to_key`` (``via``: ``canonical``)."""
 

@@ -54,6 +54,7 @@ from pipelines.records import (
     KeyAlias,
     PageRecord,
     ParamRule,
+    ShortenerAnswer,
     UrlAlias,
 )
 from pipelines.schema import upgrade_schema
@@ -185,6 +186,18 @@ param_rules = Table(
     Column("updated_at", Float, nullable=False),
 )
 
+#: Shortener answers (middlewares.shorteners): where a short link pointed, and when that was
+#: answered (revision 0003_shortener_answers).
+shortener_answers = Table(
+    "shortener_answers",
+    metadata,
+    _id_column(),  # hash of short_url
+    Column("short_url", Text, nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("location", Text),
+    Column("answered_at", Float, nullable=False),
+)
+
 
 def record_id(*parts: str | None) -> str:
     """Stable primary key for a natural key of (possibly very long) URLs."""
@@ -270,6 +283,7 @@ _UPSERTS = {
     "fingerprints": _Upsert(
         pages, ("id",), ("content_hash", "content_minhash", "content_norm", "content_kind")
     ),
+    "shortener_answers": _Upsert(shortener_answers, ("id",), ("status", "location", "answered_at")),
     "param_rules": _Upsert(
         param_rules,
         ("id",),
@@ -330,6 +344,14 @@ class RecordStore(Protocol):
 
     def add_param_rule(self, rule: ParamRule) -> None:
         """Record a learned parameter rule, or a newer state of one."""
+        ...
+
+    def add_shortener_answer(self, answer: ShortenerAnswer) -> None:
+        """Record (or refresh) where a short link pointed."""
+        ...
+
+    def shortener_answer(self, short_url: str) -> ShortenerAnswer | None:
+        """The newest answer recorded for ``short_url`` (buffered ones included)."""
         ...
 
     def flush(self) -> None:
@@ -545,6 +567,29 @@ class SqlRecordStore:
                 "content_kind": content.kind,
             },
         )
+
+    def add_shortener_answer(self, answer: ShortenerAnswer) -> None:
+        self._buffer(
+            "shortener_answers",
+            {
+                "id": record_id(answer.short_url),
+                "short_url": answer.short_url,
+                "status": answer.status,
+                "location": answer.location,
+                "answered_at": answer.at,
+            },
+        )
+
+    def shortener_answer(self, short_url: str) -> ShortenerAnswer | None:
+        row = self._buffers["shortener_answers"].get((record_id(short_url),))
+        if row is None:
+            query = select(shortener_answers).where(shortener_answers.c.id == record_id(short_url))
+            with self.engine.connect() as connection:
+                found = connection.execute(query).mappings().first()
+            row = dict(found) if found else None
+        if row is None:
+            return None
+        return ShortenerAnswer(row["short_url"], row["status"], row["location"], row["answered_at"])
 
     def add_param_rule(self, rule: ParamRule) -> None:
         self._buffer("param_rules", {"id": record_id(rule.scope, rule.param), **rule.row()})
