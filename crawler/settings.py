@@ -119,7 +119,11 @@ FRONTIER_POLITENESS_SCAN = 500
 FRONTIER_STATUS_INTERVAL = 10.0
 # Switches to the shared frontier's scheduler (and its lease middleware) when REDIS_URL is set,
 # including on the command line (-s REDIS_URL=...).
-ADDONS = {"crawler.frontier.addon.RedisFrontierAddon": 0}
+ADDONS = {
+    "crawler.frontier.addon.RedisFrontierAddon": 0,
+    # A download slot per shortener host with SHORTENER_DELAY (kept if DOWNLOAD_SLOTS has one).
+    "middlewares.shorteners.ShortenerAddon": 0,
+}
 
 # --- Record store ------------------------------------------------------------------------
 # SQLAlchemy URL. Unset: a SQLite file in the working directory (crawl.sqlite).
@@ -144,6 +148,21 @@ SSRF_ALLOWED_HOSTS = [h for h in os.environ.get("SSRF_ALLOWED_HOSTS", "").split(
 # The resolver half of the guard: refuses private answers before any connection is made.
 TWISTED_DNS_RESOLVER = "middlewares.ssrf.SSRFGuardResolver"
 
+# --- Shortener links ---------------------------------------------------------------------
+# Links to link-shortener hosts (bit.ly, t.co, ...: crawler/shorteners/hosts.txt; youtu.be is
+# an identity, not a shortener) are resolved to their target's key with one request that
+# follows no redirect (middlewares.shorteners): the target is fetched only when it is on the
+# crawl's hosts and not seen yet.
+SHORTENERS_ENABLED = True
+# More shortener hosts for this crawl (names; env: comma-separated).
+SHORTENER_HOSTS = [h for h in os.environ.get("SHORTENER_HOSTS", "").split(",") if h]
+# Seconds one shortener request may take (no retry): a shortener that is down costs this once.
+SHORTENER_TIMEOUT = 5.0
+# Seconds between two requests to one shortener host (across all workers when shared).
+SHORTENER_DELAY = 1.0
+# Seconds an answer cached in the record store (shortener_answers) is reused: 30 days.
+SHORTENER_CACHE_TTL = 30 * 24 * 3600.0
+
 # --- Wiring ------------------------------------------------------------------------------
 SPIDER_MIDDLEWARES = {
     # Low order = closest to the engine: sees the page's final output and checks all of its
@@ -152,6 +171,8 @@ SPIDER_MIDDLEWARES = {
     # High order = closest to the spider: the canonical URL it adds passes Scrapy's depth and
     # referer middlewares and joins the page's link batch.
     "middlewares.canonical_hints.CanonicalHintsMiddleware": 950,
+    # Between the two: links to shortener hosts become resolution requests (SHORTENER_*).
+    "middlewares.shorteners.ShortenerLinksMiddleware": 900,
     # Above the link batch: re-check copies of links a learned rule merged (CANON_LEARN_RECHECK).
     "crawler.learning.recheck.LearnedRuleRecheck": 20,
 }
@@ -165,6 +186,8 @@ DOWNLOADER_MIDDLEWARES = {
     "scrapy.downloadermiddlewares.redirect.RedirectMiddleware": None,
     "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware": None,
     "middlewares.redirects.RedirectChainMiddleware": 580,
+    # Just above it: shortener answers cached, recorded, off-site targets settled (SHORTENER_*).
+    "middlewares.shorteners.ShortenerResolveMiddleware": 585,
 }
 EXTENSIONS = {
     "crawler.summary.CrawlSummary": 500,

@@ -41,7 +41,9 @@ TOO_MANY_HOPS = "too-many-hops"
 BLOCKED = "blocked"
 #: The target could not be followed (junk ``Location``, invalid URL, download error).
 ERROR = "error"
-OUTCOMES = (FETCHED, SEEN, LOOP, TOO_MANY_HOPS, BLOCKED, ERROR)
+#: A shortener link's target is not on the crawl's hosts: recorded, not fetched.
+OFFSITE = "offsite"
+OUTCOMES = (FETCHED, SEEN, LOOP, TOO_MANY_HOPS, BLOCKED, ERROR, OFFSITE)
 
 
 def rules_version_of(key: str) -> str:

@@ -10,7 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import cache
 from importlib.resources import files
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
 
 
 @cache
@@ -54,3 +58,8 @@ class Shorteners:
         host = (parts.hostname or "").rstrip(".")
         host = host.removeprefix("www.")
         return host if host in self.hosts else None
+
+
+def shorteners_from_settings(settings: BaseSettings) -> Shorteners:
+    """The built-in shorteners plus ``SHORTENER_HOSTS``."""
+    return Shorteners(settings.getlist("SHORTENER_HOSTS"))

@@ -1,0 +1,118 @@
+"""Shortener links: resolved to their target's key with one request that follows nothing,
+through the SSRF guard, cached with the answer's time; against local shorteners (``bit.ly``
+and ``t.co`` mapped to loopback servers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from crawler.shorteners import Shorteners, builtin_hosts
+from pipelines.records import BLOCKED, ERROR, OFFSITE, SEEN
+from pipelines.store import SqlRecordStore
+from tests.httpserver import TestServer, html, redirect
+from tests.redirect_server import scrapy, spy_hosts
+from tests.shortener_server import HANDLERS, HOST_MAP_ENV, HangingServer
+
+SHORT_LINKS = (
+    "http://bit.ly/known",  # -> /page, linked directly too: already seen
+    "http://bit.ly/new",  # -> /other: fetched once, as the target's key
+    "http://bit.ly/private",  # -> 10.0.0.1: blocked
+    "http://bit.ly/away",  # -> another site: recorded, not fetched
+    "http://t.co/down",  # a shortener that never answers
+)
+
+
+def test_builtin_list_has_the_usual_shorteners_and_not_identities() -> None:
+    hosts = builtin_hosts()
+    assert {"bit.ly", "t.co", "tinyurl.com", "goo.gl", "ow.ly", "buff.ly", "lnkd.in"} <= hosts
+    assert "youtu.be" not in hosts
+    assert Shorteners().host_of("https://youtu.be/kJQP7kiw5Fk") is None
+    assert Shorteners().host_of("https://tinyurl.com/") is None  # the service's home page
+
+
+def crawl(start_url: str, store_url: str, spy_log: Path, host_map: dict[str, int]) -> float:
+    """``scrapy crawl site`` with the shortener hosts mapped; seconds it took."""
+    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "STORE_URL"}}
+    env.update({"SPY_LOG": str(spy_log), HOST_MAP_ENV: json.dumps(host_map)})
+    began = time.monotonic()
+    result = scrapy(
+        "crawl", "site", "-a", f"start_url={start_url}",
+        "-s", f"STORE_URL={store_url}", "-s", f"DOWNLOAD_HANDLERS={HANDLERS}",
+        "-s", "SHORTENER_TIMEOUT=2", "-s", "SHORTENER_DELAY=0.2",
+        env=env,
+    )  # fmt: skip
+    took = time.monotonic() - began
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "Traceback" not in result.stderr, result.stderr[-4000:]
+    return took
+
+
+@pytest.fixture
+def servers() -> tuple[TestServer, TestServer, HangingServer]:
+    site = TestServer({"/": html("/page", *SHORT_LINKS), "/page": html(), "/other": html()})
+    shortener = TestServer(
+        {
+            "/known": redirect(f"{site.url}/page", 301),
+            "/new": redirect(f"{site.url}/other", 302),
+            "/private": redirect("http://10.0.0.1/admin", 301),
+            "/away": redirect("https://elsewhere.example/story", 301),
+        }
+    )
+    return site, shortener, HangingServer()
+
+
+def test_short_links_resolved_once_guarded_and_cached(
+    tmp_path: Path, servers: tuple[TestServer, TestServer, HangingServer]
+) -> None:
+    site, shortener, down = servers
+    store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    host_map = {"bit.ly": shortener.port, "t.co": down.port}
+    with site, shortener, down:
+        took = crawl(f"{site.url}/", store_url, tmp_path / "spy.log", host_map)
+        site_hits, short_hits = site.paths(), shortener.paths()
+        down_connections = len(down.connections)
+        # A second crawl of the same site asks no shortener: the answers are cached.
+        crawl(f"{site.url}/", store_url, tmp_path / "spy2.log", host_map)
+        second_short_hits = shortener.paths()[len(short_hits) :]
+        second_down_connections = len(down.connections) - down_connections
+
+    # One request per short link, none for robots.txt, nothing retried, no target fetched
+    # by the shortener request itself; the seen target is not fetched again, the new one once.
+    assert sorted(short_hits) == ["/away", "/known", "/new", "/private"]
+    assert site_hits.count("/page") == 1 and site_hits.count("/other") == 1
+    assert down_connections == 1
+    # The dead shortener cost one bounded wait (SHORTENER_TIMEOUT=2), not retries.
+    assert took < 60
+    assert second_short_hits == []
+    assert second_down_connections == 1  # failures are not cached: asked again, once
+    hosts = set(spy_hosts(tmp_path / "spy.log"))
+    assert not hosts & {"10.0.0.1", "elsewhere.example"}, hosts
+
+    store = SqlRecordStore.from_url(store_url)
+    chains = {chain.start_url: chain for chain in store.chains()}
+    answers = {url: store.shortener_answer(url) for url in SHORT_LINKS}
+    store.close()
+    known = chains["http://bit.ly/known"]
+    assert (known.outcome, known.hops[0].status) == (SEEN, 301)
+    assert known.hops[0].target_url == f"{site.url}/page"
+    assert chains["http://bit.ly/new"].final_url == f"{site.url}/other"
+    assert chains["http://bit.ly/private"].outcome == BLOCKED
+    assert chains["http://bit.ly/private"].reason == "private"
+    away = chains["http://bit.ly/away"]
+    assert (away.outcome, away.final_url) == (OFFSITE, "https://elsewhere.example/story")
+    assert [hop.target_url for hop in away.hops] == ["https://elsewhere.example/story"]
+    assert chains["http://t.co/down"].outcome == ERROR
+    assert "Timeout" in (chains["http://t.co/down"].reason or "")
+
+    assert answers["http://t.co/down"] is None
+    cached = answers["http://bit.ly/private"]
+    assert cached is not None and (cached.status, cached.location) == (
+        301,
+        "http://10.0.0.1/admin",
+    )
+    assert abs(cached.at - time.time()) < 300
