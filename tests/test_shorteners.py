@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from crawler.redis_client import redis_from_url
 from crawler.shorteners import Shorteners, builtin_hosts
 from pipelines.records import BLOCKED, ERROR, OFFSITE, SEEN
 from pipelines.store import SqlRecordStore
@@ -35,10 +36,15 @@ def test_builtin_list_has_the_usual_shorteners_and_not_identities() -> None:
     assert Shorteners().host_of("https://tinyurl.com/") is None  # the service's home page
 
 
-def crawl(start_url: str, store_url: str, spy_log: Path, host_map: dict[str, int]) -> float:
-    """``scrapy crawl site`` with the shortener hosts mapped; seconds it took."""
+def crawl(
+    start_url: str, store_url: str, spy_log: Path, host_map: dict[str, int], redis_url: str | None
+) -> float:
+    """``scrapy crawl site`` with the shortener hosts mapped (on a shared frontier when
+    ``redis_url``); seconds it took."""
     env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "STORE_URL"}}
     env.update({"SPY_LOG": str(spy_log), HOST_MAP_ENV: json.dumps(host_map)})
+    if redis_url:
+        env["REDIS_URL"] = redis_url
     began = time.monotonic()
     result = scrapy(
         "crawl", "site", "-a", f"start_url={start_url}",
@@ -66,18 +72,26 @@ def servers() -> tuple[TestServer, TestServer, HangingServer]:
     return site, shortener, HangingServer()
 
 
+@pytest.mark.parametrize("frontier", ["embedded", "shared"])
 def test_short_links_resolved_once_guarded_and_cached(
-    tmp_path: Path, servers: tuple[TestServer, TestServer, HangingServer]
+    tmp_path: Path,
+    servers: tuple[TestServer, TestServer, HangingServer],
+    frontier: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     site, shortener, down = servers
+    redis_url = request.getfixturevalue("redis_url") if frontier == "shared" else None
     store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
     host_map = {"bit.ly": shortener.port, "t.co": down.port}
     with site, shortener, down:
-        took = crawl(f"{site.url}/", store_url, tmp_path / "spy.log", host_map)
+        took = crawl(f"{site.url}/", store_url, tmp_path / "spy.log", host_map, redis_url)
         site_hits, short_hits = site.paths(), shortener.paths()
         down_connections = len(down.connections)
         # A second crawl of the same site asks no shortener: the answers are cached.
-        crawl(f"{site.url}/", store_url, tmp_path / "spy2.log", host_map)
+        if redis_url:  # a new crawl of the same site, not the end of the first one
+            with redis_from_url(redis_url) as client:
+                client.flushall()
+        crawl(f"{site.url}/", store_url, tmp_path / "spy2.log", host_map, redis_url)
         second_short_hits = shortener.paths()[len(short_hits) :]
         second_down_connections = len(down.connections) - down_connections
 
