@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from scrapy.settings import Settings
 
 from crawler.redis_client import redis_from_url
 from crawler.shorteners import Shorteners, builtin_hosts
+from middlewares.shorteners import ShortenerAddon
 from pipelines.records import BLOCKED, ERROR, OFFSITE, SEEN
 from pipelines.store import SqlRecordStore
 from tests.httpserver import TestServer, html, redirect
@@ -86,6 +89,7 @@ def test_short_links_resolved_once_guarded_and_cached(
     with site, shortener, down:
         took = crawl(f"{site.url}/", store_url, tmp_path / "spy.log", host_map, redis_url)
         site_hits, short_hits = site.paths(), shortener.paths()
+        short_times = sorted(hit.time for hit in shortener.hits)
         down_connections = len(down.connections)
         # A second crawl of the same site asks no shortener: the answers are cached.
         if redis_url:  # a new crawl of the same site, not the end of the first one
@@ -100,6 +104,10 @@ def test_short_links_resolved_once_guarded_and_cached(
     assert sorted(short_hits) == ["/away", "/known", "/new", "/private"]
     assert site_hits.count("/page") == 1 and site_hits.count("/other") == 1
     assert down_connections == 1
+    # Rate-limited per shortener host: SHORTENER_DELAY=0.2 apart (Scrapy randomizes a
+    # worker's delay between 0.5x and 1.5x).
+    gaps = [later - earlier for earlier, later in pairwise(short_times)]
+    assert min(gaps) >= 0.09, gaps
     # The dead shortener cost one bounded wait (SHORTENER_TIMEOUT=2), not retries.
     assert took < 60
     assert second_short_hits == []
@@ -130,3 +138,13 @@ def test_short_links_resolved_once_guarded_and_cached(
         "http://10.0.0.1/admin",
     )
     assert abs(cached.at - time.time()) < 300
+
+
+def test_addon_gives_each_shortener_host_a_slot_and_keeps_the_users() -> None:
+    settings = Settings({"SHORTENERS_ENABLED": True, "SHORTENER_DELAY": 2.5})
+    settings.set("SHORTENER_HOSTS", ["go.example"])
+    settings.set("DOWNLOAD_SLOTS", {"t.co": {"delay": 9}}, "project")
+    ShortenerAddon().update_settings(settings)
+    slots = settings.getdict("DOWNLOAD_SLOTS")
+    assert slots["bit.ly"] == slots["go.example"] == {"delay": 2.5, "concurrency": 1}
+    assert slots["t.co"] == {"delay": 9}

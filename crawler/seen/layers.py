@@ -253,21 +253,6 @@ def ensure_manifest(
     return read_manifest(client, prefix) or fresh
 
 
-def prepare_redis(
-    client: Client,
-    prefix: str,
-    default_key: str,
-    record: dict[str, Any],
-    parameters: dict[str, Any],
-) -> dict[str, Any]:
-    """:func:`ensure_manifest` for a worker keying with the rules of ``record``, which
-    refuses to start (:class:`RulesMismatch`) when the current filter has other rules."""
-    manifest = ensure_manifest(client, prefix, default_key, record, parameters)
-    current = manifest["current"]
-    check_rules(current["rules"], record["version"], current["key"])
-    return manifest
-
-
 def open_redis_layer(client: Client, entry: dict[str, Any]) -> OlderLayer:
     """An older layer of a shared crawl, from its manifest entry."""
     from crawler.seen.sharded import ShardedBloomSeenFilter
@@ -287,8 +272,11 @@ def redis_layers(
     client: Client, keys: FrontierKeys, settings: BaseSettings, rules: RuleSet
 ) -> tuple[FrontierKeys, OlderLayers]:
     """A worker's frontier keys with the current filter generation, and the older layers
-    (see the module docstring)."""
+    (see the module docstring). A first worker records its rules; a worker whose rules
+    differ from the current filter's refuses to start (:class:`RulesMismatch`)."""
     record = settings_rules_record(settings, rules)
-    manifest = prepare_redis(client, keys.prefix, keys.seen, record, filter_parameters(settings))
+    manifest = ensure_manifest(client, keys.prefix, keys.seen, record, filter_parameters(settings))
+    current = manifest["current"]
+    check_rules(current["rules"], record["version"], current["key"])
     older = OlderLayers([open_redis_layer(client, entry) for entry in manifest["older"]])
     return replace(keys, seen=manifest["current"]["key"]), older

@@ -116,6 +116,13 @@ class ShardedBloomSeenFilter:
         """Index of the shard holding dedupe key ``key``."""
         return xxhash.xxh64_intdigest(key.encode()) % len(self.shards)
 
+    def _positions_by_shard(self, keys: Sequence[str]) -> dict[int, list[int]]:
+        """The positions in ``keys`` of the keys of each shard touched, in order."""
+        positions: defaultdict[int, list[int]] = defaultdict(list)
+        for position, key in enumerate(keys):
+            positions[self.shard_of(key)].append(position)
+        return positions
+
     @property
     def parameters(self) -> dict[str, float]:
         """The parameters each shard is reserved with (capacity: its share)."""
@@ -129,9 +136,7 @@ class ShardedBloomSeenFilter:
         shard (see :meth:`RedisBloomSeenFilter.queue_add`)."""
         if not keys:
             return []
-        positions: defaultdict[int, list[int]] = defaultdict(list)
-        for position, key in enumerate(keys):
-            positions[self.shard_of(key)].append(position)
+        positions = self._positions_by_shard(keys)
         with self.client.pipeline(transaction=False) as pipe:
             for shard, shard_positions in positions.items():
                 self.shards[shard].queue_add(
@@ -153,9 +158,7 @@ class ShardedBloomSeenFilter:
         older, read-only layer (:mod:`crawler.seen.layers`)."""
         if not keys:
             return []
-        positions: defaultdict[int, list[int]] = defaultdict(list)
-        for position, key in enumerate(keys):
-            positions[self.shard_of(key)].append(position)
+        positions = self._positions_by_shard(keys)
         with self.client.pipeline(transaction=False) as pipe:
             for shard, shard_positions in positions.items():
                 pipe.execute_command(
