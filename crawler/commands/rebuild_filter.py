@@ -97,18 +97,19 @@ class Command(ScrapyCommand):
             default_old = rules_record(previous, DEFAULT_RULES.with_host_rules(previous))
         except ValueError as exc:
             raise UsageError(f"--previous-rules: {exc}", print_help=False) from None
+        self.record, self.default_old, self.allow_merges = record, default_old, opts.allow_merges
         jobdir = job_dir(settings)
         if settings.get("REDIS_URL"):
-            self._shared(name, settings, record, default_old, opts.allow_merges)
+            self._shared(name, settings)
         elif jobdir:
-            self._embedded(Path(jobdir), settings, record, default_old, opts.allow_merges)
+            self._embedded(Path(jobdir), settings)
         else:
             raise UsageError(
                 "no seen filter to rebuild: set JOBDIR (embedded crawl) or REDIS_URL (shared)",
                 print_help=False,
             )
 
-    def _audit(self, settings: Any, old_version: str, allow_merges: bool) -> KeyedUrls | None:
+    def _audit(self, settings: Any, old_version: str) -> KeyedUrls | None:
         """Print the audit of the change from ``old_version``; None (and exit status 1) if
         it finds a merge that was not allowed, else the store's URLs keyed anew."""
         rules = rules_from_settings(settings)
@@ -120,7 +121,7 @@ class Command(ScrapyCommand):
                 aliases = ((a["url"], a["key"]) for a in store.url_aliases(stored))
                 result = audit(aliases, lambda url: dedupe_key(url, rules))
                 write_text(result, stored, rules.version, sys.stdout)
-                if result.merges and not allow_merges:
+                if result.merges and not self.allow_merges:
                     print(
                         f"Refusing to rebuild: the new rules merge {len(result.merges)} groups "
                         "of URLs (above). Review them, then run again with --allow-merges.",
@@ -131,20 +132,18 @@ class Command(ScrapyCommand):
             keyed.add(store_urls(store), rules)
         return keyed
 
-    def _embedded(
-        self,
-        jobdir: Path,
-        settings: Any,
-        record: dict[str, Any],
-        default_old: dict[str, Any],
-        allow_merges: bool,
-    ) -> None:
-        old = read_rules_file(jobdir / "seen") or default_old
+    def _embedded(self, jobdir: Path, settings: Any) -> None:
+        if not (jobdir / "seen").is_dir():
+            raise UsageError(
+                f"no seen filter in {jobdir}: crawl with this JOBDIR first", print_help=False
+            )
+        record = self.record
+        old = read_rules_file(jobdir / "seen") or self.default_old
         if old["version"] == record["version"]:
             print(f"The seen filter in {jobdir} is already keyed under rules {record['version']}")
             return
         rules_from_record(old)  # the old layer must be usable: fail now, not in the crawl
-        keyed = self._audit(settings, old["version"], allow_merges)
+        keyed = self._audit(settings, old["version"])
         if keyed is None:
             return
         stored = keyed.urls
@@ -152,14 +151,8 @@ class Command(ScrapyCommand):
         older = rebuild_jobdir(jobdir, keyed.keys, record, old, settings)
         self._report(keyed, stored, record["version"], str(jobdir / "seen"), older and str(older))
 
-    def _shared(
-        self,
-        name: str,
-        settings: Any,
-        record: dict[str, Any],
-        default_old: dict[str, Any],
-        allow_merges: bool,
-    ) -> None:
+    def _shared(self, name: str, settings: Any) -> None:
+        record, default_old = self.record, self.default_old
         prefix = settings["FRONTIER_KEY_PREFIX"] % {"spider": name}
         client = redis_from_url(settings["REDIS_URL"])
         try:
@@ -171,7 +164,7 @@ class Command(ScrapyCommand):
                 print(f"The seen filter {current['key']} is already keyed under these rules")
                 return
             rules_from_record(current["rules"])
-            keyed = self._audit(settings, current["rules"]["version"], allow_merges)
+            keyed = self._audit(settings, current["rules"]["version"])
             if keyed is None:
                 return
             stored = keyed.urls
