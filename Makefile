@@ -4,6 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 URL ?= https://example.com/
+# The oldest Scrapy pyproject.toml accepts, and a second virtualenv that has exactly it.
+SCRAPY_MIN := $(shell sed -n 's/^ *"scrapy>=\([0-9.]*\)".*/\1/p' pyproject.toml)
+MIN_BIN := .venv-scrapy-min/bin
+# What the minimum version is checked on: where the project meets Scrapy's APIs.
+MIN_TESTS := tests/test_addon.py tests/test_dupefilter_contract.py tests/test_own_project.py \
+	tests/test_site_crawl.py tests/test_redirects.py tests/test_serialize.py \
+	tests/test_politeness.py tests/test_ssrf.py
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -11,7 +18,13 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: venv crawl test lint
+$(MIN_BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv .venv-scrapy-min
+	$(MIN_BIN)/pip install -q --upgrade pip
+	$(MIN_BIN)/pip install -q -e '.[test]' 'scrapy==$(SCRAPY_MIN)'
+	touch $@
+
+.PHONY: venv crawl test test-min lint
 venv: $(BIN)/.installed
 
 crawl: $(BIN)/.installed
@@ -22,6 +35,12 @@ test: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest
+	$(MAKE) test-min
+
+# The tests of MIN_TESTS again on the oldest Scrapy the project declares (docs/scrapy-support.md).
+test-min: $(MIN_BIN)/.installed
+	$(MIN_BIN)/python -c 'import scrapy; assert scrapy.__version__ == "$(SCRAPY_MIN)", scrapy.__version__'
+	$(MIN_BIN)/pytest -q $(MIN_TESTS)
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check --fix .

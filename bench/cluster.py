@@ -180,7 +180,7 @@ def frontier_bytes_per_request(url: str, count: int) -> tuple[float, float, floa
     per queued request (queue, request JSON and scores together), the mean stored JSON
     length, and the mean URL length."""
     settings = Settings()
-    settings.setmodule("crawler.settings")
+    settings.setmodule("crawler.defaults")
     settings.set("REDIS_URL", url)
     stats = MemoryStatsCollector(Crawler(SiteSpider, settings))
     frontier = RedisFrontier.from_settings(settings, "bench", stats)

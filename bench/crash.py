@@ -30,7 +30,7 @@ import redis
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
-import crawler.settings as project_settings
+import crawler.defaults as project_settings
 from crawler.frontier import META_CHECKED, META_KEY
 from crawler.frontier.keys import RequestKeyer
 from crawler.frontier.redis import RedisFrontier

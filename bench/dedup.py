@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     settings = Settings()
-    settings.setmodule("crawler.settings")
+    settings.setmodule("crawler.defaults")
     capacity = settings.getint("SEEN_FILTER_CAPACITY")
     error_rate = settings.getfloat("SEEN_FILTER_ERROR_RATE")
     expansion = settings.getint("SEEN_FILTER_EXPANSION")

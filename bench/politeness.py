@@ -34,7 +34,7 @@ from typing import Any
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
-import crawler.settings as project_settings
+import crawler.defaults as project_settings
 from crawler.frontier.redis import RedisFrontier
 from tests.servers import RedisServer
 

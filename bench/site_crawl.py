@@ -13,7 +13,7 @@ Run by ``bench/site.sh`` inside the site's loopback-only network namespace, with
 Scrapy arguments after ``--`` go to every crawl (``-- -s FRONTIER_HOST_CONCURRENCY=64``).
 
 Afterwards the redirect map and the canonical hints are exported to ``EXPORT`` with the
-project's own commands (``scrapy redirects``/``scrapy canonicals --format jsonl``).
+project's own commands (``scrapy redirects --format hops``, ``scrapy canonicals``).
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ def fresh_postgres_store() -> str:
 def export(store_url: str, path: str) -> None:
     """Append the redirect hops and canonical hints the crawl recorded to ``path``."""
     with open(path, "ab") as out:
-        for command in ("redirects", "canonicals"):
-            done = scrapy(command, "--format", "jsonl", "-s", f"STORE_URL={store_url}", stdout=out)
+        # Redirects as recorded hops (the scorer's shape), not as a map.
+        for command, fmt in (("redirects", "hops"), ("canonicals", "jsonl")):
+            done = scrapy(command, "--format", fmt, "-s", f"STORE_URL={store_url}", stdout=out)
             if done.wait() != 0:
                 raise SystemExit(f"scrapy {command} failed")
 

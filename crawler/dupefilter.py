@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.dupefilters import BaseDupeFilter
 
-from crawler.frontier import frontier_for
+from crawler.frontier import META_CHECKED, frontier_for
 from crawler.frontier.keys import was_checked
 
 if TYPE_CHECKING:
@@ -24,7 +24,12 @@ class BloomDupeFilter(BaseDupeFilter):
     Links from a page were already checked as one batch by
     :class:`middlewares.linkbatch.BatchDedupeMiddleware`; they pass straight through.
     Anything else (start requests, requests from other middlewares) is checked here, one at
-    a time, through the same frontier. ``dont_filter`` requests never reach this class.
+    a time, through the same frontier: the embedded one marks its key seen (Scrapy's
+    scheduler then queues it); the shared one only checks (its scheduler marks and queues
+    in one atomic step, and never asks this class). ``dont_filter`` requests never reach this
+    class. Deviations from Scrapy's ``RFPDupeFilter`` are listed in
+    tests/test_dupefilter_contract.py (keys, not ``REQUEST_FINGERPRINTER_CLASS`` fingerprints,
+    among them).
     The key goes to ``request.meta["dedupe_key"]``; rejections are logged with their reason
     and counted (``dupefilter/filtered``, ``dupefilter/invalid/<reason>``).
     """
@@ -38,8 +43,13 @@ class BloomDupeFilter(BaseDupeFilter):
 
     def request_seen(self, request: Request) -> bool:
         if was_checked(request):
+            # Admitted in its page's batch: new, once. The same object offered again is
+            # checked like any other (Scrapy's contract: a second call answers "seen").
+            del request.meta[META_CHECKED]
             return False
-        return not self.frontier.admit(None, [request])
+        seen = self.frontier.request_seen(request)
+        request.meta.pop(META_CHECKED, None)  # the mark is for batches; this one is done
+        return seen
 
     def log(self, request: Request, spider: Spider) -> None:
         """Already logged and counted by the frontier, with the reason."""

@@ -44,7 +44,8 @@ def summarize(stats: dict[str, object], elapsed: float) -> str:
         + (", ".join(f"{s}: {n}" for s, n in statuses.items()) or "none"),
         f"  redirects followed:     {redirects}",
         f"  links filtered as seen: {count('dupefilter/filtered')}",
-        f"  links off the site:     {count('links/offsite')}",
+        # The site spider's own count, and Scrapy's (allowed_domains) for other spiders.
+        f"  links off the site:     {count('links/offsite') + count('offsite/filtered')}",
         "  links rejected:         "
         + (", ".join(f"{reason}: {n}" for reason, n in rejected.items()) or "none"),
         f"  errors:                 {count('log_count/ERROR')}",

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from scrapy import Request
+from scrapy import Request, signals
+from scrapy.http import Response
 
-from crawler.frontier import frontier_for, page_handled
+from crawler.frontier import failure_reason, frontier_for, handle_page
+from crawler.frontier.keys import send_request_dropped
 
 if TYPE_CHECKING:
     from typing import Self
 
     from scrapy.crawler import Crawler
-    from scrapy.http import Response
+    from twisted.python.failure import Failure
 
     from crawler.frontier import Frontier
 
@@ -25,9 +28,13 @@ class BatchDedupeMiddleware:
     through at once; requests are held until the callback is done, then handed to the
     frontier in a single call (one ``add_many`` / one Redis round trip per page). The
     frontier returns the ones to schedule here, marked so the dupefilter does not check them
-    again. ``dont_filter`` requests pass through untouched. When the callback fails midway,
+    again; the others fire Scrapy's ``request_dropped``, as if its scheduler had refused
+    them. ``dont_filter`` requests pass through untouched. When the callback fails midway,
     the links it yielded so far are still admitted before the error propagates (Scrapy then
-    logs it and fires ``spider_error``), so they are not lost with the page.
+    logs it and fires ``spider_error``), so they are not lost with the page. When it fails
+    before yielding anything (or a spider middleware's ``process_spider_input`` raises),
+    ``spider_error`` answers the page with an empty batch: a page is answered once handled,
+    however its callback ended; a download whose errback raised is answered as failed.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -35,7 +42,18 @@ class BatchDedupeMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
+        middleware = cls(crawler)
+        crawler.signals.connect(middleware.spider_error, signal=signals.spider_error)
+        return middleware
+
+    def spider_error(self, failure: Failure, response: Response | Failure | None = None) -> None:
+        """A callback (or errback) raised: answer its request's lease if nothing did."""
+        if isinstance(response, Response):
+            self._admit(response, [])
+            return
+        request = getattr(response, "request", None)  # set by Scrapy's scraper
+        if isinstance(request, Request):
+            self.frontier.fail(request, failure_reason(failure.value))
 
     @property
     def frontier(self) -> Frontier:
@@ -78,5 +96,16 @@ class BatchDedupeMiddleware:
         return False
 
     def _admit(self, response: Response, batch: list[Request]) -> list[Request]:
-        self.crawler.signals.send_catch_log(signal=page_handled, response=response)
-        return self.frontier.admit(response.request, batch)
+        """Admit the page's links once what was recorded while handling it is committed
+        (the ``page_handled`` receivers may answer with a Deferred: the record store's
+        flush, in its own thread), releasing its lease with them. Links found seen fire
+        ``request_dropped``, now or when a shared frontier's verdict arrives."""
+        after = handle_page(self.crawler, response)
+        dropped = partial(send_request_dropped, self.crawler)
+        admitted = self.frontier.admit(
+            response.request, batch, after=after, on_late_duplicates=dropped
+        )
+        if len(admitted) < len(batch):
+            kept = {id(request) for request in admitted}
+            dropped(request for request in batch if id(request) not in kept)
+        return admitted

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.http import Response
 from scrapy.utils.asyncio import sleep
+from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.frontier import frontier_for
@@ -23,8 +25,11 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.robotstxt import RobotParser
+    from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: ``request.meta`` key on a robots.txt request this worker fetches for all: the URL its
 #: copy is shared under (a redirected request keeps it).
@@ -92,21 +97,27 @@ class GlobalPolitenessMiddleware:
             return await self._robots_txt(request)
         return None  # (a redirect of a claimed robots.txt keeps the claim)
 
-    def process_response(self, request: Request, response: Response) -> Response:
+    async def _redis(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` from the frontier's background thread (the loop never
+        waits on Redis)."""
+        return await maybe_deferred_to_future(self.frontier.call(function, *args))
+
+    async def process_response(self, request: Request, response: Response) -> Response:
         url = request.meta.pop(ROBOTS_CLAIM_META, None)
         if url is not None:
+            share = self.frontier.politeness.share_robots_txt
             try:
-                if self.frontier.politeness.share_robots_txt(url, response.status, response.body):
+                if await self._redis(share, url, response.status, response.body):
                     self._count("robotstxt/shared_fetch")
             except redis.RedisError as exc:
                 logger.warning("Cannot share the robots.txt of %s: %s", url, exc)
         return response
 
-    def process_exception(self, request: Request, exception: Exception) -> None:
+    async def process_exception(self, request: Request, exception: Exception) -> None:
         url = request.meta.pop(ROBOTS_CLAIM_META, None)
         if url is not None:
             try:
-                self.frontier.politeness.unclaim_robots_txt(url)
+                await self._redis(self.frontier.politeness.unclaim_robots_txt, url)
             except redis.RedisError as exc:
                 logger.warning("Cannot end the claim on the robots.txt of %s: %s", url, exc)
 
@@ -116,8 +127,9 @@ class GlobalPolitenessMiddleware:
         politeness, owner = self.frontier.politeness, self.frontier.owner
         deadline = time.monotonic() + self.robots_fetch_time
         try:
-            while (shared := politeness.shared_robots_txt(request.url)) is None:
-                if politeness.claim_robots_txt(request.url, owner, self.robots_fetch_time):
+            while (shared := await self._redis(politeness.shared_robots_txt, request.url)) is None:
+                claim = politeness.claim_robots_txt
+                if await self._redis(claim, request.url, owner, self.robots_fetch_time):
                     request.meta[ROBOTS_CLAIM_META] = request.url
                     break
                 if time.monotonic() >= deadline:
@@ -142,10 +154,10 @@ class GlobalPolitenessMiddleware:
         if delay <= 0 or (not turn_used and time.monotonic() - leased_at <= STALE_TURN):
             return
         try:
-            wait = self.frontier.politeness.take_turn(host)
+            wait = await self._redis(self.frontier.politeness.take_turn, host)
             while wait > 0:
                 await sleep(wait)
-                wait = self.frontier.politeness.take_turn(host)
+                wait = await self._redis(self.frontier.politeness.take_turn, host)
         except redis.RedisError as exc:
             logger.warning("Cannot take a new turn at %s (sending %s): %s", host, request, exc)
         request.meta[TURN_META] = [time.monotonic(), delay]
@@ -157,11 +169,18 @@ class GlobalPolitenessMiddleware:
             b"User-Agent", self.default_user_agent
         )
         host = politeness_key(request)
-        try:
-            self.frontier.politeness.record_crawl_delay(host, robotparser.crawl_delay(user_agent))
-        except redis.RedisError as exc:
+        record, delay = (
+            self.frontier.politeness.record_crawl_delay,
+            robotparser.crawl_delay(user_agent),
+        )
+
+        def failed(failure: Failure) -> None:
+            failure.trap(redis.RedisError)
             # Every worker parsing the same robots.txt records it too.
-            logger.warning("Cannot record the Crawl-delay of %s now: %s", host, exc)
+            logger.warning("Cannot record the Crawl-delay of %s now: %s", host, failure.value)
+
+        record = self.frontier.politeness.record_crawl_delay
+        self.frontier.call(record, host, delay).addErrback(failed)
 
 
 def _is_robots_txt(request: Request) -> bool:

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from scrapy.downloadermiddlewares.redirect import BaseRedirectMiddleware
+from scrapy import Request
+from scrapy.downloadermiddlewares.redirect import BaseRedirectMiddleware, RedirectMiddleware
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import HtmlResponse
 from scrapy.http.request import NO_CALLBACK
@@ -43,8 +44,8 @@ from scrapy.utils.response import get_meta_refresh
 
 from crawler.canonical import InvalidURL, dedupe_key, resolve_link
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from crawler.frontier import META_CHECKED, META_KEY, frontier_for, page_handled
-from middlewares.ssrf import DNS_FAILURES, PROCESS_GUARD, AddressBlocked, SSRFPolicy
+from crawler.frontier import META_CHECKED, META_KEY, frontier_for, handle_page
+from middlewares.ssrf import DNS_FAILURES, AddressBlocked, policy_for
 from pipelines.records import (
     BLOCKED,
     CHAIN_META_KEY,
@@ -67,7 +68,6 @@ from pipelines.store import record_chain, store_for
 if TYPE_CHECKING:
     from typing import Self
 
-    from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from scrapy.settings import BaseSettings
@@ -142,9 +142,15 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         self.follow_refresh = settings.getbool("METAREFRESH_ENABLED")
         self.refresh_ignore_tags = settings.getlist("METAREFRESH_IGNORE_TAGS")
         self.refresh_max_delay = settings.getfloat("METAREFRESH_MAXDELAY")
-        self.ssrf = (
-            SSRFPolicy.from_settings(settings) if settings.getbool("SSRF_GUARD_ENABLED") else None
-        )
+        self.ssrf_enabled = settings.getbool("SSRF_GUARD_ENABLED")
+        #: Scrapy's RedirectMiddleware, to build each followed request as Scrapy does.
+        self.builder: RedirectMiddleware
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        middleware = super().from_crawler(crawler)
+        middleware.builder = RedirectMiddleware.from_crawler(crawler)
+        return middleware
 
     # --- what the response asks for ------------------------------------------------------
 
@@ -201,9 +207,12 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         if request.callback is NO_CALLBACK:
             # robots.txt and other engine-internal downloads: followed as Scrapy would,
             # not part of the crawl's records or its frontier.
-            if target is None or len(request.meta.get("redirect_urls", ())) >= self.max_hops:
+            internal = None
+            if target is not None and len(request.meta.get("redirect_urls", ())) < self.max_hops:
+                internal = self.redirect_request(request, response, announcement, target)
+            if internal is None:
                 raise IgnoreRequest("unfollowable redirect of an internal request")
-            return self.redirect_request(request, response, announcement, target)
+            return internal
 
         chain = Chain.from_meta(request.meta) or Chain.begin(
             request.url, key_or_error(request.url, self.rules)[0]
@@ -228,61 +237,78 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         stats.inc_value("redirect/hops")
 
         end: tuple[str, str | None] | None = None
+        redirected: Request | None = None
         if target is None:
             end = ERROR, "unfollowable-location"
         elif target_key is None:
             end = ERROR, f"invalid-target:{key_error}"
-        elif self.ssrf is not None and (refusal := self.ssrf.refusal(target)) is not None:
+        elif self.ssrf_enabled and (refusal := policy_for(self.crawler).refusal(target)):
             end = BLOCKED, refusal
             stats.inc_value(f"ssrf/blocked/{refusal}")
         elif target in earlier_urls or (target_key in earlier_keys and target_key != source_key):
             end = LOOP, None
         elif len(chain.hops) >= self.max_hops:
             end = TOO_MANY_HOPS, None
+        else:
+            redirected = self.redirect_request(request, response, announcement, target)
+            if redirected is None:
+                end = ERROR, "not-followed"
         if end is not None:
             outcome, reason = end
             self.finish(chain.finish(outcome, target, reason))
-            self.crawler.signals.send_catch_log(signal=page_handled, response=response)
-            frontier_for(self.crawler).fail(request, f"redirect-{outcome}")
+            handled = handle_page(self.crawler, response)
+            frontier_for(self.crawler).fail(request, f"redirect-{outcome}", after=handled)
             raise IgnoreRequest(f"redirect chain from {chain.start_url} ended: {outcome}")
 
-        assert target is not None and target_key is not None
-        redirected = self.redirect_request(request, response, announcement, target)
+        assert target is not None and target_key is not None and redirected is not None
         redirected.meta[CHAIN_META_KEY] = chain.to_meta()
         if target_key == source_key or redirected.dont_filter:
             redirected.meta[META_KEY] = target_key
             redirected.meta[META_CHECKED] = target
             return redirected
-        admitted = frontier_for(self.crawler).admit(request, [redirected])
+
+        def target_seen(_: object = None) -> None:
+            self.finish(chain.finish(SEEN, target, flag=soft_404_flag(chain.start_url, target)))
+            handle_page(self.crawler, response)
+
+        # A shared frontier may answer later (from its background thread): then the
+        # request goes on, and is not queued if the answer says seen.
+        admitted = frontier_for(self.crawler).admit(
+            request, [redirected], on_late_duplicates=target_seen
+        )
         if admitted:
             return admitted[0]
-        self.finish(chain.finish(SEEN, target, flag=soft_404_flag(chain.start_url, target)))
-        self.crawler.signals.send_catch_log(signal=page_handled, response=response)
+        target_seen()
         raise IgnoreRequest(f"redirect target {target} already seen")
 
     def redirect_request(
         self, request: Request, response: Response, announcement: Announcement, target: str
-    ) -> Request:
-        """The request for ``target``, built the way Scrapy builds it (method change for
-        303 and POST redirects, cookie and authorization handling, Referer)."""
-        status, method = announcement.status, request.method
-        if (
-            announcement.via != VIA_LOCATION
-            or (status in {301, 302} and method == "POST")
-            or (status == 303 and method not in {"GET", "HEAD"})
-        ):
-            redirected = self._redirect_request_using_get(request, response, target)
-        else:
-            redirected = self._build_redirect_request(request, response, url=target)
+    ) -> Request | None:
+        """The request for ``target``, built by Scrapy's own ``RedirectMiddleware`` (method
+        change for 303 and POST redirects, cookie, authorization and proxy handling,
+        Referer) through its public ``process_response``, from the response as if it had
+        redirected to ``target`` (a refresh as a 303: Scrapy follows refreshes with GET).
+        None when Scrapy would not follow it (e.g. ``REDIRECT_MAX_TIMES``)."""
+        status = announcement.status if announcement.via == VIA_LOCATION else 303
+        headers = response.headers.copy()
+        headers["Location"] = target
+        # Without the hop counters: the chain's own cap (REDIRECT_MAX_HOPS) applies.
+        meta = {
+            k: v for k, v in request.meta.items() if k not in ("redirect_times", "redirect_ttl")
+        }
+        try:
+            redirected = self.builder.process_response(
+                request.replace(meta=meta), response.replace(status=status, headers=headers)
+            )
+        except IgnoreRequest:
+            return None
+        if not isinstance(redirected, Request):
+            return None
         reason = announcement.status if announcement.via == VIA_LOCATION else announcement.via
         redirected.meta["redirect_times"] = request.meta.get("redirect_times", 0) + 1
         redirected.meta["redirect_urls"] = [*request.meta.get("redirect_urls", []), request.url]
         redirected.meta["redirect_reasons"] = [*request.meta.get("redirect_reasons", []), reason]
-        redirected.priority = request.priority + self.priority_adjust
-        logger.debug(
-            "Redirecting (%(reason)s) to %(redirected)s from %(request)s",
-            {"reason": reason, "redirected": redirected, "request": request},
-        )
+        redirected.meta.pop("redirect_ttl", None)
         return redirected
 
     # --- recording -----------------------------------------------------------------------
@@ -341,7 +367,7 @@ class ChainFailureMiddleware:
         if chain is None or isinstance(exception, AddressBlocked):
             return
         host = urlsplit(request.url).hostname or ""
-        if isinstance(exception, DNS_FAILURES) and PROCESS_GUARD.name_refusal(host):
+        if isinstance(exception, DNS_FAILURES) and policy_for(self.crawler).name_refusal(host):
             return
         reason = f"{type(exception).__name__}: {exception}"[:500]
         record_chain(self.crawler, chain.finish(ERROR, request.url, reason))

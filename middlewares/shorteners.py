@@ -29,14 +29,14 @@ from urllib.parse import urlsplit
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
-from scrapy.settings import SETTINGS_PRIORITIES
+from scrapy.utils.defer import maybe_deferred_to_future
 
 from crawler.canonical import resolve_link
 from crawler.canonical.rules import rules_from_settings
 from crawler.frontier import frontier_for, page_handled
 from crawler.shorteners import Shorteners, shorteners_from_settings
 from middlewares.redirects import REDIRECT_STATUSES, key_or_error
-from middlewares.ssrf import SSRFPolicy, crawl_hosts
+from middlewares.ssrf import crawl_hosts, policy_for
 from pipelines.records import ERROR, OFFSITE, Chain, Hop, KeyAlias, ShortenerAnswer
 from pipelines.store import record_chain, store_for
 
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from typing import Self
 
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
@@ -57,13 +56,16 @@ CACHED_FLAG = "shortener-cache"
 #: ``via`` of key aliases from a short link's key to its target's.
 VIA_SHORTENER = "shortener"
 #: What a resolution request carries besides its marker, removed before it is redirected.
-_RESOLUTION_META = ("download_timeout", "dont_retry", "dont_obey_robotstxt")
+_RESOLUTION_META = ("allow_offsite", "download_timeout", "dont_retry", "dont_obey_robotstxt")
 
 
 def resolution_meta(short_url: str, timeout: float) -> dict[str, Any]:
     """The ``meta`` that makes a request for ``short_url`` a resolution request."""
     return {
         SHORTENER_META: short_url,
+        # Past Scrapy's offsite filters (allowed_domains): the shortener is asked, only
+        # its target must be on the crawl's hosts.
+        "allow_offsite": True,
         "download_timeout": timeout,
         "dont_retry": True,
         "dont_obey_robotstxt": True,
@@ -123,9 +125,7 @@ class ShortenerResolveMiddleware:
         self.cache_ttl = cache_ttl
         settings = crawler.settings
         self.rules = rules_from_settings(settings)
-        self.ssrf = (
-            SSRFPolicy.from_settings(settings) if settings.getbool("SSRF_GUARD_ENABLED") else None
-        )
+        self.ssrf_enabled = settings.getbool("SSRF_GUARD_ENABLED")
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -137,10 +137,13 @@ class ShortenerResolveMiddleware:
     def stats(self) -> Any:
         return self.crawler.stats
 
-    def process_request(self, request: Request) -> Response | None:
+    async def process_request(self, request: Request) -> Response | None:
         if not is_resolution(request):
             return None
-        answer = store_for(self.crawler).shortener_answer(request.url)
+        # Read off Twisted's loop, behind the store's pending flushes.
+        answer = await maybe_deferred_to_future(
+            store_for(self.crawler).shortener_answer_later(request.url)
+        )
         if answer is None or time.time() - answer.at > self.cache_ttl:
             self.stats.inc_value("shortener/asked")
             return None
@@ -168,7 +171,7 @@ class ShortenerResolveMiddleware:
             self._settle(request, response, chain, ERROR, f"shortener-answered-{response.status}")
         assert location_text is not None
         target_host = (urlsplit(target).hostname or "").rstrip(".")
-        blocked = self.ssrf is not None and self.ssrf.refusal(target) is not None
+        blocked = self.ssrf_enabled and policy_for(self.crawler).refusal(target) is not None
         if blocked or target_host in crawl_hosts(self.crawler.spider):
             return response  # the redirect middleware records the hop, blocks or admits
         self.stats.inc_value("shortener/offsite")
@@ -210,19 +213,3 @@ class ShortenerResolveMiddleware:
         self.crawler.signals.send_catch_log(signal=page_handled, response=response)
         frontier_for(self.crawler).admit(request, [])
         raise IgnoreRequest(f"shortener link {request.url} resolved: {outcome}")
-
-
-class ShortenerAddon:
-    """Rate-limits each shortener host: a download slot per host with ``SHORTENER_DELAY``
-    between requests and one at a time (a shared crawl's lease script enforces
-    ``DOWNLOAD_SLOTS`` across workers). A slot the user configured is kept."""
-
-    def update_settings(self, settings: BaseSettings) -> None:
-        if not settings.getbool("SHORTENERS_ENABLED"):
-            return
-        slots = dict(settings.getdict("DOWNLOAD_SLOTS"))
-        delay = settings.getfloat("SHORTENER_DELAY")
-        for host in sorted(shorteners_from_settings(settings).hosts):
-            slots.setdefault(host, {"delay": delay, "concurrency": 1})
-        priority = max(settings.getpriority("DOWNLOAD_SLOTS") or 0, SETTINGS_PRIORITIES["addon"])
-        settings.set("DOWNLOAD_SLOTS", slots, priority)

@@ -13,27 +13,34 @@ Two layers, both on by default (``SSRF_GUARD_ENABLED``):
   handlers (Twisted); the optional httpx/aiohttp handlers resolve names themselves and only get
   the middleware's checks.
 
-Hosts the crawl was started on (the spider's ``allowed_hosts``, ``start_url``,
-``start_urls``) and hosts in ``SSRF_ALLOWED_HOSTS`` are exempt: crawling your own intranet
-server is a choice, being redirected to one is not. Refusals are recorded as ``blocked``
-chains in the record store and counted under ``ssrf/blocked/<reason>``.
+Hosts the crawl was started on and hosts in ``SSRF_ALLOWED_HOSTS`` are exempt: crawling your
+own intranet server is a choice, being redirected to one is not. A crawl is started on the
+spider's ``allowed_domains`` (and ``allowed_hosts``, ``start_url``, ``start_urls``), and on the
+host of every request its ``start()`` yields (:class:`SSRFStartHostsMiddleware`). Refusals
+are recorded as ``blocked`` chains in the record store and counted under
+``ssrf/blocked/<reason>``.
 
-Scrapy installs one resolver per process, so the hosts exempted at spider start and the names
-the resolver refused are kept process-wide (:data:`PROCESS_GUARD`).
+Exemptions belong to one crawler (:func:`policy_for`): two crawlers of one process never
+share them. Scrapy installs one resolver per process, so the resolver lets a private answer
+through when any running crawler exempts that name (each registers its policy with it), and
+remembers which names answered private addresses; each crawler's middleware then refuses
+those names unless that crawler exempts them.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+import weakref
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from scrapy import signals
+from scrapy import Request
 from scrapy.exceptions import CannotResolveHostError, IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 from scrapy.resolver import CachingThreadedResolver
+from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet.error import DNSLookupError
 
 from crawler.canonical import InvalidURL, canonicalize
@@ -44,7 +51,7 @@ from pipelines.store import record_chain
 if TYPE_CHECKING:
     from typing import Self
 
-    from scrapy import Request, Spider
+    from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
     from twisted.internet.base import ReactorBase
@@ -135,53 +142,39 @@ def host_key(host: str) -> str:
     return normalized_host(f"http://{host}/") or host.strip("[]").rstrip(".")
 
 
-class ProcessGuard:
-    """Process-wide state shared by the resolver and the middlewares of every crawler."""
-
-    def __init__(self) -> None:
-        self.crawl_hosts: set[str] = set()
-        self.refused_names: dict[str, str] = {}
-
-    def exempt(self, hosts: Iterable[str]) -> None:
-        """Hosts a crawl was started on."""
-        self.crawl_hosts.update(host_key(host) for host in hosts if host)
-
-    def refuse_name(self, name: str, reason: str) -> None:
-        self.refused_names[host_key(name)] = reason
-
-    def name_refusal(self, host: str) -> str | None:
-        return self.refused_names.get(host_key(host))
-
-    def reset(self) -> None:
-        self.crawl_hosts.clear()
-        self.refused_names.clear()
-
-
-PROCESS_GUARD = ProcessGuard()
-
-
 class SSRFPolicy:
-    """Decides whether a URL, or a DNS answer for a name, may be connected to."""
+    """Decides whether a URL, or a DNS answer for a name, may be connected to, for one
+    crawler: hosts it allows, and the names its process's resolver saw answer private
+    addresses."""
 
     def __init__(
-        self, allowed_hosts: Iterable[str] = (), guard: ProcessGuard = PROCESS_GUARD
+        self, allowed_hosts: Iterable[str] = (), resolver: SSRFGuardResolver | None = None
     ) -> None:
-        self.allowed_hosts = frozenset(host_key(host) for host in allowed_hosts)
-        self.guard = guard
+        self.allowed_hosts = {host_key(host) for host in allowed_hosts if host}
+        self.resolver = resolver
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
         return cls(settings.getlist("SSRF_ALLOWED_HOSTS"))
 
+    def exempt(self, hosts: Iterable[str]) -> None:
+        """Allow ``hosts`` too: the crawl was started on them."""
+        self.allowed_hosts.update(host_key(host) for host in hosts if host)
+
     def allows(self, host: str) -> bool:
         """The user started the crawl on ``host`` or allowed it explicitly."""
-        key = host_key(host)
-        return key in self.allowed_hosts or key in self.guard.crawl_hosts
+        return host_key(host) in self.allowed_hosts
+
+    def name_refusal(self, host: str) -> str | None:
+        """Why the resolver refused (or would refuse) ``host``: what it answered."""
+        if self.resolver is None or self.allows(host):
+            return None
+        return self.resolver.private_names.get(host_key(host))
 
     def refusal(self, url: str) -> str | None:
         """Why ``url`` must not be requested, or None. Names are judged by what they resolve
         to (see :class:`SSRFGuardResolver`), except metadata names and names the resolver
-        already refused."""
+        already found private."""
         host = normalized_host(url)
         if host is None or self.allows(host):
             return None
@@ -190,7 +183,7 @@ class SSRFPolicy:
         except ValueError:
             if host in METADATA_NAMES:
                 return "metadata"
-            refused = self.guard.name_refusal(host)
+            refused = self.name_refusal(host)
             return f"dns:{refused}" if refused else None
         return address_refusal(address)
 
@@ -219,11 +212,12 @@ class RefusedAnswer(DNSLookupError):
 
 
 class SSRFGuardResolver(CachingThreadedResolver):
-    """Scrapy's caching resolver that refuses private answers for names not allowed.
+    """Scrapy's caching resolver that refuses private answers for names no running crawler
+    allows (``SSRF_ALLOWED_HOSTS`` of the process, or a crawler's own exemptions).
 
     Twisted turns any resolver failure into "no results for hostname lookup", so the name is
-    also remembered in :data:`PROCESS_GUARD`: the middleware then refuses the retry (and every
-    later request to that name) before the downloader, and records the block.
+    also remembered (:attr:`private_names`): each crawler's middleware then refuses the retry
+    (and every later request to that name) before the downloader, and records the block.
     """
 
     def __init__(
@@ -235,6 +229,10 @@ class SSRFGuardResolver(CachingThreadedResolver):
     ) -> None:
         super().__init__(reactor, cache_size, timeout)
         self.policy = policy
+        #: The policies of the crawlers running in this process (see :func:`policy_for`).
+        self.crawl_policies: weakref.WeakSet[SSRFPolicy] = weakref.WeakSet()
+        #: Names that answered a private address, with the address's class.
+        self.private_names: dict[str, str] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, reactor: ReactorBase) -> Self:
@@ -244,6 +242,15 @@ class SSRFGuardResolver(CachingThreadedResolver):
         if settings.getbool("SSRF_GUARD_ENABLED"):
             resolver.policy = SSRFPolicy.from_settings(settings)
         return resolver
+
+    @staticmethod
+    def installed() -> SSRFGuardResolver | None:
+        """The resolver of this process's reactor, if it is this class (a ``CrawlerRunner``
+        script installs none unless it does so itself)."""
+        from twisted.internet import reactor
+
+        resolver = getattr(reactor, "resolver", None)
+        return resolver if isinstance(resolver, SSRFGuardResolver) else None
 
     def getHostByName(self, name: str, timeout: Sequence[int] = ()) -> Deferred[str]:
         deferred = super().getHostByName(name, timeout)
@@ -256,14 +263,37 @@ class SSRFGuardResolver(CachingThreadedResolver):
         reason = self.policy.answer_refusal(name, answer)
         if reason is None:
             return answer
-        PROCESS_GUARD.refuse_name(name, reason)
+        self.private_names[host_key(name)] = reason
+        if any(policy.allows(name) for policy in self.crawl_policies):
+            return answer
         logger.warning("SSRF guard: %s resolves to %s (%s); not connecting", name, answer, reason)
         raise RefusedAnswer(f"{name} resolves to a {reason} address")
 
 
+_policies: weakref.WeakKeyDictionary[Crawler, SSRFPolicy] = weakref.WeakKeyDictionary()
+
+
+def policy_for(crawler: Crawler) -> SSRFPolicy:
+    """The crawler's own policy: ``SSRF_ALLOWED_HOSTS`` and the hosts it was started on
+    (:func:`crawl_hosts`, then each start request's, see :class:`SSRFStartHostsMiddleware`),
+    registered with the process's resolver while the crawler runs."""
+    policy = _policies.get(crawler)
+    if policy is None:
+        policy = SSRFPolicy.from_settings(crawler.settings)
+        if crawler.spider is not None:
+            policy.exempt(crawl_hosts(crawler.spider))
+        policy.resolver = SSRFGuardResolver.installed()
+        if policy.resolver is not None:
+            policy.resolver.crawl_policies.add(policy)
+        _policies[crawler] = policy
+    return policy
+
+
 def crawl_hosts(spider: Spider) -> set[str]:
-    """Hosts a spider was started on: ``allowed_hosts`` and the hosts of its start URLs."""
-    hosts = set(getattr(spider, "allowed_hosts", None) or ())
+    """Hosts a spider was started on: ``allowed_domains``, ``allowed_hosts`` and the hosts of
+    its start URLs."""
+    hosts = set(getattr(spider, "allowed_domains", None) or ())
+    hosts.update(getattr(spider, "allowed_hosts", None) or ())
     urls = list(getattr(spider, "start_urls", None) or ())
     start_url = getattr(spider, "start_url", None)
     if isinstance(start_url, str):
@@ -276,20 +306,18 @@ class SSRFGuardMiddleware:
     """Refuses requests to private addresses before anything is sent (robots.txt included)
     and records each refusal as a ``blocked`` chain."""
 
-    def __init__(self, crawler: Crawler, policy: SSRFPolicy) -> None:
+    def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
-        self.policy = policy
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         if not crawler.settings.getbool("SSRF_GUARD_ENABLED"):
             raise NotConfigured
-        middleware = cls(crawler, SSRFPolicy.from_settings(crawler.settings))
-        crawler.signals.connect(middleware.spider_opened, signal=signals.spider_opened)
-        return middleware
+        return cls(crawler)
 
-    def spider_opened(self, spider: Spider) -> None:
-        PROCESS_GUARD.exempt(crawl_hosts(spider))
+    @property
+    def policy(self) -> SSRFPolicy:
+        return policy_for(self.crawler)
 
     def process_request(self, request: Request) -> None:
         reason = self.policy.refusal(request.url)
@@ -300,7 +328,7 @@ class SSRFGuardMiddleware:
     def process_exception(self, request: Request, exception: Exception) -> None:
         """A DNS failure the resolver caused (retries off, or the last one) is a block."""
         if isinstance(exception, DNS_FAILURES):
-            refused = PROCESS_GUARD.name_refusal(urlsplit(request.url).hostname or "")
+            refused = self.policy.name_refusal(urlsplit(request.url).hostname or "")
             if refused is not None:
                 self.record_block(request, f"dns:{refused}")
 
@@ -315,3 +343,24 @@ class SSRFGuardMiddleware:
             request.url, request.meta.get(META_KEY)
         )
         record_chain(self.crawler, chain.finish(BLOCKED, request.url, reason))
+
+
+class SSRFStartHostsMiddleware:
+    """Spider middleware: the host of every request the spider's ``start()`` yields is one
+    the crawl was started on, exempt from the guard for this crawler."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        if not crawler.settings.getbool("SSRF_GUARD_ENABLED"):
+            raise NotConfigured
+        return cls(crawler)
+
+    async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        policy = policy_for(self.crawler)
+        async for output in start:
+            if isinstance(output, Request):
+                policy.exempt([urlparse_cached(output).hostname or ""])
+            yield output

@@ -18,12 +18,13 @@ import hashlib
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy import signals
+from scrapy.utils.defer import maybe_deferred_to_future
 from sqlalchemy import (
     Boolean,
     Column,
@@ -43,7 +44,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import OperationalError
+from twisted.internet.defer import Deferred, maybeDeferred, succeed
 
+from crawler.background import BackgroundThread
 from crawler.frontier import page_handled
 from pipelines.records import (
     SEEN,
@@ -62,6 +65,7 @@ from pipelines.schema import upgrade_schema
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+    from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +75,8 @@ DEFAULT_BATCH_SIZE = 500
 DEFAULT_FLUSH_INTERVAL = 5.0
 #: A flush that hits a deadlock or a locked SQLite file is retried this many times.
 FLUSH_ATTEMPTS = 5
+#: Buffered rows: per table, per conflict key, the newest row.
+Rows = dict[str, dict[tuple[Any, ...], dict[str, Any]]]
 ID_LENGTH = 32
 
 metadata = MetaData()
@@ -197,6 +203,10 @@ shortener_answers = Table(
     Column("location", Text),
     Column("answered_at", Float, nullable=False),
 )
+
+
+def _shortener_answer(row: dict[str, Any]) -> ShortenerAnswer:
+    return ShortenerAnswer(row["short_url"], row["status"], row["location"], row["answered_at"])
 
 
 def record_id(*parts: str | None) -> str:
@@ -354,6 +364,10 @@ class RecordStore(Protocol):
         """The newest answer recorded for ``short_url`` (buffered ones included)."""
         ...
 
+    def shortener_answer_later(self, short_url: str) -> Deferred[ShortenerAnswer | None]:
+        """:meth:`shortener_answer`, read off Twisted's loop."""
+        ...
+
     def flush(self) -> None:
         """Write everything buffered."""
         ...
@@ -401,6 +415,9 @@ class SqlRecordStore:
         self._buffered = 0
         self._last_flush = time.monotonic()
         self._retry_after = 0.0
+        #: Where writes go during a crawl (:func:`store_for`), off Twisted's loop; None:
+        #: in the caller's thread.
+        self.background: BackgroundThread | None = None
         upgrade_schema(engine)
 
     @classmethod
@@ -439,17 +456,13 @@ class SqlRecordStore:
         now = time.monotonic()
         due = self._buffered >= self.batch_size or now - self._last_flush >= self.flush_interval
         if due and now >= self._retry_after:
+            if self.background is not None:
+                self.flush_later()
+                return
             try:
                 self.flush()
             except OperationalError as exc:
-                # The database is away: keep every record and try again later, rather than
-                # failing the response being processed (its page would be lost).
-                self._retry_after = now + self.flush_interval
-                logger.error(
-                    "Record store unavailable, %d records kept in memory until it is back: %s",
-                    self._buffered,
-                    exc,
-                )
+                self._flush_failed(exc)
 
     def add_page(self, page: PageRecord) -> None:
         self._buffer(
@@ -582,39 +595,105 @@ class SqlRecordStore:
 
     def shortener_answer(self, short_url: str) -> ShortenerAnswer | None:
         row = self._buffers["shortener_answers"].get((record_id(short_url),))
-        if row is None:
-            query = select(shortener_answers).where(shortener_answers.c.id == record_id(short_url))
-            with self.engine.connect() as connection:
-                found = connection.execute(query).mappings().first()
-            row = dict(found) if found else None
-        if row is None:
-            return None
-        return ShortenerAnswer(row["short_url"], row["status"], row["location"], row["answered_at"])
+        return _shortener_answer(row) if row else self._stored_shortener_answer(short_url)
+
+    def shortener_answer_later(self, short_url: str) -> Deferred[ShortenerAnswer | None]:
+        """:meth:`shortener_answer` read from the background thread, after the flushes
+        handed over before it (so it sees them); None (logged) when the database is away."""
+        row = self._buffers["shortener_answers"].get((record_id(short_url),))
+        if row:
+            return succeed(_shortener_answer(row))
+        if self.background is None:
+            reading = maybeDeferred(self._stored_shortener_answer, short_url)
+        else:
+            reading = self.background.run(self._stored_shortener_answer, short_url)
+        return reading.addErrback(self._no_shortener_answer, short_url)
+
+    def _stored_shortener_answer(self, short_url: str) -> ShortenerAnswer | None:
+        """The answer written for ``short_url``. Blocks: in a crawl, runs in the background
+        thread (:meth:`shortener_answer_later`)."""
+        query = select(shortener_answers).where(shortener_answers.c.id == record_id(short_url))
+        with self.engine.connect() as connection:
+            found = connection.execute(query).mappings().first()
+        return _shortener_answer(dict(found)) if found else None
+
+    @staticmethod
+    def _no_shortener_answer(failure: Failure, short_url: str) -> None:
+        failure.trap(OperationalError)
+        logger.warning("Record store unavailable, shortener link %s asked again", short_url)
 
     def add_param_rule(self, rule: ParamRule) -> None:
         self._buffer("param_rules", {"id": record_id(rule.scope, rule.param), **rule.row()})
 
+    def _flush_failed(self, exc: Exception) -> None:
+        # The database is away: keep every record and try again later, rather than failing
+        # the response being processed (its page would be lost).
+        self._retry_after = time.monotonic() + self.flush_interval
+        logger.error(
+            "Record store unavailable, %d records kept in memory until it is back: %s",
+            self._buffered,
+            exc,
+        )
+
     def flush(self) -> None:
         """Write every buffered row in one transaction, retried on deadlocks and locked
-        files (the upserts make a repeated attempt harmless)."""
+        files (the upserts make a repeated attempt harmless). Raises ``OperationalError``
+        when the database stays away; the rows stay buffered then."""
+        rows = self._take()
+        try:
+            self._write(rows)
+        except BaseException:
+            self._restore(rows)
+            raise
+
+    def flush_later(self) -> Deferred[None]:
+        """Write every buffered row from the background thread (in order with earlier
+        flushes); fires on the loop once they are committed, or kept for the next flush
+        (logged) when the database stays away."""
+        rows = self._take()
+        if self.background is None:
+            return maybeDeferred(self._write, rows).addErrback(self._put_back, rows)
+        return self.background.run(self._write, rows).addErrback(self._put_back, rows)
+
+    def _take(self) -> Rows:
+        """The buffered rows, now no longer buffered."""
         self._last_flush = time.monotonic()
-        if not self._buffered:
+        rows, self._buffers = self._buffers, {name: {} for name in _UPSERTS}
+        self._buffered = 0
+        return rows
+
+    def _restore(self, rows: Rows) -> None:
+        """Buffer ``rows`` again, behind newer ones of the same key."""
+        for name, table_rows in rows.items():
+            for key, row in table_rows.items():
+                if key not in self._buffers[name]:
+                    self._buffers[name][key] = row
+                    self._buffered += 1
+
+    def _put_back(self, failure: Failure, rows: Rows) -> None:
+        """A flush in the background failed for good: keep its rows for the next one."""
+        self._restore(rows)
+        failure.trap(OperationalError)
+        self._flush_failed(failure.value)
+
+    def _write(self, rows: Rows) -> None:
+        """Write ``rows`` in one transaction, retried on deadlocks and locked files (the
+        upserts make a repeated attempt harmless). Blocks: runs in the background thread
+        during a crawl."""
+        if not any(rows.values()):
             return
         for attempt in range(1, FLUSH_ATTEMPTS + 1):
             try:
                 with self.engine.begin() as connection:
-                    for name, rows in self._buffers.items():
-                        if rows:
-                            self._upsert(connection, _UPSERTS[name], rows)
-                break
+                    for name, table_rows in rows.items():
+                        if table_rows:
+                            self._upsert(connection, _UPSERTS[name], table_rows)
+                return
             except OperationalError:
                 if attempt == FLUSH_ATTEMPTS:
                     raise
                 logger.warning("Record store busy, retrying the flush (attempt %d)", attempt)
                 time.sleep(0.05 * 2**attempt)
-        for rows in self._buffers.values():
-            rows.clear()
-        self._buffered = 0
 
     def _upsert(
         self, connection: Connection, spec: _Upsert, rows: dict[tuple[Any, ...], dict[str, Any]]
@@ -634,6 +713,8 @@ class SqlRecordStore:
         connection.execute(statement, [rows[key] for key in sorted(rows)])
 
     def close(self) -> None:
+        if self.background is not None:
+            self.background.close()  # flushes under way end first
         self.flush()
         self.engine.dispose()
 
@@ -709,7 +790,11 @@ def store_for(crawler: Crawler) -> RecordStore:
     """
     store = _stores.get(crawler)
     if store is None:
+        from twisted.internet import reactor
+
         store = SqlRecordStore.from_settings(crawler.settings)
+        if reactor.running:  # type: ignore[attr-defined]
+            store.background = BackgroundThread("record-store")
         crawler.signals.connect(store.close, signal=signals.spider_closed)
         if crawler.settings.get("REDIS_URL"):
             crawler.signals.connect(_flush_on_page_handled(store), signal=page_handled, weak=False)
@@ -717,9 +802,9 @@ def store_for(crawler: Crawler) -> RecordStore:
     return store
 
 
-def _flush_on_page_handled(store: RecordStore) -> Callable[..., None]:
-    def flush(**_: Any) -> None:
-        store.flush()
+def _flush_on_page_handled(store: SqlRecordStore) -> Callable[..., Coroutine[Any, Any, None]]:
+    async def flush(**_: Any) -> None:
+        await maybe_deferred_to_future(store.flush_later())
 
     return flush
 

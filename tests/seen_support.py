@@ -22,7 +22,7 @@ def open_filter(url: str, key: str = "books:seen", **overrides: object) -> Shard
     new connection to ``url`` (close it with ``seen.client.close()``; closed already if the
     filter is refused)."""
     settings = Settings()
-    settings.setmodule("crawler.settings")
+    settings.setmodule("crawler.defaults")
     settings.update(overrides)
     client = redis_from_url(url)
     try:

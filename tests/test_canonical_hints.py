@@ -191,7 +191,7 @@ def test_valid_hints_alias_the_page_key(crawl: Crawl) -> None:
 
 def test_canonicals_command(crawl: Crawl) -> None:
     rows = command_rows("canonicals", crawl.store_url)
-    assert all(set(row) == {"page", "canonical", "valid", "reason"} for row in rows)
+    assert all(set(row) == {"page", "canonical", "valid", "reason", "problem"} for row in rows)
     by_page = {(crawl.path(row["page"]), crawl.path(row["canonical"])): row for row in rows}
     assert by_page[("/canon/self", "/canon/self")]["valid"] is True
     assert by_page[("/canon/cross", "https://example.org/canon/cross")]["valid"] is False

@@ -15,6 +15,7 @@ from pipelines.records import (
     SEEN,
     CanonicalHint,
     Chain,
+    PageRecord,
     UrlAlias,
 )
 from pipelines.store import SqlRecordStore
@@ -29,54 +30,94 @@ def write(store_url: str, *chains: Chain) -> None:
     store.close()
 
 
-def by_from(rows: list[dict]) -> dict[str, dict]:
-    return {row["from"]: row for row in rows}
+def by_source(rows: list[dict]) -> dict[str, dict]:
+    return {row["source"]: row for row in rows}
+
+
+def page(store_url: str, url: str, status: int = 200) -> None:
+    store = SqlRecordStore.from_url(store_url)
+    store.add_page(PageRecord(url, url, dedupe_key(url), status))
+    store.close()
 
 
 def test_map_is_transitive_across_chains(store_url: str) -> None:
     # A's chain stopped at B (already known); B's own chain went on to C.
     write(store_url, chain("1", SEEN, hop(A, B, 301)), chain("2", FETCHED, hop(B, C, 302)))
-    rows = by_from(command_rows("redirects", store_url))
-    assert rows[A] == {
-        "from": A,
-        "to": B,
-        "status": 301,
-        "permanent": True,
-        "via": "location",
-        "final": C,
+    rows = by_source(command_rows("redirects", store_url))
+    assert rows[A] | {"source_key": None} == {
+        "source": A,
+        "target": C,
+        "status": 302,
+        "hops": 2,
+        "hop_statuses": "301 302",
+        "permanent": False,
         "outcome": "fetched",
+        "final_status": None,
         "flag": None,
+        "entry": True,
+        "skip": None,
+        "reason": None,
+        "host": "e.org",
+        "source_key": None,
     }
-    assert (rows[B]["final"], rows[B]["status"]) == (C, 302)
+    assert (rows[B]["target"], rows[B]["status"], rows[B]["hops"]) == (C, 302, 1)
 
 
 def test_loop_across_chains_is_reported_not_followed(store_url: str) -> None:
     write(store_url, chain("1", SEEN, hop(A, B)), chain("2", SEEN, hop(B, A)))
-    rows = by_from(command_rows("redirects", store_url))
-    assert {(row["outcome"], row["final"]) for row in rows.values()} == {("loop", None)}
+    rows = by_source(command_rows("redirects", store_url))
+    assert {(row["outcome"], row["target"], row["entry"]) for row in rows.values()} == {
+        ("loop", None, False)
+    }
 
 
-def test_blocked_chain_ends_on_the_refused_address(store_url: str) -> None:
+def test_blocked_chain_is_no_entry_and_hides_the_address(store_url: str) -> None:
     private = "http://169.254.169.254/latest/meta-data/"
     write(store_url, chain("1", BLOCKED, hop(A, B), hop(B, private, 302)))
-    rows = by_from(command_rows("redirects", store_url))
-    assert (rows[A]["final"], rows[A]["outcome"]) == (private, "blocked")
+    rows = by_source(command_rows("redirects", store_url))
+    assert {(row["outcome"], row["target"]) for row in rows.values()} == {("blocked", None)}
 
 
 def test_same_key_hop_is_not_a_loop(store_url: str) -> None:
     http, https = "http://e.org/a", "https://e.org/a?utm_source=x"
     write(store_url, chain("1", FETCHED, hop(http, https), hop(https, C, 308)))
-    rows = by_from(command_rows("redirects", store_url))
-    assert (rows[http]["final"], rows[http]["outcome"]) == (C, "fetched")
+    rows = by_source(command_rows("redirects", store_url))
+    assert (rows[http]["target"], rows[http]["outcome"], rows[http]["status"]) == (
+        C,
+        "fetched",
+        301,
+    )
 
 
-def test_permanent_only_resolves_through_permanent_hops(store_url: str) -> None:
+def test_permanent_only_leaves_out_mixed_chains(store_url: str) -> None:
     write(store_url, chain("1", FETCHED, hop(A, B, 301), hop(B, C, 302)))
+    assert command_rows("redirects", store_url, "--permanent-only") == []
+    write(store_url, chain("2", FETCHED, hop(A, B, 308), hop(B, C, 301)))
     rows = command_rows("redirects", store_url, "--permanent-only")
-    assert [(r["from"], r["to"], r["final"]) for r in rows] == [(A, B, B)]
+    assert [(r["source"], r["target"], r["status"]) for r in rows] == [(A, C, 301), (B, C, 301)]
 
 
-def test_csv_and_nginx_formats(store_url: str) -> None:
+def test_error_end_and_flags(store_url: str) -> None:
+    login = "https://e.org/login"
+    write(
+        store_url,
+        chain("1", FETCHED, hop(A, B, 301)),
+        chain("2", FETCHED, hop(C, login, 302), flag="soft-404:login"),
+    )
+    page(store_url, B, 404)
+    page(store_url, login)
+    rows = by_source(command_rows("redirects", store_url))
+    assert (rows[A]["final_status"], rows[A]["entry"], rows[A]["skip"]) == (
+        404,
+        False,
+        "final-status-404",
+    )
+    assert (rows[C]["flag"], rows[C]["entry"]) == ("soft-404:login", False)
+    flagged = by_source(command_rows("redirects", store_url, "--include-flagged"))
+    assert (flagged[C]["entry"], flagged[C]["target"]) == (True, login)
+
+
+def test_csv_and_bulk_formats(store_url: str) -> None:
     write(
         store_url,
         chain("1", FETCHED, hop(A, B, 301)),
@@ -85,14 +126,13 @@ def test_csv_and_nginx_formats(store_url: str) -> None:
     result = scrapy("redirects", "-s", f"STORE_URL={store_url}", "--format", "csv")
     assert result.returncode == 0, result.stderr
     table = list(csv.DictReader(io.StringIO(result.stdout)))
-    assert [(r["from"], r["to"], r["status"], r["final"]) for r in table] == [
-        (A, B, "301", B),
-        (C, "https://e.org/login", "302", "https://e.org/login"),
+    assert [(r["source"], r["target"], r["status"], r["entry"]) for r in table] == [
+        (A, B, "301", "True"),
+        (C, "https://e.org/login", "302", "False"),
     ]
-    result = scrapy("redirects", "-s", f"STORE_URL={store_url}", "--format", "nginx")
+    result = scrapy("redirects", "-s", f"STORE_URL={store_url}", "--format", "bulk")
     assert result.returncode == 0, result.stderr
-    assert '    "/a" "https://e.org/b";' in result.stdout.splitlines()
-    assert "    # /c: soft-404:login" in result.stdout.splitlines()
+    assert result.stdout.splitlines() == ["source,target,status", f"{A},{B},301"]
 
 
 def test_canonicals_command_formats(store_url: str) -> None:
@@ -109,11 +149,17 @@ def test_canonicals_command_formats(store_url: str) -> None:
     store.close()
     rows = command_rows("canonicals", store_url)
     assert rows == [
-        {"page": A, "canonical": B, "valid": True, "reason": "same-site"},
-        {"page": C, "canonical": "file:///c", "valid": False, "reason": "non-http-scheme"},
+        {"page": A, "canonical": B, "valid": True, "reason": "same-site", "problem": None},
+        {
+            "page": C,
+            "canonical": "file:///c",
+            "valid": False,
+            "reason": "non-http-scheme",
+            "problem": None,
+        },
     ]
     result = scrapy("canonicals", "-s", f"STORE_URL={store_url}", "--format", "csv")
-    assert result.stdout.splitlines()[0] == "page,canonical,valid,reason"
+    assert result.stdout.splitlines()[0] == "page,canonical,valid,reason,problem"
 
 
 def test_exports_concatenate_into_one_jsonl_file(store_url: str, tmp_path: Path) -> None:
@@ -124,8 +170,8 @@ def test_exports_concatenate_into_one_jsonl_file(store_url: str, tmp_path: Path)
     store.close()
     export = tmp_path / "export.jsonl"
     with export.open("a") as out:
-        for name in ("redirects", "canonicals"):
-            out.write(scrapy(name, "-s", f"STORE_URL={store_url}").stdout)
+        for command in (("redirects", "--format", "hops"), ("canonicals",)):
+            out.write(scrapy(*command, "-s", f"STORE_URL={store_url}").stdout)
     lines = [json.loads(line) for line in export.read_text().splitlines()]
     hops = [(row["from"], row["to"], row["status"]) for row in lines if "from" in row]
     hints = [(row["page"], row["canonical"], row["valid"]) for row in lines if "page" in row]

@@ -172,7 +172,10 @@ def test_the_environment_reaches_the_settings() -> None:
                     sys.executable,
                     "-c",
                     "import json, sys; from scrapy.utils.project import get_project_settings; "
+                    "from scrapy.addons import AddonManager; "
                     "s = get_project_settings(); "
+                    # What the crawler process does first: the add-on's defaults, env-derived.
+                    "AddonManager.load_pre_crawler_settings(s); "
                     "print(json.dumps({n: str(s.get(n)) for n in sys.argv[1:]}))",
                     *passed,
                 ],

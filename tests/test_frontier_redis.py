@@ -5,7 +5,6 @@ answer), failures with their reason, drain detection, priority order, Redis rest
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import subprocess
 import time
@@ -23,10 +22,11 @@ from scrapy.http import JsonRequest
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
+import crawler.defaults as project_defaults
 import crawler.settings as project_settings
 from crawler.commands.seed import Command as SeedCommand
 from crawler.frontier import META_KEY
-from crawler.frontier.redis import LEASE_META, QUEUED_META, RedisFrontier
+from crawler.frontier.redis import LEASE_META, QUEUED_META, FrontierKeys, RedisFrontier
 from crawler.frontier.scheduler import LeaseMiddleware, RedisScheduler
 from tests.cluster import RedisClusterServers
 from tests.httpserver import Page, TestServer, html, redirect
@@ -57,7 +57,7 @@ FRONTIER_SETTINGS = (
 
 def make_worker(redis_url: str, lease_ttl: float = 60.0) -> RedisFrontier:
     """One worker's view of the frontier, as a crawl with the project's settings makes it."""
-    settings = {name: getattr(project_settings, name) for name in FRONTIER_SETTINGS}
+    settings = {name: getattr(project_defaults, name) for name in FRONTIER_SETTINGS}
     settings.update(REDIS_URL=redis_url, FRONTIER_LEASE_TTL=lease_ttl)
     crawler = get_crawler(ExampleSpider, settings)
     spider = ExampleSpider.from_crawler(crawler)
@@ -217,13 +217,27 @@ def test_heartbeat_keeps_a_live_workers_leases(workers: Any) -> None:
         busy.heartbeat()
         assert other.lease(1) == []
         time.sleep(0.1)
-    del page
-    gc.collect()  # the request was dropped without an answer: recorded, not refetched
-    busy.flush()
+    assert busy.answer_dropped(grace=0) == 0  # not downloaded yet: still worked on
+    busy.left_downloader(page)
+    assert busy.answer_dropped(grace=60) == 0
+    # Left the downloader, and neither a response nor a failure nor a replacement came:
+    # dropped on the way by a middleware, recorded rather than refetched.
+    assert busy.answer_dropped(grace=0) == 1
     assert other.lease(1) == []
     [record] = busy.failures().values()
-    assert record["reason"] == "dropped without an answer"
+    assert record["reason"] == "dropped after its download (no response, no replacement, no error)"
     assert stat(busy, "frontier/unanswered") == 1
+
+
+def test_a_response_keeps_the_lease_for_its_page_batch(workers: Any) -> None:
+    worker = workers()
+    worker.admit(None, [Request("https://example.com/")])
+    [page] = worker.lease(1)
+    worker.left_downloader(page)
+    worker.responded(page)
+    assert worker.answer_dropped(grace=0) == 0
+    worker.admit(page, [])
+    assert worker.is_drained()
 
 
 def test_failure_is_recorded_with_its_reason_and_releases_the_lease(workers: Any) -> None:
@@ -328,19 +342,19 @@ def test_answers_wait_while_redis_restarts_and_are_delivered_after() -> None:
 
 def scheduler_crawler(redis_url: str) -> Any:
     """A crawler configured like ``scrapy crawl example -s REDIS_URL=...``."""
-    settings = {name: getattr(project_settings, name) for name in FRONTIER_SETTINGS}
+    settings = {name: getattr(project_defaults, name) for name in FRONTIER_SETTINGS}
     settings.update(
         REDIS_URL=redis_url,
         ADDONS=project_settings.ADDONS,
-        FRONTIER_LEASE_BATCH=project_settings.FRONTIER_LEASE_BATCH,
-        FRONTIER_LEASE_TTL=project_settings.FRONTIER_LEASE_TTL,
+        FRONTIER_LEASE_BATCH=project_defaults.FRONTIER_LEASE_BATCH,
+        FRONTIER_LEASE_TTL=project_defaults.FRONTIER_LEASE_TTL,
     )
     return get_crawler(ExampleSpider, settings)
 
 
 def test_redis_url_switches_the_scheduler_and_adds_the_lease_middleware(redis_url: str) -> None:
     with_redis = scheduler_crawler(redis_url).settings
-    assert with_redis["SCHEDULER"] is RedisScheduler
+    assert with_redis["SCHEDULER"] == "crawler.frontier.scheduler.RedisScheduler"
     assert LeaseMiddleware in with_redis.getdict("DOWNLOADER_MIDDLEWARES")
     without = get_crawler(ExampleSpider, {"ADDONS": project_settings.ADDONS}).settings
     assert without["SCHEDULER"] == "scrapy.core.scheduler.Scheduler"
@@ -449,7 +463,7 @@ def test_frontier_works_on_a_redis_cluster(redis_cluster: RedisClusterServers) -
 
 def test_request_whose_lease_keeps_expiring_is_given_up_with_the_reason(workers: Any) -> None:
     worker = workers(lease_ttl=0.05)
-    worker.max_expiries = 2
+    worker.leases.max_expiries = 2
     worker.admit(None, [Request("https://example.com/kills-workers")])
     stuck = worker.lease(1)  # held, never answered nor extended: as if its worker hung
     time.sleep(0.1)
@@ -543,3 +557,19 @@ def test_closing_worker_gives_its_leases_back_to_the_queue(redis_url: str, worke
         scheduler.frontier.close()
     assert sorted(urls(other.lease(5))) == [f"https://example.com/{n}" for n in range(3)]
     assert other.failures() == {}
+
+
+def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them() -> None:
+    import crawler.frontier.redis.layout as layout
+    from crawler.frontier.lua import script_keys
+    from crawler.frontier.redis import SCRIPTS
+
+    every_key = FrontierKeys.names()
+    for name in (*SCRIPTS, "turn", "waiting"):
+        named = script_keys(name)
+        assert set(named) <= set(every_key), name
+        assert len(set(named)) == len(named) < len(every_key), name
+    assert script_keys("heartbeat") == ("leases", "owners")
+    assert "seen" not in script_keys("lease")
+    documented = layout.__doc__ or ""
+    assert all(f"\n{key} " in documented for key in every_key)

@@ -15,7 +15,7 @@ from redis.crc import key_slot
 from scrapy import Request
 from scrapy.utils.test import get_crawler
 
-import crawler.settings as project_settings
+import crawler.defaults as project_settings
 from crawler.frontier.redis import RedisFrontier
 from crawler.redis_client import RedisSetupError
 from tests.cluster import RedisClusterServers
@@ -76,7 +76,7 @@ def kill_before(worker: RedisFrontier, script: str) -> None:
     def killed(*args: Any, **kwargs: Any) -> None:
         raise WorkerKilled
 
-    worker._scripts[script] = killed  # type: ignore[assignment]
+    worker.scripts._scripts[script] = killed  # type: ignore[assignment]
 
 
 def crawl_two_workers(first: RedisFrontier, second: RedisFrontier) -> None:

@@ -107,3 +107,30 @@ def test_workers_opening_a_new_store_at_once_migrate_it_once(pg_url: str) -> Non
     engine = make_engine(pg_url)
     assert current_revision(engine) == head_revision()
     engine.dispose()
+
+
+def test_fingerprints_and_learned_rules_round_trip(store_url: str) -> None:
+    from crawler.content.fingerprint import fingerprint
+    from pipelines.records import APPLIED, PROPOSED, ParamRule
+
+    store = SqlRecordStore.from_url(store_url)
+    page = PageRecord("https://e.org/a?from=nav", "https://e.org/a?from=nav", "r2|x", 200)
+    content = fingerprint(b"<p>hello world</p>", "<p>hello world</p>")
+    # The fingerprint may be written before its page (a thread finished first): one row.
+    store.add_fingerprint(page, content)
+    store.flush()
+    store.add_page(page)
+    rule = ParamRule("e.org", "from", PROPOSED, (("https://e.org/a", "https://e.org/a?from=nav"),))
+    store.add_param_rule(rule)
+    store.flush()
+    store.add_param_rule(ParamRule("e.org", "from", APPLIED, rule.evidence, rules_version="r2+1"))
+    store.close()
+
+    reader = SqlRecordStore.from_url(store_url)
+    (row,) = list(reader.fingerprinted_pages())
+    assert (row["content_hash"], row["content_kind"]) == (content.exact, "ok")
+    assert bytes(row["content_minhash"]) == content.minhash
+    (stored,) = reader.param_rules()
+    assert (stored.name, stored.state, stored.evidence) == ("e.org?from", APPLIED, rule.evidence)
+    assert reader.param_rules(PROPOSED) == []
+    reader.close()

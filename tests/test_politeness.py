@@ -19,6 +19,7 @@ from scrapy.core.downloader import Downloader
 from scrapy.robotstxt import ProtegoRobotParser
 from scrapy.utils.test import get_crawler
 
+import crawler.defaults as project_defaults
 import crawler.settings as project_settings
 from crawler.frontier import frontier_for
 from crawler.frontier.politeness import HostLimits, disable_local_delays
@@ -31,10 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Project settings a worker's frontier reads; the tests override some of them.
 FRONTIER_SETTINGS = {
-    name: getattr(project_settings, name)
-    for name in dir(project_settings)
+    name: getattr(project_defaults, name)
+    for name in dir(project_defaults)
     if name.startswith(("FRONTIER_", "SEEN_FILTER_"))
-    or name in ("CONCURRENT_REQUESTS_PER_DOMAIN", "USER_AGENT")
+} | {
+    name: getattr(project_settings, name)
+    for name in ("CONCURRENT_REQUESTS_PER_DOMAIN", "USER_AGENT")
 }
 
 
@@ -223,9 +226,19 @@ def test_worker_keeps_no_download_delay_of_its_own(redis_url: str) -> None:
     limits = HostLimits.from_settings(crawler.settings)
     assert (limits.delay, limits.per_host) == (0.5, slots)  # applied by the frontier instead
     downloader = Downloader(crawler)
+    _, early = downloader._get_slot(Request("http://early.example/"))
     disable_local_delays(downloader)
-    _, plain = downloader._get_slot(Request("http://a.example/"))
-    _, slow = downloader._get_slot(Request("http://slow.example/"))
+    assert early.delay == 0.0
+    slots_of = []
+    for url in ("http://a.example/", "http://slow.example/"):
+        request = Request(url)
+        # What the downloader does with each request: its slot, then the signal.
+        key, slot = downloader._get_slot(request)
+        request.meta["download_slot"] = key
+        assert slot.delay > 0
+        crawler.signals.send_catch_log(signals.request_reached_downloader, request=request)
+        slots_of.append(slot)
+    plain, slow = slots_of
     assert (plain.delay, slow.delay, slow.concurrency) == (0.0, 0.0, 1)
 
 

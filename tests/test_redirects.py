@@ -179,41 +179,49 @@ def test_every_redirected_url_has_its_key_stored(crawl: Crawl) -> None:
 
 def test_redirect_map_jsonl(crawl: Crawl) -> None:
     rows = command_rows("redirects", crawl.store_url)
-    by_from = {crawl.path(row["from"]): row for row in rows}
-    # One line per hop, with where its chain finally leads.
-    assert {k for k in by_from if k and k.startswith("/chain/")} == {
+    by_source = {crawl.path(row["source"]): row for row in rows}
+    # One line per redirect source (every hop source), with where its chain finally leads.
+    assert {k for k in by_source if k and k.startswith("/chain/")} == {
         "/chain/1",
         "/chain/2",
         "/chain/3?utm_source=chain",
     }
-    first = by_from["/chain/1"]
-    assert (crawl.path(first["to"]), first["status"]) == ("/chain/2", 301)
-    assert (crawl.path(first["final"]), first["outcome"]) == ("/final/chain", "fetched")
-    assert by_from["/loop/a"]["outcome"] == "loop"
-    assert by_from["/loop/a"]["final"] is None
-    assert by_from["/out/two"]["outcome"] == "blocked"
-    assert by_from["/out/two"]["final"] == "http://169.254.169.254/latest/meta-data/iam/"
-    assert by_from["/spiral/1"]["outcome"] == "too-many-hops"
-    assert by_from["/members"]["flag"] == "soft-404:login"
-    assert all(set(row) >= {"from", "to", "status"} for row in rows)
+    first = by_source["/chain/1"]
+    assert (crawl.path(first["target"]), first["status"]) == ("/final/chain", 302)
+    assert (first["hops"], first["hop_statuses"], first["outcome"]) == (3, "301 302 307", "fetched")
+    assert first["entry"] is True
+    assert (by_source["/chain/2"]["hops"], by_source["/chain/2"]["status"]) == (2, 302)
+    assert by_source["/chain/3?utm_source=chain"]["status"] == 307
+    assert (by_source["/loop/a"]["outcome"], by_source["/loop/a"]["target"]) == ("loop", None)
+    # A blocked chain never shows the private address as a target.
+    assert (by_source["/out/two"]["outcome"], by_source["/out/two"]["target"]) == ("blocked", None)
+    assert by_source["/out/two"]["entry"] is False
+    assert by_source["/spiral/1"]["outcome"] == "too-many-hops"
+    assert (by_source["/members"]["flag"], by_source["/members"]["skip"]) == (
+        "soft-404:login",
+        "flagged",
+    )
+    assert by_source["/same"]["skip"] == "self"  # /same -> /same?utm_source=self: itself
 
 
 def test_redirect_map_permanent_only(crawl: Crawl) -> None:
     rows = command_rows("redirects", crawl.store_url, "--permanent-only")
-    assert rows
+    sources = {crawl.path(row["source"]) for row in rows}
     assert {row["status"] for row in rows} <= {301, 308}
-    first = next(row for row in rows if crawl.path(row["from"]) == "/chain/1")
-    # Only permanent hops are followed: the 302 after it is not part of this map.
-    assert (crawl.path(first["final"]), first["outcome"]) == ("/chain/2", "seen")
+    assert all(row["permanent"] for row in rows)
+    # /chain/1 is 301 then 302 then 307: left out entirely, not cut short at /chain/2.
+    assert "/chain/1" not in sources and "/chain/2" not in sources
+    assert {"/r/301", "/r/308", "/to-linked"} <= sources
+    # /out/two (301) -> /out/two/next (302) -> metadata address: neither is anywhere.
+    assert not {"/out/two", "/out/two/next"} & sources
 
 
 def test_redirect_map_nginx(crawl: Crawl) -> None:
     result = scrapy("redirects", "-s", f"STORE_URL={crawl.store_url}", "--format", "nginx")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert f'    "/chain/1" "{crawl.server.url}/final/chain";' in lines
-    assert "    # /loop/a: loop" in lines
-    assert "    # /members: soft-404:login" in lines
+    assert f'    "http://127.0.0.1/chain/1" "{crawl.server.url}/final/chain";' in lines
+    assert not [line for line in lines if "/loop/" in line or "/members" in line]
     assert lines[-1] == "}"
 
 

@@ -412,6 +412,16 @@ def test_most_specific_allowlist_wins() -> None:
     assert dedupe_key("https://example.com/c?a=1&b=2", rules).endswith("/c?a=1")
 
 
+def test_path_prefix_scope_applies_under_its_directory_only() -> None:
+    rules = custom(
+        {"example.com/docs/*": {"strip": ["from"]}, "example.com/docs/api/*": {"strip": ["v"]}}
+    )
+    assert dedupe_key("https://example.com/docs/a?from=1&v=2", rules).endswith("/docs/a?v=2")
+    assert dedupe_key("https://example.com/docs/api/b?from=1&v=2", rules).endswith("/docs/api/b")
+    for kept in ("https://example.com/docs?from=1", "https://example.com/shop/a?from=1"):
+        assert dedupe_key(kept, rules) == f"{rules.version}|{kept}"
+
+
 # --- versions ----------------------------------------------------------------------------
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from scrapy.settings import Settings
 
+from crawler.addon import BloomFrontierAddon
 from crawler.redis_client import redis_from_url
 from crawler.shorteners import Shorteners, builtin_hosts
-from middlewares.shorteners import ShortenerAddon
 from pipelines.records import BLOCKED, ERROR, OFFSITE, SEEN
 from pipelines.store import SqlRecordStore
 from tests.httpserver import TestServer, html, redirect
@@ -144,7 +144,7 @@ def test_addon_gives_each_shortener_host_a_slot_and_keeps_the_users() -> None:
     settings = Settings({"SHORTENERS_ENABLED": True, "SHORTENER_DELAY": 2.5})
     settings.set("SHORTENER_HOSTS", ["go.example"])
     settings.set("DOWNLOAD_SLOTS", {"t.co": {"delay": 9}}, "project")
-    ShortenerAddon().update_settings(settings)
+    BloomFrontierAddon().update_settings(settings)
     slots = settings.getdict("DOWNLOAD_SLOTS")
     assert slots["bit.ly"] == slots["go.example"] == {"delay": 2.5, "concurrency": 1}
     assert slots["t.co"] == {"delay": 9}

@@ -8,19 +8,23 @@ attempted; the guard-off crawl shows the spy would have seen them.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
-from scrapy import Request
+from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
 from middlewares.ssrf import (
-    PROCESS_GUARD,
     AddressBlocked,
     SSRFGuardMiddleware,
     SSRFPolicy,
+    SSRFStartHostsMiddleware,
     address_refusal,
+    policy_for,
 )
 from pipelines.store import SqlRecordStore, store_for
 from tests.redirect_server import PRIVATE_REDIRECTS, Crawl, run_crawl, spy_hosts
@@ -115,7 +119,6 @@ def test_middleware_refuses_before_download_and_records_the_block(tmp_path: Path
         (request.url, "blocked", "metadata", ())
     ]
     assert crawler.stats.get_value("ssrf/blocked/metadata") == 1  # type: ignore[union-attr]
-    PROCESS_GUARD.reset()
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +174,41 @@ def test_without_the_guard_the_spy_sees_the_attempts(tmp_path: Path) -> None:
     attempted = set(spy_hosts(crawl.spy_log)) - LOOPBACK
     assert {"169.254.169.254", "10.0.0.1"} <= attempted
     assert crawl.hits["/secret"] == 1
+
+
+class IntranetSpider(Spider):
+    name = "intranet"
+    allowed_domains: ClassVar[list[str]] = ["10.0.0.7"]
+
+    async def start(self) -> AsyncIterator[Request]:
+        yield Request("http://192.168.1.20/")
+
+
+class OtherSpider(Spider):
+    name = "other"
+
+
+def started_crawler(spidercls: type[Spider]) -> Any:
+    crawler = get_crawler(spidercls, {"SSRF_GUARD_ENABLED": True})
+    crawler.spider = spidercls.from_crawler(crawler)
+    return crawler
+
+
+async def drain(start: AsyncIterator[Any]) -> list[Any]:
+    return [output async for output in start]
+
+
+def test_exemptions_are_per_crawler_allowed_domains_and_start_hosts() -> None:
+    """``allowed_domains`` and the hosts ``start()`` yields are exempt for their crawler, and
+    for no other crawler of the process."""
+    intranet, other = started_crawler(IntranetSpider), started_crawler(OtherSpider)
+    assert policy_for(intranet).refusal("http://10.0.0.7/") is None
+    assert policy_for(intranet).refusal("http://192.168.1.20/") == "private"  # not yet started
+    middleware = SSRFStartHostsMiddleware.from_crawler(intranet)
+    start = intranet.spider.start()
+    yielded = asyncio.run(drain(middleware.process_start(start)))
+    assert [request.url for request in yielded] == ["http://192.168.1.20/"]
+    assert policy_for(intranet).refusal("http://192.168.1.20/") is None
+    assert policy_for(intranet).refusal("http://10.0.0.8/") == "private"
+    assert policy_for(other).refusal("http://10.0.0.7/") == "private"
+    assert policy_for(other).refusal("http://192.168.1.20/") == "private"

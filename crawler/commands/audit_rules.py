@@ -13,24 +13,33 @@ The store keeps every URL the crawl fetched or was redirected through with the k
 Keys carry their rule version, so the comparison is between groupings, not key strings.
 Formats: ``text`` (a summary and each change) or ``jsonl`` (one change per line). Exit status
 1 when a merge is found, so a deploy script can stop on it.
+
+It also lists the parameter rules learned from content (:mod:`crawler.learning`): proposed,
+applied and revoked, each with its evidence (URL pairs of equal content) or counter-example,
+and for a proposal the stored URLs it would merge, flagged ``CONFLICT`` if any of them were
+fetched with different content. ``--apply SCOPE?PARAM`` applies a proposal: the next crawl
+keys with it (applied rules count as current rules above).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TextIO
+from urllib.parse import urlsplit
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from crawler.canonical import InvalidURL, dedupe_key
-from crawler.canonical.rules import rules_from_settings
+from crawler.canonical.rules import DEFAULT_RULES, RuleSet
 from crawler.commands._records import add_format_option, reading_store
-from pipelines.records import write_rows
+from crawler.learning.state import applied_rules, combined_host_rules
+from pipelines.records import APPLIED, PROPOSED, REVOKED, ParamRule, now, write_rows
+from pipelines.store import SqlRecordStore
 
 
 @dataclass
@@ -87,6 +96,52 @@ def audit(aliases: Iterable[tuple[str, str]], new_key: Callable[[str], str]) -> 
     return result
 
 
+def proposal_merges(
+    aliases: Iterable[tuple[str, str]],
+    rules: RuleSet,
+    rule: ParamRule,
+    contents: dict[str, str],
+) -> list[dict[str, Any]]:
+    """The merges applying the learned ``rule`` on top of ``rules`` would make among the
+    stored ``(url, key)`` pairs of its host; ``conflict`` when the merged URLs were fetched
+    with different content (``contents``: URL -> fingerprint)."""
+    host = rule.scope.partition("/")[0]
+    with_rule = rules.with_host_rules({rule.scope: {"strip": [rule.param]}})
+    mine = [(url, key) for url, key in aliases if (urlsplit(url).hostname or "") == host]
+    merges = audit(mine, lambda url: dedupe_key(url, with_rule)).merges
+    for merge in merges:
+        seen = {contents[url] for url in merge["urls"] if url in contents}
+        merge["conflict"] = len(seen) > 1
+    return merges
+
+
+def write_learned(rules: list[ParamRule], previews: dict[str, list[Any]], out: TextIO) -> None:
+    states = Counter(rule.state for rule in rules)
+    out.write(
+        f"\nLearned parameter rules: {states[PROPOSED]} proposed, {states[APPLIED]} applied, "
+        f"{states[REVOKED]} revoked\n"
+    )
+    for rule in rules:
+        out.write(f"\n{rule.state.upper()} {rule.name}: {len(rule.evidence)} URL pairs\n")
+        out.writelines(f"  same content: {a}  =  {b}\n" for a, b in rule.evidence[:3])
+        if rule.counter_example:
+            counter = rule.counter_example
+            out.write(
+                f"  counter-example: {counter['url_a']}  !=  {counter['url_b']} "
+                f"({counter['reason']})\n"
+            )
+        merges = previews.get(rule.name, [])
+        if merges:
+            conflicts = sum(1 for merge in merges if merge["conflict"])
+            out.write(
+                f"  would merge {len(merges)} stored keys"
+                + (f", CONFLICT in {conflicts} (different content)" if conflicts else "")
+                + f"; apply with: scrapy audit-rules --apply '{rule.name}'\n"
+            )
+        elif rule.state == PROPOSED:
+            out.write(f"  apply with: scrapy audit-rules --apply '{rule.name}'\n")
+
+
 def write_text(result: Audit, stored_version: str, new_version: str, out: TextIO) -> None:
     out.write(
         f"Rules {stored_version} (stored) -> {new_version} (current): {result.urls} URLs\n"
@@ -111,7 +166,7 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "[--format text|jsonl] [--rules-version VERSION]"
+        return "[--format text|jsonl] [--rules-version VERSION] [--apply SCOPE?PARAM]"
 
     def short_desc(self) -> str:
         return "Show which stored keys the current URL rules would merge or split"
@@ -123,24 +178,82 @@ class Command(ScrapyCommand):
             "--rules-version",
             help="compare the aliases stored under this rule version (default: the newest)",
         )
+        parser.add_argument(
+            "--apply",
+            action="append",
+            default=[],
+            metavar="SCOPE?PARAM",
+            help="apply a proposed learned parameter rule (as listed)",
+        )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         with reading_store(self.settings) as store:
+            learned = store.param_rules()
+            if opts.apply:
+                user_rules = self.settings.getdict("CANON_HOST_RULES")
+                learned = apply_proposals(store, learned, opts.apply, user_rules)
             versions = store.rules_versions()
             stored_version = opts.rules_version or (versions[-1] if versions else None)
-            if stored_version is None:
+            if stored_version is None and not learned:
                 raise UsageError("the store holds no URL aliases yet", print_help=False)
-            if stored_version not in versions:
+            if stored_version is not None and stored_version not in versions:
                 raise UsageError(
                     f"no aliases under rules {stored_version!r} (stored: {versions})",
                     print_help=False,
                 )
-            rules = rules_from_settings(self.settings)
-            aliases = ((a["url"], a["key"]) for a in store.url_aliases(stored_version))
+            user_rules = self.settings.getdict("CANON_HOST_RULES")
+            rules = DEFAULT_RULES.with_host_rules(
+                combined_host_rules(user_rules, applied_rules(learned))
+            )
+            aliases = (
+                [(a["url"], a["key"]) for a in store.url_aliases(stored_version)]
+                if stored_version
+                else []
+            )
             result = audit(aliases, lambda url: dedupe_key(url, rules))
+            contents = {
+                page["final_url"]: page["content_hash"] for page in store.fingerprinted_pages()
+            }
+            previews = {
+                rule.name: proposal_merges(aliases, rules, rule, contents)
+                for rule in learned
+                if rule.state == PROPOSED
+            }
         if opts.format == "jsonl":
             write_rows(result.changes(), "jsonl", (), sys.stdout)
+            learned_rows = (
+                {"change": f"learned-{rule.state}", **rule.row(), "merges": previews.get(rule.name)}
+                for rule in learned
+            )
+            write_rows(learned_rows, "jsonl", (), sys.stdout)
         else:
-            write_text(result, stored_version, rules.version, sys.stdout)
-        self.exitcode = 1 if result.merges else 0
+            if stored_version is not None:
+                write_text(result, stored_version, rules.version, sys.stdout)
+            write_learned(learned, previews, sys.stdout)
+        conflict = any(merge["conflict"] for merges in previews.values() for merge in merges)
+        self.exitcode = 1 if result.merges or conflict else 0
+
+
+def apply_proposals(
+    store: SqlRecordStore,
+    learned: list[ParamRule],
+    names: list[str],
+    user_rules: dict[str, Any],
+) -> list[ParamRule]:
+    """Mark the named proposals applied in the store, with the rules version they make
+    (``CANON_HOST_RULES`` plus every applied rule); UsageError for an unknown name."""
+    by_name = {rule.name: rule for rule in learned}
+    for name in names:
+        rule = by_name.get(name)
+        if rule is None or rule.state != PROPOSED:
+            proposed = sorted(r.name for r in learned if r.state == PROPOSED)
+            raise UsageError(f"no proposed rule {name!r} (proposed: {proposed})", print_help=False)
+        by_name[name] = replace(rule, state=APPLIED)
+    applied = applied_rules(by_name.values())
+    version = DEFAULT_RULES.with_host_rules(combined_host_rules(user_rules, applied)).version
+    for name in names:
+        by_name[name] = replace(by_name[name], rules_version=version, updated_at=now())
+        store.add_param_rule(by_name[name])
+    store.flush()
+    return list(by_name.values())

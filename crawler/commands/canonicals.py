@@ -1,29 +1,35 @@
 """``scrapy canonicals``: every rel=canonical hint the crawl saw, with its verdict.
 
-One row per distinct (page, canonical, verdict): ``{"page", "canonical", "valid", "reason"}``
-in ``jsonl`` (default; usable as is as a canonical-hints export) or ``csv``. ``--valid-only``
-keeps the accepted ones.
+One row per distinct (page, canonical, verdict): ``{"page", "canonical", "valid", "reason",
+"problem"}`` in ``jsonl`` (default; usable as is as a canonical-hints export) or ``csv``.
+``problem`` says when a valid hint points at a URL that redirects (``redirects``) or was
+fetched with another status than 200 (``status-<n>``), as the redirect audit report counts
+them. ``--valid-only`` keeps the accepted ones.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
 
 from crawler.commands._records import add_format_option, reading_store
+from crawler.redirectmap.report import canonical_judge
 from pipelines.records import write_rows
 
-COLUMNS = ("page", "canonical", "valid", "reason")
+COLUMNS = ("page", "canonical", "valid", "reason", "problem")
 
 
 def hint_rows(
-    hints: Iterable[dict[str, Any]], valid_only: bool = False
+    hints: Iterable[dict[str, Any]],
+    valid_only: bool = False,
+    problem: Callable[[dict[str, Any]], str | None] = lambda hint: None,
 ) -> Iterator[dict[str, Any]]:
-    """Stored hints as export rows, each distinct row once."""
+    """Stored hints as export rows, each distinct row once; ``problem`` judges the URL
+    each hint points at."""
     written: set[tuple[Any, ...]] = set()
     for hint in hints:
         if valid_only and not hint["valid"]:
@@ -33,6 +39,7 @@ def hint_rows(
             "canonical": hint["canonical_url"] or hint["href"],
             "valid": bool(hint["valid"]),
             "reason": hint["reason"],
+            "problem": problem(hint),
         }
         identity = tuple(row.values())
         if identity not in written:
@@ -59,4 +66,6 @@ class Command(ScrapyCommand):
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         with reading_store(self.settings) as store:
-            write_rows(hint_rows(store.hints(), opts.valid_only), opts.format, COLUMNS, sys.stdout)
+            judge = canonical_judge(store.chains(), list(store.pages()))
+            rows = hint_rows(store.hints(), opts.valid_only, judge)
+            write_rows(rows, opts.format, COLUMNS, sys.stdout)

@@ -1,149 +1,61 @@
-"""``scrapy redirects``: the transitive redirect map from the record store.
+"""``scrapy redirects``: the redirect map from the record store, as a migration deploys it.
 
-Every recorded hop is an edge from its source's dedupe key to its target (the newest record
-wins when a site changed between crawls). Each hop's ``final`` is where following the map
-from it ends, and ``outcome`` how: ``fetched`` (a page was downloaded there), ``seen``
-(nothing more is known about the target: it was not fetched again), ``loop``, ``blocked``,
-``too-many-hops`` or ``error``. Loops are walked once, never followed for ever.
+What every format says is stated once, in :mod:`crawler.redirectmap.semantics` (one row per
+redirect source, target, status, which rows are entries). Formats:
 
-Formats: ``jsonl`` (default) writes one line per hop,
-``{"from", "to", "status", "permanent", "via", "final", "outcome", "flag"}`` - usable as is as
-a redirect-map export; ``csv`` the same columns; ``nginx`` a ``map`` block from each resolved
-source path to its final URL, unresolved ones as comments. ``--permanent-only`` keeps the
-permanent (301/308) hops, and resolves through them alone.
+* ``jsonl`` (default), ``csv``: every source, chain level: source, target, status, hops, every
+  hop's status, permanent end to end, outcome, final status, flag, entry and why not;
+* ``bulk``: ``source,target,status`` for the entries, as CDNs and hosting platforms import;
+* ``nginx``: a file to include in ``http {}`` (:mod:`crawler.redirectmap.nginx`);
+* ``apache``: rules to include in a ``<VirtualHost>`` (:mod:`crawler.redirectmap.apache`);
+* ``html``: the redirect audit report (:mod:`crawler.redirectmap.report`);
+* ``hops``: the recorded hops themselves, one JSON line each
+  (``{"from", "to", "status", "permanent", "via"}``): what the crawl saw, not a map (the
+  shape the messy-site scorer reads).
+
+Whatever a server format has to leave out is said on stderr, one line each.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import csv
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, ClassVar, TextIO
-from urllib.parse import urlsplit
+from typing import Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
 
+from crawler.canonical.rules import rules_from_settings
 from crawler.commands._records import add_format_option, reading_store
-from pipelines.records import FETCHED, LOOP, SEEN, write_rows
-from pipelines.store import StoredChain, StoredHop
+from crawler.redirectmap.apache import write_apache
+from crawler.redirectmap.matching import Unmatchable, request_key, server_entries
+from crawler.redirectmap.nginx import DEFAULT_MAX_REGEX, write_nginx
+from crawler.redirectmap.report import canonical_judge, write_report
+from crawler.redirectmap.semantics import COLUMNS, MapOptions, redirect_sources
+from pipelines.records import write_rows
+from pipelines.store import StoredChain
 
-COLUMNS = ("from", "to", "status", "permanent", "via", "final", "outcome", "flag")
-
-
-@dataclass(frozen=True)
-class Resolution:
-    final: str | None
-    outcome: str
-    flag: str | None
-
-
-def node_of(key: str | None, url: str) -> str:
-    """A URL's node in the map: its dedupe key (its text when it has none)."""
-    return key or url
+FORMATS = ("jsonl", "csv", "bulk", "nginx", "apache", "html", "hops")
+HOP_COLUMNS = ("from", "to", "status", "permanent", "via")
 
 
-def target_node(hop: StoredHop) -> str:
-    """Where a hop leads in the map (a junk ``Location`` is a node of its own)."""
-    return node_of(hop.target_key, hop.target_url or hop.location)
-
-
-class RedirectMap:
-    """Recorded hops as a graph over dedupe keys, and what is known about where chains ended.
-
-    A hop whose target has its source's key (``http`` -> ``https``) is a row of the map but
-    no edge of the graph: the next hop from that key continues the walk.
-    """
-
-    def __init__(
-        self,
-        chains: Iterable[StoredChain],
-        fetched_keys: Iterable[str] = (),
-        permanent_only: bool = False,
-    ) -> None:
-        self.hops: dict[tuple[str, int, str], tuple[StoredHop, StoredChain]] = {}
-        self.edges: dict[str, StoredHop] = {}
-        self.ends: dict[str, StoredChain] = {}
-        self.fetched = set(fetched_keys)
-        for chain in chains:  # oldest first: newer records overwrite
-            for hop in chain.hops:
-                if permanent_only and not hop.permanent:
-                    continue
-                self.hops[(hop.source_url, hop.status, hop.target_url or hop.location)] = (
-                    hop,
-                    chain,
-                )
-                source = node_of(hop.source_key, hop.source_url)
-                if source != target_node(hop):
-                    self.edges[source] = hop
-            if chain.outcome != SEEN:
-                end = (
-                    target_node(chain.hops[-1])
-                    if chain.hops
-                    else node_of(chain.start_key, chain.start_url)
-                )
-                self.ends[end] = chain
-
-    def resolve(self, hop: StoredHop, chain: StoredChain) -> Resolution:
-        """Follow the map from ``hop`` to where it ends."""
-        visited = {node_of(hop.source_key, hop.source_url)}
-        last = hop
-        current = target_node(hop)
-        while current in self.edges:
-            if current in visited:
-                return Resolution(None, LOOP, None)
-            visited.add(current)
-            last = self.edges[current]
-            current = target_node(last)
-        final = last.target_url or last.location
-        ended = self.ends.get(current)
-        if ended is not None:
-            return Resolution(None if ended.outcome == LOOP else final, ended.outcome, ended.flag)
-        if current in self.fetched:
-            return Resolution(final, FETCHED, chain.flag)
-        return Resolution(final, SEEN, chain.flag)
-
-    def rows(self) -> Iterator[dict[str, Any]]:
-        """One row per distinct hop, in the order they were recorded."""
-        for hop, chain in sorted(
-            self.hops.values(), key=lambda item: (item[1].recorded_at, item[0].position)
-        ):
-            resolution = self.resolve(hop, chain)
-            yield {
+def hop_rows(chains: Iterable[StoredChain]) -> Iterator[dict[str, Any]]:
+    """Each distinct recorded hop once, in the order first recorded."""
+    written: set[tuple[str, int, str]] = set()
+    for chain in chains:
+        for hop in chain.hops:
+            row = {
                 "from": hop.source_url,
                 "to": hop.target_url or hop.location,
                 "status": hop.status,
                 "permanent": hop.permanent,
                 "via": hop.via,
-                "final": resolution.final,
-                "outcome": resolution.outcome,
-                "flag": resolution.flag,
             }
-
-
-def nginx_quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def write_nginx(rows: Iterable[dict[str, Any]], out: TextIO) -> int:
-    """An nginx ``map`` of request URIs to final URLs (flagged and unresolved as comments)."""
-    out.write(
-        "# Generated by `scrapy redirects --format nginx`. Use with:\n"
-        "#   if ($redirect_target) { return 301 $redirect_target; }\n"
-        "map $request_uri $redirect_target {\n"
-    )
-    count = 0
-    for row in rows:
-        parts = urlsplit(row["from"])
-        uri = parts.path + (f"?{parts.query}" if parts.query else "")
-        if row["outcome"] in {FETCHED, SEEN} and row["final"] and not row["flag"]:
-            out.write(f"    {nginx_quote(uri)} {nginx_quote(row['final'])};\n")
-            count += 1
-        else:
-            reason = row["flag"] or row["outcome"]
-            out.write(f"    # {uri.replace(chr(10), ' ')}: {reason}\n")
-    out.write("}\n")
-    return count
+            if (identity := (hop.source_url, hop.status, row["to"])) not in written:
+                written.add(identity)
+                yield row
 
 
 class Command(ScrapyCommand):
@@ -152,26 +64,87 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "[--format jsonl|csv|nginx] [--permanent-only]"
+        return (
+            "[--format jsonl|csv|bulk|nginx|apache|html|hops] [--permanent-only] "
+            "[--include-flagged] [--keep-tracking] [--host HOST]... [--max-regex N]"
+        )
 
     def short_desc(self) -> str:
-        return "Print the redirect map (each hop and where it finally leads) from the store"
+        return "Print the redirect map (each source and where it finally leads) from the store"
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        add_format_option(parser, ("jsonl", "csv", "nginx"))
+        add_format_option(parser, FORMATS)
         parser.add_argument(
             "--permanent-only",
             action="store_true",
-            help="only permanent (301/308) hops, resolved through permanent hops",
+            help="only sources whose whole rest of chain is permanent (301/308)",
+        )
+        parser.add_argument(
+            "--include-flagged",
+            action="store_true",
+            help="make entries of chains flagged soft-404 (login, home page, country selector)",
+        )
+        parser.add_argument(
+            "--keep-tracking",
+            action="store_true",
+            help="keep the tracking parameters a target was served with",
+        )
+        parser.add_argument(
+            "--host",
+            action="append",
+            default=[],
+            help="one more of the crawl's own hosts (e.g. an old host that only redirects)",
+        )
+        parser.add_argument(
+            "--max-regex",
+            type=int,
+            default=DEFAULT_MAX_REGEX,
+            help=f"nginx: at most this many regex entries (default {DEFAULT_MAX_REGEX})",
         )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
+        rules = rules_from_settings(self.settings)
+        options = MapOptions(
+            permanent_only=opts.permanent_only,
+            include_flagged=opts.include_flagged,
+            keep_tracking=opts.keep_tracking,
+            hosts=frozenset(opts.host),
+            rules=rules,
+        )
         with reading_store(self.settings) as store:
-            fetched = (page["key"] for page in store.pages() if page["key"])
-            rows = RedirectMap(store.chains(), fetched, opts.permanent_only).rows()
-            if opts.format == "nginx":
-                write_nginx(rows, sys.stdout)
-            else:
-                write_rows(rows, opts.format, COLUMNS, sys.stdout)
+            chains = store.chains()
+            pages = list(store.pages())
+            hints = list(store.hints()) if opts.format == "html" else []
+        out = sys.stdout
+        if opts.format == "hops":
+            write_rows(hop_rows(chains), "jsonl", HOP_COLUMNS, out)
+            return
+        rows = redirect_sources(chains, pages, options)
+        if opts.format in ("jsonl", "csv"):
+            write_rows((row.as_dict() for row in rows), opts.format, COLUMNS, out)
+            return
+        if opts.format == "html":
+            write_report(rows, hints, canonical_judge(chains, pages), out)
+            return
+        entries, problems = server_entries(rows, rules)
+        if opts.format == "bulk":
+            writer = csv.writer(out, lineterminator="\n")
+            writer.writerow(("source", "target", "status"))
+            writer.writerows((entry.source, entry.target, entry.status) for entry in entries)
+        elif opts.format == "apache":
+            write_apache(entries, out, rules)
+        else:
+            known = []
+            for page in pages:
+                with contextlib.suppress(Unmatchable):
+                    known.append(request_key(str(page["final_url"]), rules))
+            planned = write_nginx(entries, out, known, opts.max_regex, rules)
+            problems += planned.left_out
+            print(
+                f"redirects: {planned.regex_count} regex entries written (cap {opts.max_regex})",
+                file=sys.stderr,
+            )
+        for problem in problems:
+            print(f"redirects: {problem}", file=sys.stderr)

@@ -52,7 +52,11 @@ _SECRET = r"[\w:.-]*(?:csrf|xsrf|token|nonce)[\w:.-]*"
 _VALUE = r"""(?:"[^"]*"|'[^']*'|[^\s"'>]+)"""
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _SECRET_ATTR = re.compile(rf"\s{_SECRET}\s*=\s*{_VALUE}", re.IGNORECASE)
-_TAG = re.compile(r"<([a-zA-Z][\w-]*)\b[^>]*>")
+#: Start tags that may hold a per-request secret: inputs, metas, and tags naming one.
+_TAG = re.compile(
+    r"<(input|meta)\b[^>]*>|<([a-zA-Z][\w-]*)\b[^>]*(?:csrf|xsrf|token|nonce)[^>]*>",
+    re.IGNORECASE,
+)
 _HIDDEN = re.compile(r"""\stype\s*=\s*["']?hidden\b""", re.IGNORECASE)
 _NAMED_SECRET = re.compile(
     rf"""\s(?:name|property|http-equiv|id)\s*=\s*["']?{_SECRET}""", re.IGNORECASE
@@ -93,7 +97,7 @@ _NOT_FOUND = re.compile(
 def _clean_tag(match: re.Match[str]) -> str:
     """A start tag without secret-named attributes; an ``<input type=hidden>`` without its
     value, a secret-named ``<meta>`` without its content."""
-    tag, name = match.group(), match.group(1).lower()
+    tag, name = match.group(), (match.group(1) or "").lower()
     if (name == "input" and _HIDDEN.search(tag)) or (name == "meta" and _NAMED_SECRET.search(tag)):
         tag = _VALUE_ATTR[name].sub("", tag)
     return _SECRET_ATTR.sub("", tag)
@@ -180,6 +184,11 @@ def minhash_of(words: list[str]) -> MinHash:
 def signature_bytes(signature: MinHash) -> bytes:
     """The signature as stored: ``NUM_PERM`` little-endian uint32 values."""
     return np.asarray(signature.hashvalues, dtype="<u4").tobytes()
+
+
+def signature_of(stored: bytes) -> MinHash:
+    """A stored signature as a datasketch MinHash again (for its LSH index)."""
+    return _minhash(hashvalues=np.frombuffer(stored, dtype="<u4"), permutations=_PERMUTATIONS)
 
 
 def similarity(a: bytes, b: bytes) -> float:

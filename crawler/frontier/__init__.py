@@ -15,12 +15,14 @@ spider middleware and the scheduler alike.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from twisted.internet.defer import Deferred
 
 #: ``request.meta`` key holding the request's dedupe key once computed.
 META_KEY = "dedupe_key"
@@ -33,10 +35,35 @@ META_CHECKED = "dedupe_checked"
 page_handled = object()
 
 
+def handle_page(crawler: Crawler, response: Response) -> Deferred[Any]:
+    """Send :data:`page_handled` for ``response``; fires once every receiver is done (the
+    record store's flush runs in its own thread): pass it as ``after`` to the answer that
+    releases the page's lease."""
+    from scrapy.utils.defer import deferred_from_coro
+
+    return deferred_from_coro(
+        crawler.signals.send_catch_log_async(signal=page_handled, response=response)
+    )
+
+
+def failure_reason(exception: BaseException) -> str:
+    """A short, readable reason for a request that failed with ``exception``."""
+    message = str(exception).strip()
+    name = type(exception).__name__
+    return f"{name}: {message}"[:300] if message else name
+
+
 class Frontier(Protocol):
     """Admits a page's links in one batch."""
 
-    def admit(self, parent: Request | None, children: Sequence[Request]) -> list[Request]:
+    def admit(
+        self,
+        parent: Request | None,
+        children: Sequence[Request],
+        *,
+        after: Deferred[Any] | None = None,
+        on_late_duplicates: Callable[[list[Request]], None] | None = None,
+    ) -> list[Request]:
         """Deduplicate ``children`` (the requests produced while handling ``parent``'s
         response, or start requests when ``parent`` is None) in one batch.
 
@@ -46,13 +73,24 @@ class Frontier(Protocol):
         with them) and marks them ``meta["frontier_queued"]`` so its scheduler
         skips them. Call it even for an empty batch: that releases the parent's lease.
         Requests whose URL cannot be keyed are dropped and counted under
-        ``dupefilter/invalid/<reason>``.
+        ``dupefilter/invalid/<reason>``. A shared frontier releases ``parent``'s lease only
+        once ``after`` (when given) has fired: the page's records are committed. When its
+        verdict comes after the call returns (it then returns every request, marked
+        queued), ``on_late_duplicates`` gets the ones found seen.
         """
         ...
 
-    def fail(self, request: Request, reason: str) -> None:
+    def request_seen(self, request: Request) -> bool:
+        """Scrapy's dupefilter question for a request that did not come through a page
+        batch: True to drop it. The memory frontier marks its key seen (Scrapy's scheduler
+        then queues it); the shared one only checks, marking and queueing being one atomic
+        step of its scheduler's ``enqueue_request``."""
+        ...
+
+    def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:
         """``request`` failed for good (download error after retries, callback error): a
-        shared frontier records it with ``reason`` and releases its lease."""
+        shared frontier records it with ``reason`` and releases its lease (once ``after``
+        fired, when given)."""
         ...
 
     def close(self) -> None:

@@ -1,3 +1,4 @@
+-- KEYS: queue requests scores leases owners seq seen expiries hosts in_flight host_busy
 -- Admit requests into the frontier, marking their keys seen and queueing the new ones in
 -- one atomic step; when they were produced by handling a leased request (the parent), the
 -- parent's lease is released in the same step, so a crash can never lose them.

@@ -1,3 +1,4 @@
+-- KEYS: queue requests scores leases owners seq expiries staged hosts in_flight host_busy
 -- Step 3 of 3 of admitting a batch staged by stage.lua, once step 2 marked its keys in the
 -- sharded seen filter: queue the requests that step flagged new (and those never checked),
 -- then drop the batch and its lease (releasing the parent), atomically.

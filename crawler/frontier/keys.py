@@ -1,10 +1,22 @@
-"""Dedupe keys for requests: computed once per batch, rejections counted by reason."""
+"""Dedupe keys for requests: computed once per batch, rejections counted by reason.
+
+A request's key is its URL's dedupe key (:func:`crawler.canonical.dedupe_key`); a request
+with another method than GET (a form POST, a HEAD) has that key extended with the method and
+a digest of its body (:func:`request_key`), so two POSTs to one URL with different bodies are
+two requests, as Scrapy's own fingerprint has them. Links outside the spider's
+``allowed_domains`` get no key at all (:class:`OffsiteFilter`): never admitted, never queued.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
+
+from scrapy import signals
+from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
+from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.canonical import InvalidURL, dedupe_key
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
@@ -14,16 +26,89 @@ if TYPE_CHECKING:
     from typing import Self
 
     from scrapy import Request
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
 
 
+def request_key(request: Request, rules: RuleSet = DEFAULT_RULES) -> str:
+    """The dedupe key of ``request``: its URL's key for GET, else that key, the method and
+    a digest of the body. Raises :class:`~crawler.canonical.InvalidURL`.
+
+    >>> request_key(Request("https://example.com/a?utm_source=x"))
+    'r2|https://example.com/a'
+    >>> request_key(Request("https://example.com/a", method="POST", body=b"q=1"))
+    'r2|https://example.com/a POST sha256:02f5e6e36c0369d5dbc9195fb0cf6d5e'
+    """
+    key = dedupe_key(request.url, rules)
+    if request.method == "GET":
+        return key
+    digest = hashlib.sha256(request.body).hexdigest()[:32]
+    return f"{key} {request.method} sha256:{digest}"
+
+
+class OffsiteFilter:
+    """Keeps links outside the spider's ``allowed_domains`` out of the frontier, by the
+    policy of the crawl's own ``OffsiteMiddleware`` (Scrapy's, or a project's subclass with
+    its own ``should_follow``): ``dont_filter`` and ``meta["allow_offsite"]`` requests pass,
+    as there. Counted as Scrapy counts them: ``offsite/filtered`` and ``offsite/domains``.
+    A crawl that switched Scrapy's ``OffsiteMiddleware`` off filters nothing here either.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self._middleware: OffsiteMiddleware | None = None
+        self._looked_up = False
+        self._domains: set[str] = set()
+
+    def _policy(self) -> OffsiteMiddleware | None:
+        if not self._looked_up and self.crawler.spider is not None:
+            try:
+                self._middleware = self.crawler.get_downloader_middleware(OffsiteMiddleware)
+            except RuntimeError:  # no engine yet (start requests are judged later, again)
+                return None
+            self._looked_up = True
+        return self._middleware
+
+    def refuses(self, request: Request) -> bool:
+        """True (and counted) if ``request`` is off the site."""
+        policy, spider = self._policy(), self.crawler.spider
+        if (
+            policy is None
+            or spider is None
+            or request.dont_filter
+            or request.meta.get("allow_offsite")
+            or policy.should_follow(request, spider)
+        ):
+            return False
+        stats = self.crawler.stats
+        assert stats is not None
+        domain = urlparse_cached(request).hostname
+        if domain and domain not in self._domains:
+            self._domains.add(domain)
+            logger.debug("Filtered offsite request to %r: %s", domain, request)
+            stats.inc_value("offsite/domains")
+        stats.inc_value("offsite/filtered")
+        return True
+
+
+def send_request_dropped(crawler: Crawler, requests: Iterable[Request]) -> None:
+    """Fire Scrapy's ``request_dropped`` for ``requests`` the frontier did not admit, as
+    Scrapy's scheduler does for the requests its dupefilter refuses. For answers that arrive
+    later (the shared frontier), call it when they do."""
+    for request in requests:
+        crawler.signals.send_catch_log(
+            signal=signals.request_dropped, request=request, spider=crawler.spider
+        )
+
+
 class RequestKeyer:
     """Gives requests their dedupe keys and records the verdicts in stats and the log.
 
     Stats: ``dupefilter/invalid/<reason>`` for URLs that cannot be keyed (dropped),
+    ``offsite/filtered`` for links off the site (dropped, with an :attr:`offsite` filter),
     ``seen/new`` and ``seen/duplicate`` (alias ``dupefilter/filtered``, Scrapy's own name)
     for the seen filter's answers.
     """
@@ -34,6 +119,8 @@ class RequestKeyer:
         self.stats = stats
         self.debug = debug
         self.rules = rules
+        #: Set by a crawl (:meth:`for_crawler`); None: every host is on the site.
+        self.offsite: OffsiteFilter | None = None
         self.rules_source: Callable[[], RuleSet] | None = None
         self._logged_reasons: set[str] = set()
         self._logged_duplicate = False
@@ -43,6 +130,11 @@ class RequestKeyer:
         """The crawl's keyer: ``CANON_HOST_RULES`` applied, ``DUPEFILTER_DEBUG`` honoured."""
         return cls(stats, settings.getbool("DUPEFILTER_DEBUG"), rules_from_settings(settings))
 
+    def for_crawler(self, crawler: Crawler) -> Self:
+        """This keyer, keeping links off the crawl's site out (:class:`OffsiteFilter`)."""
+        self.offsite = OffsiteFilter(crawler)
+        return self
+
     def use_rules(self, source: Callable[[], RuleSet]) -> None:
         """Key each batch with ``source()`` from now on: rules that change while the crawl
         runs (learned rules, :mod:`crawler.learning.state`)."""
@@ -50,12 +142,14 @@ class RequestKeyer:
 
     def keyed(self, requests: Sequence[Request]) -> list[tuple[Request, str]]:
         """Pair each request with its dedupe key; requests whose URL is invalid are dropped,
-        logged with the reason and counted."""
+        logged with the reason and counted, as are requests off the site."""
         pairs = []
         rules = self.rules if self.rules_source is None else self.rules_source()
         for request in requests:
+            if self.offsite is not None and self.offsite.refuses(request):
+                continue
             try:
-                key = dedupe_key(request.url, rules)
+                key = request_key(request, rules)
             except InvalidURL as exc:
                 self.stats.inc_value(f"dupefilter/invalid/{exc.reason}")
                 first = exc.reason not in self._logged_reasons

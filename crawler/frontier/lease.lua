@@ -1,3 +1,4 @@
+-- KEYS: queue requests scores leases owners seq failed expiries staged hosts in_flight host_next host_busy host_delay
 -- Lease up to N requests to a worker, best priority first among those whose host is ready
 -- (politeness.lua: requests of hosts that are not are passed over, within the first
 -- FRONTIER_POLITENESS_SCAN entries of the queue). Leases that expired (their
@@ -8,7 +9,8 @@
 -- after which a request is given up, then the politeness rules (read_rules).
 -- Returns {requeued, given up, staged batches recovered, requests queued from them,
 --          requests passed over, ms until a host waiting on its delay is ready (-1: none),
---          hosts waiting, id1, json1, delay1, id2, json2, delay2, ...}, where a delay is the
+--          hosts waiting, requests queued and leased after this call (by any worker),
+--          id1, json1, delay1, id2, json2, delay2, ...}, where a delay is the
 --          ms the request's host observes between two requests.
 local owner, n, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_expiries = tonumber(ARGV[5])
@@ -39,7 +41,7 @@ for _, id in ipairs(expired) do
 end
 local picked, delays, skipped, soonest = pick_ready(QUEUE, n, now, rules)
 local result = {requeued, given_up, recovered_batches, recovered, skipped, soonest,
-  hosts_waiting(now, rules)}
+  hosts_waiting(now, rules), 0, 0}
 if #picked > 0 then
   redis.call('ZREM', QUEUE, unpack(picked))
 end
@@ -55,4 +57,6 @@ for i, id in ipairs(picked) do
     drop(id) -- lost its JSON: not leased after all
   end
 end
+result[8] = redis.call('ZCARD', QUEUE)
+result[9] = redis.call('ZCARD', LEASES)
 return result

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.utils.job import job_dir
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from scrapy import Request
     from scrapy.crawler import Crawler
+    from twisted.internet.defer import Deferred
 
     from crawler.seen import SeenFilter
 
@@ -43,7 +44,7 @@ class MemoryFrontier:
             settings, directory=str(Path(jobdir, "seen")) if jobdir else None
         )
         assert crawler.stats is not None
-        keyer = RequestKeyer.from_settings(crawler.stats, settings)
+        keyer = RequestKeyer.from_settings(crawler.stats, settings).for_crawler(crawler)
         older = None
         if jobdir:
             record = settings_rules_record(settings, keyer.rules)
@@ -52,14 +53,27 @@ class MemoryFrontier:
         crawler.signals.connect(frontier.close, signal=signals.spider_closed)
         return frontier
 
-    def admit(self, parent: Request | None, children: Sequence[Request]) -> list[Request]:
+    def admit(
+        self,
+        parent: Request | None,
+        children: Sequence[Request],
+        *,
+        after: Deferred[Any] | None = None,
+        on_late_duplicates: Callable[[list[Request]], None] | None = None,
+    ) -> list[Request]:
+        """The new ones among ``children``, known at once (no lease to release: ``after``
+        and ``on_late_duplicates`` are never needed)."""
         pairs = self.older.drop_seen(self.keyer.keyed(children), self.keyer)
         if not pairs:
             return []
         fresh = self.seen.add_many([key for _, key in pairs])
         return self.keyer.verdicts(pairs, fresh)
 
-    def fail(self, request: Request, reason: str) -> None:
+    def request_seen(self, request: Request) -> bool:
+        """Mark ``request``'s key seen; True if it was already (or cannot be keyed)."""
+        return not self.admit(None, [request])
+
+    def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:
         """Nothing to release: Scrapy's scheduler already logged and counted the failure."""
 
     def close(self) -> None:

@@ -5,14 +5,9 @@
 -- requests moves the next-allowed time one delay ahead and counts the request in flight
 -- until its lease ends (answered, failed, given back, expired). Hosts are Scrapy's download
 -- slot keys, computed by the worker that queues a request (in its meta, HOST_META).
--- KEYS, after common.lua's ten:
---  11 hosts      HASH  request id -> host of a queued or leased request
---  12 in_flight  HASH  request id -> host, for the leases counted in host_busy
---  13 host_next  ZSET  host -> ms before which it gets no new lease (past entries pruned)
---  14 host_busy  HASH  host -> requests of the host leased now (absent: none)
---  15 host_delay HASH  host -> Crawl-delay of its robots.txt in ms, as published (uncapped)
-local HOSTS, IN_FLIGHT, HOST_NEXT, HOST_BUSY, HOST_DELAY =
-  KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+-- Keys (bound by name from each script's "-- KEYS:" line, see crawler/frontier/lua.py):
+-- HOSTS, IN_FLIGHT, HOST_NEXT, HOST_BUSY, HOST_DELAY, documented in
+-- crawler/frontier/redis/layout.py; each helper names those it needs.
 -- The request.meta key of a request's host (crawler.frontier.politeness.HOST_META).
 local HOST_META = 'frontier_host'
 
@@ -37,6 +32,7 @@ end
 
 -- ms between two requests to `host`: its configured delay, or its robots.txt Crawl-delay
 -- (capped) when that is longer.
+-- Keys: HOST_DELAY.
 local function host_delay(rules, host)
   local own = rules.hosts[host]
   local delay = own and own.delay or rules.delay
@@ -49,6 +45,7 @@ end
 
 -- Remember the host of a newly queued request, from its stored JSON. A request without one
 -- (queued by an older version) is never held back.
+-- Keys: HOSTS.
 local function set_host(id, json)
   local ok, request = pcall(cjson.decode, json)
   local meta = ok and type(request) == 'table' and request.meta
@@ -59,6 +56,7 @@ local function set_host(id, json)
 end
 
 -- A request of `host` is leased: one more in flight.
+-- Keys: IN_FLIGHT HOST_BUSY.
 local function host_leased(id, host)
   redis.call('HSET', IN_FLIGHT, id, host)
   redis.call('HINCRBY', HOST_BUSY, host, 1)
@@ -66,6 +64,7 @@ end
 
 -- The lease of `id` ended, however (answered, failed, given back, expired, or it was never
 -- a request's): if it counted against a host, that host has one request fewer in flight.
+-- Keys: IN_FLIGHT HOST_BUSY.
 local function host_released(id)
   local host = redis.call('HGET', IN_FLIGHT, id)
   if not host then
@@ -78,6 +77,7 @@ local function host_released(id)
 end
 
 -- Drop the host of a request that left the frontier.
+-- Keys: HOSTS.
 local function forget_host(id)
   redis.call('HDEL', HOSTS, id)
 end
@@ -90,6 +90,7 @@ end
 -- one's host observes, how many requests were passed over, and ms until the soonest
 -- passed-over host is ready again by time (-1: none waits on time, only on its requests in
 -- flight).
+-- Keys: HOST_NEXT HOSTS HOST_BUSY IN_FLIGHT HOST_DELAY.
 local function pick_ready(queue, n, now, rules)
   redis.call('ZREMRANGEBYSCORE', HOST_NEXT, '-inf', now)
   local state, picked, delays, skipped, soonest = {}, {}, {}, 0, -1
@@ -142,6 +143,7 @@ end
 -- another request, e.g. the robots.txt fetched for it, or went stale while it waited).
 -- Takes the turn if the host's next-allowed time has come; returns 0 then, else the ms to
 -- wait before asking again. The host's in-flight count is unchanged.
+-- Keys: HOST_NEXT HOST_DELAY.
 local function take_turn(host, now, rules)
   local next_at = tonumber(redis.call('ZSCORE', HOST_NEXT, host) or 0)
   if next_at > now then
@@ -156,6 +158,7 @@ end
 
 -- Hosts waiting on politeness: next-allowed time ahead, or as many requests in flight as
 -- their limit allows.
+-- Keys: HOST_NEXT HOST_BUSY.
 local function hosts_waiting(now, rules)
   local waiting = redis.call('ZCOUNT', HOST_NEXT, '(' .. now, '+inf')
   local busy = redis.call('HGETALL', HOST_BUSY)

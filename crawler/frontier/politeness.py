@@ -47,9 +47,10 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scrapy import signals
 from scrapy.utils.httpobj import urlparse_cached
 
-from crawler.frontier.lua import script_source
+from crawler.frontier.lua import FrontierScripts
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
-    from crawler.frontier.redis import FrontierKeys
+    from crawler.frontier.redis.layout import FrontierKeys
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ class HostPoliteness:
         #: Seconds until the soonest host the last lease passed over is ready again (None:
         #: none was waiting on its delay).
         self.ready_in: float | None = None
-        self._turn = client.register_script(script_source("turn"))
+        self._scripts = FrontierScripts(client, keys, ("turn",))
 
     def leased(self, skipped: int, soonest_ms: int, waiting: int) -> None:
         """Note what the lease script reported about politeness."""
@@ -193,7 +194,7 @@ class HostPoliteness:
     def take_turn(self, host: str) -> float:
         """Take a new turn at ``host`` for a request already leased: 0 when taken, else
         the seconds to wait before asking again."""
-        return int(self._turn(keys=self.keys.all, args=[host, *self.limits.script_args()])) / 1000
+        return int(self._scripts.run("turn", [host, *self.limits.script_args()])) / 1000
 
     def record_crawl_delay(self, host: str, seconds: float | None) -> None:
         """Record the ``Crawl-delay`` ``host``'s robots.txt asks for (None: none), for every
@@ -218,13 +219,10 @@ class HostPoliteness:
 
     # --- robots.txt fetched once for all workers ---------------------------------------
 
-    def _robots_txt_key(self, url: str) -> str:
-        return f"{self.keys.prefix}:robots_txt:{url}"
-
     def shared_robots_txt(self, url: str) -> tuple[int, bytes] | None:
         """The status and body of the robots.txt at ``url`` another worker fetched and
         shared, or None."""
-        stored = self.client.get(self._robots_txt_key(url))
+        stored = self.client.get(self.keys.robots_txt(url))
         if stored is None:
             return None
         record = json.loads(stored)
@@ -234,50 +232,58 @@ class HostPoliteness:
         """Claim the fetch of the robots.txt at ``url`` for ``seconds``: True if no other
         worker is fetching it (others wait for the copy this one shares)."""
         claimed = self.client.set(
-            f"{self._robots_txt_key(url)}:claim", owner, nx=True, px=round(seconds * 1000)
+            self.keys.robots_txt_claim(url), owner, nx=True, px=round(seconds * 1000)
         )
         return bool(claimed)
 
     def share_robots_txt(self, url: str, status: int, body: bytes) -> bool:
         """Share the robots.txt fetched from ``url`` with the other workers and end the
         claim; False when it is too large to share (every worker fetches it then)."""
-        key = self._robots_txt_key(url)
+        key = self.keys.robots_txt(url)
         with self.client.pipeline(transaction=False) as pipe:
             if len(body) <= ROBOTS_TXT_MAX_SHARED:
                 record = {"status": status, "body": base64.b64encode(body).decode("ascii")}
                 pipe.set(key, json.dumps(record), ex=ROBOTS_TXT_SHARED_FOR)
-            pipe.delete(f"{key}:claim")
+            pipe.delete(self.keys.robots_txt_claim(url))
             pipe.execute()
         return len(body) <= ROBOTS_TXT_MAX_SHARED
 
     def unclaim_robots_txt(self, url: str) -> None:
         """The claimed fetch failed: let another worker try."""
-        self.client.delete(f"{self._robots_txt_key(url)}:claim")
+        self.client.delete(self.keys.robots_txt_claim(url))
 
 
 def hosts_waiting(client: redis.Redis, keys: FrontierKeys, limits: HostLimits) -> int:
     """Hosts of the crawl at ``keys`` waiting on politeness now: their next-allowed time
     is ahead, or they have as many requests in flight as ``limits`` allow."""
-    script = client.register_script(script_source("waiting"))
-    return int(script(keys=keys.all, args=limits.script_args()))
+    return int(FrontierScripts(client, keys, ("waiting",)).run("waiting", limits.script_args()))
 
 
 def disable_local_delays(downloader: Downloader) -> None:
     """Set this worker's own download delays to 0: the shared frontier spaces the requests
     to each host across all workers already, and a local delay on top would hold a leased
     request back past its turn (so another worker's next turn could come right after it).
+
+    Through public API only: each download slot's ``delay`` is set to 0 (as AutoThrottle
+    sets it), for the slots that exist and, as ``request_reached_downloader`` fires (after
+    the request's slot is made, before the slot's queue is processed), for new ones.
     """
-    if downloader._delay or any(
-        slot.get("delay") for slot in downloader.per_slot_settings.values()
+    settings = downloader.settings
+    if settings.getfloat("DOWNLOAD_DELAY") or any(
+        slot.get("delay") for slot in settings.getdict("DOWNLOAD_SLOTS").values()
     ):
         logger.info(
             "Download delays apply across all workers of the shared frontier (global "
             "politeness); this worker adds none of its own"
         )
-    # Scrapy's AutoThrottle sets this attribute the same way, for new slots.
-    downloader._delay = 0.0
-    downloader.per_slot_settings = {
-        key: {**slot, "delay": 0.0} for key, slot in downloader.per_slot_settings.items()
-    }
+
+    def no_local_delay(request: Request) -> None:
+        slot = downloader.slots.get(request.meta.get(DOWNLOAD_SLOT_META, ""))
+        if slot is not None:
+            slot.delay = 0.0
+
     for slot in downloader.slots.values():
         slot.delay = 0.0
+    downloader.signals.connect(
+        no_local_delay, signal=signals.request_reached_downloader, weak=False
+    )

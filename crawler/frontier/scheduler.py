@@ -1,6 +1,6 @@
 """Scrapy scheduler and downloader middleware for the shared Redis frontier.
 
-Installed by :class:`crawler.frontier.addon.RedisFrontierAddon` when ``REDIS_URL`` is set.
+Installed by :class:`crawler.addon.BloomFrontierAddon` when ``REDIS_URL`` is set.
 """
 
 from __future__ import annotations
@@ -28,13 +28,17 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.core.downloader import Downloader
     from scrapy.crawler import Crawler
-    from scrapy.http import Response
+    from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
 
 #: Seconds between lease attempts while the shared queue is empty: doubling from the first
 #: to the last, back to the first as soon as work appears. Idle workers poll gently.
 POLL_MIN, POLL_MAX = 0.05, 1.0
+#: Seconds a leased request may take from leaving the downloader to its response reaching
+#: the engine (the downloader middlewares' ``process_response``) before it counts as
+#: dropped on the way, and how often that is checked.
+DROPPED_GRACE, DROPPED_CHECK = 5.0, 1.0
 
 
 def _redis_frontier(crawler: Crawler) -> RedisFrontier:
@@ -57,6 +61,27 @@ class RedisScheduler(BaseScheduler):
     worker may still find links, or die and have its pages requeued). While this worker
     works, a heartbeat extends its leases every third of ``FRONTIER_LEASE_TTL``. On close,
     leases not yet answered go back to the queue.
+
+    Twisted's loop never waits on Redis: in a crawl, the frontier calls Redis from a thread
+    of its own (:meth:`RedisFrontier.go_background`). The engine asks synchronously, so
+    ``next_request`` answers from the buffer and starts a refill (the engine is woken when
+    it arrives), ``has_pending_requests`` answers from what is known locally (requests
+    buffered, leases held, answers waiting) and the crawl-wide drain read with the last
+    empty lease, and ``enqueue_request`` accepts a request whose verdict comes later:
+    Scrapy's ``request_dropped`` is sent then for a duplicate.
+
+    Scrapy's scheduler contract: ``__len__`` is the requests buffered here plus those
+    queued in Redis at the last reading; stats ``scheduler/enqueued(/redis)`` count
+    requests the frontier queued (when its answer says so), ``scheduler/dequeued(/redis)``
+    those handed to the engine. Deviations: ``has_pending_requests`` stays True while a
+    request handed out is unanswered (its page may still add links), and while any worker
+    holds a lease; see ``tests/test_scheduler_contract.py``.
+
+    One private Scrapy API: when leases land from the background thread, or a host's turn
+    comes, the engine is asked to call ``next_request`` again through
+    ``engine._slot.nextcall.schedule()``, what its own heartbeat calls; Scrapy has no public
+    way to say "the scheduler has requests now", and without it the engine would ask again
+    only after its 5 s heartbeat or the next finished download.
     """
 
     def __init__(self, crawler: Crawler, frontier: RedisFrontier, batch_size: int) -> None:
@@ -68,7 +93,12 @@ class RedisScheduler(BaseScheduler):
         self._next_poll = 0.0
         self._wake_call: Any = None
         self._heartbeat = LoopingCall(self._beat)
+        self._dropped_check = LoopingCall(self.frontier.answer_dropped, DROPPED_GRACE)
         self._redis_away = False
+        #: A lease call is under way.
+        self._leasing = False
+        #: Requests queued in Redis at the last reading.
+        self._queued_elsewhere = 0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -76,27 +106,59 @@ class RedisScheduler(BaseScheduler):
             crawler, _redis_frontier(crawler), crawler.settings.getint("FRONTIER_LEASE_BATCH")
         )
         crawler.signals.connect(scheduler.spider_idle, signal=signals.spider_idle)
+        # A lease is answered by what happens to its request (module docstring of
+        # crawler.frontier.redis.leases), never by the garbage collector.
+        frontier = scheduler.frontier
+        crawler.signals.connect(frontier.responded, signal=signals.response_received)
+        crawler.signals.connect(frontier.left_downloader, signal=signals.request_left_downloader)
+        frontier.admission.on_verdict = scheduler._verdict
         return scheduler
 
     def open(self, spider: Spider) -> None:
+        from twisted.internet import reactor
+
         self.frontier.spider = spider
+        if reactor.running:  # type: ignore[attr-defined]
+            self.frontier.go_background()
         downloader = self._downloader()
         if downloader is not None:
             disable_local_delays(downloader)
         self._heartbeat.start(self.frontier.lease_ttl / 3, now=False)
+        self._dropped_check.start(DROPPED_CHECK, now=False)
 
     def close(self, reason: str) -> None:
-        if self._heartbeat.running:
-            self._heartbeat.stop()
+        for loop in (self._heartbeat, self._dropped_check):
+            if loop.running:
+                loop.stop()
         if self._wake_call is not None and self._wake_call.active():
             self._wake_call.cancel()
+        if self.frontier.background is not None:
+            self.frontier.background.close()  # a heartbeat or lease under way ends first
         released = self.frontier.release_all()  # first: the buffered requests are still held
         self._buffer.clear()
         if released:
             logger.info("Gave back %d leased requests to the shared frontier", released)
 
+    def __len__(self) -> int:
+        return len(self._buffer) + self._queued_elsewhere
+
     def enqueue_request(self, request: Request) -> bool:
         return self.frontier.enqueue(request)
+
+    def _verdict(self, new: list[Request], duplicates: list[Request]) -> None:
+        """The frontier's answer to an admission: count what it queued, and tell Scrapy
+        about the duplicates it dropped (``request_dropped``, as for a refused
+        ``enqueue_request``)."""
+        stats = self.crawler.stats
+        assert stats is not None
+        if new:
+            self._queued_elsewhere += len(new)
+            stats.inc_value("scheduler/enqueued/redis", len(new))
+            stats.inc_value("scheduler/enqueued", len(new))
+        for request in duplicates:
+            self.crawler.signals.send_catch_log(
+                signal=signals.request_dropped, request=request, spider=self.crawler.spider
+            )
 
     def next_request(self) -> Request | None:
         if not self._buffer:
@@ -108,17 +170,21 @@ class RedisScheduler(BaseScheduler):
         if not self._buffer:
             return None
         request = self._buffer.popleft()
-        assert self.crawler.stats is not None
-        self.crawler.stats.inc_value("scheduler/dequeued/redis")
+        stats = self.crawler.stats
+        assert stats is not None
+        stats.inc_value("scheduler/dequeued/redis")
+        stats.inc_value("scheduler/dequeued")
         return request
 
     def has_pending_requests(self) -> bool:
-        if self._buffer:
+        if self._buffer or self._leasing:
             return True
-        try:
-            return not self.frontier.is_drained()
-        except redis.RedisError:
-            return True  # cannot tell: keep waiting for Redis
+        if self.frontier.background is None:
+            try:
+                return not self.frontier.is_drained()
+            except redis.RedisError:
+                return True  # cannot tell: keep waiting for Redis
+        return not self.frontier.seems_drained()
 
     def spider_idle(self, spider: Spider) -> None:
         """Keep the spider open while other workers may still add work."""
@@ -126,24 +192,41 @@ class RedisScheduler(BaseScheduler):
             raise DontCloseSpider
 
     def _refill(self) -> None:
-        try:
-            leased = self.frontier.lease(self._lease_count())
-        except redis.RedisError as exc:  # unavailable, or a script error: keep polling
-            if not self._redis_away:
-                log = logger.warning if isinstance(exc, REDIS_UNAVAILABLE) else logger.error
-                log("Cannot lease requests from Redis (retrying): %s", exc)
-                self._redis_away = True
-            leased = []
-        else:
-            if self._redis_away:
-                logger.info("Redis is back: leasing again")
-                self._redis_away = False
-            self.frontier.flush()
+        """Lease requests (in the background): the engine is woken when they come."""
+        if self._leasing:
+            return
+        self._leasing = True
+        leasing = self.frontier.lease_later(self._lease_count())
+        leasing.addCallbacks(self._leased, self._lease_failed)
+
+    def _leased(self, leased: list[Request]) -> None:
+        self._leasing = False
+        sizes = self.frontier.leases.shared_sizes
+        self._queued_elsewhere = sizes[0] if sizes else 0
+        if self._redis_away:
+            logger.info("Redis is back: leasing again")
+            self._redis_away = False
+        self.frontier.flush()
         if leased:
             self._buffer.extend(leased)
             self._poll_delay = POLL_MIN
             self._next_poll = 0.0
+            if self.frontier.background is not None:
+                self._wake_engine()
             return
+        self._poll_later()
+
+    def _lease_failed(self, failure: Failure) -> None:
+        """Redis unavailable, or a script error: keep polling."""
+        self._leasing = False
+        if not self._redis_away:
+            exc = failure.value
+            log = logger.warning if isinstance(exc, REDIS_UNAVAILABLE) else logger.error
+            log("Cannot lease requests from Redis (retrying): %s", exc)
+            self._redis_away = True
+        self._poll_later()
+
+    def _poll_later(self) -> None:
         wait = self._poll_delay
         ready_in = self.frontier.politeness.ready_in
         if ready_in is not None:
@@ -179,8 +262,7 @@ class RedisScheduler(BaseScheduler):
         self._wake_call = reactor.callLater(delay, self._wake_engine)  # type: ignore[attr-defined]
 
     def _wake_engine(self) -> None:
-        # Scrapy has no public "ask the scheduler again" call; this is what the engine's own
-        # heartbeat calls.
+        # Private API, see the class docstring.
         slot = getattr(self.crawler.engine, "_slot", None)
         if slot is not None:
             slot.nextcall.schedule()
@@ -191,18 +273,19 @@ class RedisScheduler(BaseScheduler):
 
 
 class LeaseMiddleware:
-    """Downloader middleware, next to the engine (lowest order): tells the frontier how each
-    leased request's download ended.
+    """Downloader middleware, next to the engine (lowest order): a download that failed for
+    good answers its lease.
 
-    - A response reached the engine: from now on, requests carrying the lease are the page's
-      links, no longer its replacements (redirects, retries take the lease over).
-    - An exception no other middleware handled (retries exhausted, ``IgnoreRequest`` from
-      robots.txt or the offsite filter...): the request failed for good; the frontier records
-      the reason and releases the lease. A download cancelled by a shutdown is not a failure:
-      the request goes back to the queue when the scheduler closes.
+    An exception no other middleware handled (retries exhausted, ``IgnoreRequest`` from
+    robots.txt, the offsite filter or any other middleware's ``process_request``...): the
+    request failed for good; the frontier records the reason and releases the lease. A
+    download cancelled by a shutdown is not a failure: the request goes back to the queue
+    when the scheduler closes.
 
-    HTTP error responses (404, 500 after retries) reach the engine as responses: the page's
-    link batch (even empty) releases their lease once ``HttpErrorMiddleware`` filtered them.
+    The other outcomes answer the lease elsewhere: a response, through its page batch
+    (:class:`middlewares.linkbatch.BatchDedupeMiddleware`, also when the callback raises);
+    a redirect or retry, by taking the lease over (:meth:`RedisFrontier.enqueue`); a
+    request dropped after its download, by :meth:`RedisFrontier.answer_dropped`.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -211,10 +294,6 @@ class LeaseMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler)
-
-    def process_response(self, request: Request, response: Response) -> Response:
-        _redis_frontier(self.crawler).responded(request)
-        return response
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         if isinstance(exception, (defer.CancelledError, asyncio.CancelledError)):

@@ -22,7 +22,8 @@ from twisted.internet import task
 
 from crawler.frontier import frontier_for
 from crawler.frontier.politeness import HostLimits, hosts_waiting
-from crawler.frontier.redis import FrontierKeys, RedisFrontier
+from crawler.frontier.redis import RedisFrontier
+from crawler.frontier.redis.layout import FrontierKeys
 from crawler.seen.layers import current_seen_key
 from crawler.seen.redis import BloomInfo, bloom_info
 from crawler.seen.sharded import shard_keys
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
     from scrapy import Spider
     from scrapy.crawler import Crawler
+    from twisted.python.failure import Failure
 
 #: Status records live this many publishing intervals after the last one.
 STALE_AFTER_INTERVALS = 3
@@ -39,16 +41,6 @@ STALE_AFTER_INTERVALS = 3
 #: half the configured rate (so the sum stays below it).
 TIGHTENING = 0.5
 RATE_WINDOW_S = 60.0
-
-
-def workers_key(prefix: str) -> str:
-    """SET of the ids of workers that published a status."""
-    return f"{prefix}:workers"
-
-
-def worker_key(prefix: str, owner: str) -> str:
-    """One worker's latest status record (JSON, expiring)."""
-    return f"{prefix}:worker:{owner}"
 
 
 def expected_error_rate(info: BloomInfo, error_rate: float) -> float:
@@ -135,12 +127,12 @@ def read_status(
     seen_key = current_seen_key(client, prefix, keys.seen)  # after `scrapy rebuild-filter`
     shards = int(client.get(f"{seen_key}:shards") or 1)
     infos = [info for key in shard_keys(seen_key, shards) if (info := bloom_info(client, key))]
-    owners = sorted(_text(owner) for owner in client.smembers(workers_key(prefix)))
+    owners = sorted(_text(owner) for owner in client.smembers(keys.workers))
     workers = []
     for owner in owners:
-        record = client.get(worker_key(prefix, owner))
+        record = client.get(keys.worker(owner))
         if record is None:
-            client.srem(workers_key(prefix), owner)
+            client.srem(keys.workers, owner)
         else:
             workers.append(json.loads(record))
     return FrontierStatus(
@@ -202,9 +194,8 @@ class WorkerStatusReporter:
         if self._loop.running:
             self._loop.stop()
         frontier = self.frontier
-        prefix = frontier.keys.prefix
-        frontier.client.delete(worker_key(prefix, frontier.owner))
-        frontier.client.srem(workers_key(prefix), frontier.owner)
+        frontier.client.delete(frontier.keys.worker(frontier.owner))
+        frontier.client.srem(frontier.keys.workers, frontier.owner)
 
     def record(self, now: float) -> dict[str, Any]:
         """This worker's status, with its page rate over the last minute."""
@@ -226,16 +217,21 @@ class WorkerStatusReporter:
         }
 
     def publish(self) -> None:
-        """Write the record; a Redis hiccup only skips one report."""
+        """Write the record (from the frontier's background thread in a crawl); a Redis
+        hiccup only skips one report."""
         frontier = self.frontier
-        prefix = frontier.keys.prefix
         record = json.dumps(self.record(time.time()))
         ttl = max(1, math.ceil(self.interval * STALE_AFTER_INTERVALS))
-        try:
+
+        def write() -> None:
             with frontier.client.pipeline(transaction=False) as pipe:
-                pipe.set(worker_key(prefix, frontier.owner), record, ex=ttl)
-                pipe.sadd(workers_key(prefix), frontier.owner)
+                pipe.set(frontier.keys.worker(frontier.owner), record, ex=ttl)
+                pipe.sadd(frontier.keys.workers, frontier.owner)
                 pipe.execute()
-        except redis.RedisError:
+
+        def skipped(failure: Failure) -> None:
+            failure.trap(redis.RedisError)
             # Status is best effort: the crawl goes on, the next report will do.
             self.crawler.stats.inc_value("frontier/status_unpublished")
+
+        frontier.call(write).addErrback(skipped)

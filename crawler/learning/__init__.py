@@ -7,5 +7,6 @@
   batch of keys is made with;
 * :mod:`crawler.learning.extension`: the Scrapy extension tying fingerprints, evidence,
   the record store and the shared state together (``CANON_LEARN``);
+* :mod:`crawler.learning.gate`: queued requests a newly learned rule merges are dropped;
 * :mod:`crawler.learning.recheck`: the sampled re-check of applied rules.
 """

@@ -16,8 +16,10 @@ another path, or in another family of the same parameter (another value of anoth
 parameter), is a generic page (an error template, "no results", a login wall) and proves
 nothing. A drop rule for
 ``p`` is proposed for a host when ``min_pairs`` families (so as many distinct documents) give
-evidence and the host has no counter-example; otherwise for each path prefix (``/docs/``)
-that has ``min_pairs`` and none, the shallowest first.
+evidence from at least two sections of the site (top-level directories, or pages at the
+root) and the host has no counter-example; otherwise for each path prefix (``/docs/``) that
+has ``min_pairs`` and none, the shallowest first. A rule reaches no further than its
+evidence: pairs seen only under ``/articles/`` say nothing about ``/products/``.
 """
 
 from __future__ import annotations
@@ -209,7 +211,8 @@ class ParamEvidence:
             if self._proves(tally, exact)
         ]
         bad_paths = [counter.path for counter in tally.counters]
-        if not bad_paths and len(valid) >= self.min_pairs:
+        sections = {(path_prefixes(path) or [path])[0] for path, _ in valid}
+        if not bad_paths and len(valid) >= self.min_pairs and len(sections) >= 2:
             return [Proposal(host, name, tuple(pair for _, pair in valid))]
         prefixes = sorted(
             {prefix for path, _ in valid for prefix in path_prefixes(path)},

@@ -43,6 +43,7 @@ from crawler.learning.state import (
     MemoryRuleState,
     RedisRuleState,
     RuleState,
+    applied_rules,
     normalized,
 )
 from pipelines.records import APPLIED, PROPOSED, REVOKED, ContentRecord, PageRecord, ParamRule, now
@@ -112,9 +113,9 @@ class ParamRuleLearning:
             self.live.state = self.state
         for rule in store_for(self.crawler).param_rules():
             self.known[rule.scope, rule.param] = rule
-        applied = [rule for rule in self.known.values() if rule.state == APPLIED]
+        applied = applied_rules(self.known.values())
         if applied:
-            self._change_rules(lambda learned: _with(learned, applied))
+            self._change_rules(lambda learned: _merged(learned, applied))
         self.live.reload()
         frontier.keyer.use_rules(self.live.current)  # type: ignore[attr-defined]
 
@@ -144,7 +145,9 @@ class ParamRuleLearning:
         """Compare a freshly fingerprinted page with the pages it differs from by one
         parameter; propose, apply or revoke rules accordingly."""
         try:
-            key = dedupe_key(page.final_url, self.live.current())
+            # Evidence is about the parameters as written: keys without the learned rules,
+            # or a page merged by a wrong rule would be blamed on another parameter.
+            key = dedupe_key(page.final_url, self.live.without_learned())
         except InvalidURL:
             return
         fetched = Page(page.final_url, key, content.exact, content.kind, page.status)
@@ -189,7 +192,7 @@ class ParamRuleLearning:
         state = APPLIED if self.mode == "apply" else PROPOSED
         rule = ParamRule(proposal.scope, proposal.param, state, proposal.evidence)
         if state == APPLIED:
-            self._change_rules(lambda learned: _with(learned, [rule]))
+            self._change_rules(lambda learned: _merged(learned, {rule.scope: [rule.param]}))
             self.live.current()
         self._record(rule, rules_version=self.live.full_version if state == APPLIED else None)
         assert self.crawler.stats is not None
@@ -231,10 +234,10 @@ class ParamRuleLearning:
         store_for(self.crawler).add_param_rule(updated)
 
 
-def _with(learned: Learned, rules: list[ParamRule]) -> Learned:
+def _merged(learned: Learned, more: Learned) -> Learned:
     result = {scope: list(names) for scope, names in learned.items()}
-    for rule in rules:
-        result.setdefault(rule.scope, []).append(rule.param)
+    for scope, names in more.items():
+        result.setdefault(scope, []).extend(names)
     return result
 
 

@@ -2,9 +2,10 @@
 
 Once a rule drops a parameter, its variants are never fetched again, so nothing would ever
 show the rule wrong. This spider middleware (placed above the link batch, so it sees every
-link a page yields) sends a share ``CANON_LEARN_RECHECK`` of the links a learned rule changed
-to the downloader anyway, as a ``dont_filter`` copy marked for re-checking; when its content
-differs from the page its key was merged into, the rule is revoked
+link a page yields) sends a share ``CANON_LEARN_RECHECK`` of the links a learned rule
+changed to the downloader anyway (each URL once), as a ``dont_filter`` copy marked for
+re-checking; when its content differs from the page its key was merged into, the rule is
+revoked
 (:meth:`crawler.learning.extension.ParamRuleLearning`). The original link goes through the
 batch as usual.
 """
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 
+#: Re-checked URLs remembered (to re-check each once); forgotten all at once when full.
+MAX_REMEMBERED = 100_000
+
+
 def _names(key: str) -> set[str]:
     query = key.partition("?")[2]
     return {param.partition("=")[0].lower() for param in query.split("&")} if query else set()
@@ -40,10 +45,11 @@ class LearnedRuleRecheck:
         self.crawler = crawler
         self.rate = rate
         self.rng = rng or random.Random()
+        self._rechecked: set[str] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        rate = crawler.settings.getfloat("CANON_LEARN_RECHECK", 0.05)
+        rate = crawler.settings.getfloat("CANON_LEARN_RECHECK", 0.02)
         if rate <= 0 or crawler.settings.get("CANON_LEARN", "propose") == "off":
             raise NotConfigured
         return cls(crawler, rate)
@@ -82,8 +88,11 @@ class LearnedRuleRecheck:
         except InvalidURL:
             return None
         dropped = _names(plain) - _names(learned)
-        if not dropped:
+        if not dropped or plain in self._rechecked:
             return None
+        if len(self._rechecked) >= MAX_REMEMBERED:
+            self._rechecked.clear()
+        self._rechecked.add(plain)
         return output.replace(
             dont_filter=True,
             meta={**output.meta, RECHECK_META: {"key": learned, "params": sorted(dropped)}},

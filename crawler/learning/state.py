@@ -4,8 +4,9 @@ The learned rules are a map ``scope -> [parameter names]`` (scopes as in
 ``CANON_HOST_RULES``) with a version number that grows with every change. Embedded crawls keep
 them in process; shared crawls in Redis beside the frontier (``<prefix>:learned`` holds the
 JSON, ``<prefix>:learned_version`` the number), changed only by a compare-and-set, so every
-worker sees one sequence of versions. :class:`LiveRules` reads the version before each batch
-of keys and rebuilds its ruleset when it moved: a worker never keys with stale rules.
+worker sees one sequence of versions (``publish.lua``). :class:`LiveRules` reads the version
+before each batch of keys and rebuilds its ruleset when it moved: a worker never keys with
+stale rules.
 
 Keys keep the key prefix the crawl started with while learned rules change under it: a learned
 rule only drops a parameter proven to change nothing, so a key it does not touch stays the
@@ -17,11 +18,13 @@ learned rules) is recorded with each learned rule; the next crawl keys under it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
+from pipelines.records import APPLIED, ParamRule
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -72,12 +75,13 @@ class MemoryRuleState:
 
 class RedisRuleState:
     """:class:`RuleState` of a shared crawl: two keys under the frontier's prefix (one hash
-    tag, so a transaction may touch both on Redis Cluster)."""
+    tag, so ``publish.lua`` may touch both on Redis Cluster)."""
 
     def __init__(self, client: Client, prefix: str) -> None:
         self.client = client
         self.rules_key = f"{prefix}:learned"
         self.version_key = f"{prefix}:learned_version"
+        self._publish = client.register_script((Path(__file__).parent / "publish.lua").read_text())
 
     def version(self) -> int:
         return int(self.client.get(self.version_key) or 0)
@@ -88,23 +92,8 @@ class RedisRuleState:
 
     def publish(self, expected: int, rules: Learned) -> bool:
         text = json.dumps(normalized(rules), sort_keys=True)
-
-        def change(pipe: Any) -> None:
-            if int(pipe.get(self.version_key) or 0) != expected:
-                raise _Moved
-            pipe.multi()
-            pipe.set(self.rules_key, text)
-            pipe.incr(self.version_key)
-
-        try:
-            self.client.transaction(change, self.version_key)
-        except _Moved:
-            return False
-        return True
-
-
-class _Moved(Exception):
-    """The learned rules changed under a compare-and-set."""
+        keys = [self.version_key, self.rules_key]
+        return bool(self._publish(keys=keys, args=[expected, text]))
 
 
 def normalized(rules: Mapping[str, list[str]]) -> Learned:
@@ -114,6 +103,15 @@ def normalized(rules: Mapping[str, list[str]]) -> Learned:
         for scope, names in sorted(rules.items())
         if names
     }
+
+
+def applied_rules(rules: Iterable[ParamRule]) -> Learned:
+    """The learned rules in force among ``rules`` (state ``applied``)."""
+    learned: Learned = {}
+    for rule in rules:
+        if rule.state == APPLIED:
+            learned.setdefault(rule.scope, []).append(rule.param)
+    return normalized(learned)
 
 
 def combined_host_rules(
@@ -147,7 +145,7 @@ class LiveRules:
         self.learned: Learned = {}
         self.full_version = self.base.version
         self.key_version: str | None = None
-        self._rules = self.base
+        self._rules = self._plain = self.base
 
     def current(self) -> RuleSet:
         """The rules to key the next batch with."""
@@ -157,9 +155,7 @@ class LiveRules:
 
     def without_learned(self) -> RuleSet:
         """The crawl's rules without the learned ones, under the same key prefix."""
-        if self.key_version is None or self.base.version == self.key_version:
-            return self.base
-        return replace(self.base, version=self.key_version)
+        return self._plain
 
     def reload(self) -> None:
         self.version, self.learned = self.state.load()
@@ -167,6 +163,8 @@ class LiveRules:
         self.full_version = full.version
         if self.key_version is None:
             self.key_version = full.version
+            if self.base.version != self.key_version:
+                self._plain = replace(self.base, version=self.key_version)
         self._rules = (
             full if full.version == self.key_version else replace(full, version=self.key_version)
         )

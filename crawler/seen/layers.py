@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from crawler.frontier.keys import RequestKeyer
-    from crawler.frontier.redis import FrontierKeys
+    from crawler.frontier.redis.layout import FrontierKeys
     from crawler.redis_client import Client
 
 #: File beside an embedded filter naming the rules it was filled under.

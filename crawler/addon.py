@@ -1,0 +1,257 @@
+"""The bloom-frontier add-on: the one line a Scrapy project adds to crawl through this frontier.
+
+.. code-block:: python
+
+    ADDONS = {"crawler.addon.BloomFrontierAddon": 0}
+
+:meth:`BloomFrontierAddon.update_settings` installs everything, with defaults a project's own
+settings override:
+
+- every setting of the defaults table (:mod:`crawler.defaults`), at ``"addon"`` priority;
+- the dupefilter (:class:`crawler.dupefilter.BloomDupeFilter`) and, with ``REDIS_URL`` set,
+  the shared frontier's scheduler (:class:`crawler.frontier.scheduler.RedisScheduler`);
+- the spider, downloader middlewares and extensions of :data:`SPIDER_MIDDLEWARES`,
+  :data:`DOWNLOADER_MIDDLEWARES`, :data:`EXTENSIONS` (and :data:`SHARED_DOWNLOADER_MIDDLEWARES`
+  with ``REDIS_URL``), at the orders given there unless the project lists them itself;
+- Scrapy's ``RedirectMiddleware`` and ``MetaRefreshMiddleware`` switched off: replaced by
+  :class:`middlewares.redirects.RedirectChainMiddleware`;
+- ``JOBDIR`` disk queues that store requests as JSON, not pickle;
+- a download slot per link-shortener host (``SHORTENER_DELAY``, :func:`install_shortener_slots`).
+
+:meth:`BloomFrontierAddon.update_pre_crawler_settings` installs the SSRF guard's DNS resolver,
+which Scrapy reads from the crawler process's settings (``TWISTED_DNS_RESOLVER``). A script
+that runs crawls with ``CrawlerRunner`` / ``AsyncCrawlerRunner`` installs no resolver at all:
+it must call ``SSRFGuardResolver`` itself (see README, "Use it in your own Scrapy project").
+
+A project setting that would defeat the frontier (its own ``SCHEDULER`` or
+``DUPEFILTER_CLASS``, Scrapy's redirect middlewares enabled again) stops the crawl before it
+starts with :class:`FrontierConflict`, whose message names the setting.
+
+New components register here: add them to the tables below, with the order and why.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from scrapy.settings import SETTINGS_PRIORITIES
+from scrapy.utils.misc import load_object
+
+from crawler.defaults import with_defaults
+from crawler.shorteners import shorteners_from_settings
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings, Settings
+
+logger = logging.getLogger(__name__)
+
+#: Spider middlewares, by import path (imported by Scrapy, only when a crawl starts).
+SPIDER_MIDDLEWARES = {
+    # Low order = closest to the engine: sees the page's final output and checks all of its
+    # links against the seen filter in one batch.
+    "middlewares.linkbatch.BatchDedupeMiddleware": 10,
+    # Start requests: Scrapy's start_urls requests are deduplicated like links (fetched once,
+    # also across workers)...
+    "middlewares.start_requests.StartRequestsMiddleware": 20,
+    # Above the link batch: re-check copies of links a learned rule merged (CANON_LEARN_RECHECK).
+    "crawler.learning.recheck.LearnedRuleRecheck": 25,
+    # ... and the host of each is exempt from the SSRF guard, for this crawler.
+    "middlewares.ssrf.SSRFStartHostsMiddleware": 30,
+    # High order = closest to the spider: the canonical URL it adds passes Scrapy's depth and
+    # referer middlewares and joins the page's link batch.
+    "middlewares.canonical_hints.CanonicalHintsMiddleware": 950,
+    # Between the two: links to shortener hosts become resolution requests (SHORTENER_*).
+    "middlewares.shorteners.ShortenerLinksMiddleware": 900,
+}
+#: Downloader middlewares; None switches one of Scrapy's off.
+DOWNLOADER_MIDDLEWARES = {
+    # Before everything else downloads: drops queued requests a learned rule now merges.
+    "crawler.learning.gate.LearnedRuleGate": 30,
+    # Before Scrapy's offsite filter (50) and robots.txt (100): a refused host gets no
+    # request at all, not even for robots.txt.
+    "middlewares.ssrf.SSRFGuardMiddleware": 40,
+    # Below RetryMiddleware (550): sees only failures retries gave up on.
+    "middlewares.redirects.ChainFailureMiddleware": 60,
+    # Replaces Scrapy's two redirect middlewares; after decompression (590) for meta refresh.
+    "middlewares.redirects.RedirectChainMiddleware": 580,
+    # Just above it: shortener answers cached, recorded, off-site targets settled (SHORTENER_*).
+    "middlewares.shorteners.ShortenerResolveMiddleware": 585,
+}
+#: Scrapy's middlewares the frontier replaces (a project enabling them again is refused).
+REPLACED_DOWNLOADER_MIDDLEWARES = (
+    "scrapy.downloadermiddlewares.redirect.RedirectMiddleware",
+    "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware",
+)
+#: Downloader middlewares of the shared frontier only (``REDIS_URL`` set).
+SHARED_DOWNLOADER_MIDDLEWARES = {
+    # Before everything else downloads: drops queued requests a learned rule now merges.
+    "crawler.learning.gate.LearnedRuleGate": 30,
+    # Lowest order: next to the engine, it sees only the failures no other middleware handled.
+    "crawler.frontier.scheduler.LeaseMiddleware": 1,
+    # Right after Scrapy's RobotsTxtMiddleware (100): it must see the wait for robots.txt.
+    "middlewares.politeness.GlobalPolitenessMiddleware": 101,
+}
+EXTENSIONS = {
+    "crawler.summary.CrawlSummary": 500,
+    # Shared frontier only (it is NotConfigured without REDIS_URL): publishes pages/min and
+    # leases for `scrapy frontier`.
+    "crawler.frontier.status.WorkerStatusReporter": 510,
+    # Content fingerprints of every fetched document (CONTENT_FINGERPRINTS_ENABLED).
+    "crawler.content.extension.ContentFingerprints": 520,
+    # Parameter rules proven by content (CANON_LEARN).
+    "crawler.learning.extension.ParamRuleLearning": 530,
+}
+
+DUPEFILTER = "crawler.dupefilter.BloomDupeFilter"
+SHARED_SCHEDULER = "crawler.frontier.scheduler.RedisScheduler"
+#: Scrapy's own scheduler: the embedded frontier keeps it (it asks the dupefilter).
+EMBEDDED_SCHEDULER = "scrapy.core.scheduler.Scheduler"
+RESOLVER = "middlewares.ssrf.SSRFGuardResolver"
+#: What Scrapy's redirect middlewares (and ours) are built on.
+REDIRECT_BASE = "scrapy.downloadermiddlewares.redirect.BaseRedirectMiddleware"
+DISK_QUEUES = {
+    "SCHEDULER_DISK_QUEUE": "crawler.frontier.diskqueue.JsonLifoDiskQueue",
+    "SCHEDULER_START_DISK_QUEUE": "crawler.frontier.diskqueue.JsonFifoDiskQueue",
+}
+
+
+class FrontierConflict(RuntimeError):
+    """A project setting defeats the frontier; the message names it and says what to do.
+    Raised by the add-on, so Scrapy stops before the crawl starts."""
+
+
+class _ConflictWithoutTraceback(logging.Filter):
+    """Scrapy lets a crawl that fails to start end as an unhandled error, which asyncio
+    (``scrapy crawl``) or Twisted (``FORCE_CRAWLER_PROCESS``) log with a traceback. A
+    conflict is a settings mistake, not a bug: its record keeps only the message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if "crawler.addon.FrontierConflict: " in str(record.msg):
+            return False  # Twisted's text copy of the traceback; the record below has it
+        if isinstance(error, FrontierConflict):
+            record.msg, record.args, record.exc_info, record.exc_text = str(error), (), None, None
+        return True
+
+
+def _refuse(problems: list[str]) -> FrontierConflict:
+    for name in ("asyncio", "twisted"):
+        target = logging.getLogger(name)
+        if not any(isinstance(f, _ConflictWithoutTraceback) for f in target.filters):
+            target.addFilter(_ConflictWithoutTraceback())
+    return FrontierConflict(conflict_message(problems))
+
+
+class BloomFrontierAddon:
+    """Installs the whole frontier in a Scrapy project; see the module docstring."""
+
+    @classmethod
+    def update_pre_crawler_settings(cls, settings: BaseSettings) -> None:
+        """Settings of the crawler process, read before any crawler exists: the defaults
+        (the resolver reads ``SSRF_*``) and the SSRF guard's DNS resolver."""
+        with_defaults(settings)
+        if settings.getbool("SSRF_GUARD_ENABLED"):
+            settings.set("TWISTED_DNS_RESOLVER", RESOLVER, "addon")
+
+    def update_settings(self, settings: Settings) -> None:
+        with_defaults(settings)
+        shared = bool(settings.get("REDIS_URL"))
+        settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
+        settings.set("SCHEDULER", SHARED_SCHEDULER if shared else EMBEDDED_SCHEDULER, "addon")
+        for name, queue in DISK_QUEUES.items():
+            settings.set(name, queue, "addon")
+        problems = conflicts(settings, shared)
+        if problems:
+            raise _refuse(problems)
+        install(settings, "SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES)
+        install(settings, "DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES)
+        for path in REPLACED_DOWNLOADER_MIDDLEWARES:
+            settings.set_in_component_priority_dict(
+                "DOWNLOADER_MIDDLEWARES", load_object(path), None
+            )
+        if shared:
+            install(settings, "DOWNLOADER_MIDDLEWARES", SHARED_DOWNLOADER_MIDDLEWARES)
+        install(settings, "EXTENSIONS", EXTENSIONS)
+        install_shortener_slots(settings)
+
+
+def install_shortener_slots(settings: BaseSettings) -> None:
+    """Rate-limit each shortener host (``SHORTENERS_ENABLED``): a download slot per host
+    with ``SHORTENER_DELAY`` between requests and one at a time, which a shared crawl's
+    lease script enforces across workers. A slot the project configured is kept."""
+    if not settings.getbool("SHORTENERS_ENABLED"):
+        return
+    slots = dict(settings.getdict("DOWNLOAD_SLOTS"))
+    delay = settings.getfloat("SHORTENER_DELAY")
+    for host in sorted(shorteners_from_settings(settings).hosts):
+        slots.setdefault(host, {"delay": delay, "concurrency": 1})
+    priority = max(settings.getpriority("DOWNLOAD_SLOTS") or 0, SETTINGS_PRIORITIES["addon"])
+    settings.set("DOWNLOAD_SLOTS", slots, priority)
+
+
+def install(settings: Settings, name: str, components: dict[str, int]) -> None:
+    """Add ``components`` to the component priority dict ``name``, each at its order unless
+    the project lists it already (its order, or None to switch it off, wins)."""
+    for path, order in components.items():
+        settings.setdefault_in_component_priority_dict(name, load_object(path), order)
+
+
+def _loaded(value: object) -> object:
+    """The object an import path names (the value itself if not a path; None if it cannot
+    be imported: Scrapy reports that itself when it builds the component)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return load_object(value)
+    except (ImportError, NameError, ValueError):
+        return None
+
+
+def _is_subclass(value: object, path: str) -> bool:
+    """``value`` is the class at ``path`` or inherits from it (by its MRO: Scrapy's
+    scheduler base class answers ``issubclass`` for any class with the right methods)."""
+    return isinstance(value, type) and load_object(path) in value.__mro__
+
+
+def conflicts(settings: BaseSettings, shared: bool) -> list[str]:
+    """What in ``settings`` (the add-on's own values already set) defeats the frontier."""
+    problems = []
+    dupefilter = _loaded(settings["DUPEFILTER_CLASS"])
+    if dupefilter is not None and not _is_subclass(dupefilter, DUPEFILTER):
+        problems.append(
+            f"DUPEFILTER_CLASS = {settings['DUPEFILTER_CLASS']!r} replaces the frontier's "
+            f"{DUPEFILTER}: requests would not be deduplicated on their keys"
+        )
+    scheduler = _loaded(settings["SCHEDULER"])
+    expected = SHARED_SCHEDULER if shared else EMBEDDED_SCHEDULER
+    if scheduler is not None and not _is_subclass(scheduler, expected):
+        why = (
+            "with REDIS_URL set, requests would not be shared between workers"
+            if shared
+            else "requests would not pass the frontier's dupefilter"
+        )
+        problems.append(f"SCHEDULER = {settings['SCHEDULER']!r} replaces {expected}: {why}")
+    from middlewares.redirects import RedirectChainMiddleware
+
+    for path, order in settings.getdict("DOWNLOADER_MIDDLEWARES").items():
+        component = _loaded(path)
+        if (
+            order is not None
+            and _is_subclass(component, REDIRECT_BASE)
+            and RedirectChainMiddleware not in component.__mro__  # type: ignore[attr-defined]
+        ):
+            problems.append(
+                f"DOWNLOADER_MIDDLEWARES enables {path if isinstance(path, str) else component}"
+                f" (order {order}): redirects must go through {RedirectChainMiddleware.__module__}"
+                f".{RedirectChainMiddleware.__name__}, which records every hop"
+            )
+    return problems
+
+
+def conflict_message(problems: list[str]) -> str:
+    return (
+        "bloom-frontier cannot run with these settings ("
+        + "; ".join(problems)
+        + "). Remove them from the project's settings, or remove the add-on from ADDONS."
+    )

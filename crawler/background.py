@@ -1,0 +1,64 @@
+"""Blocking I/O off Twisted's loop: one worker thread per resource, results back on the loop.
+
+Redis calls (a stopped or failing-over server blocks a socket for seconds) and database
+writes (a locked SQLite file) run in a :class:`BackgroundThread`; the loop only hands them
+over and gets a Deferred fired, on the loop, with the result. One thread per resource keeps
+its calls in the order they were handed over (answers to the frontier, flushes of the
+record store), which their guarantees rely on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from twisted.internet.defer import Deferred
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class BackgroundThread:
+    """Runs calls one at a time, in order, in a thread of its own (started on first use)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def run(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
+        """Call ``function(*args)`` in the thread; the Deferred fires on the loop with its
+        result or its exception."""
+        from twisted.internet import reactor
+
+        deferred: Deferred[T] = Deferred()
+        future = self._pool().submit(function, *args)
+
+        def settle(done: Future[T]) -> None:
+            error = done.exception()
+            if error is None:
+                deferred.callback(done.result())
+            else:
+                deferred.errback(error)
+
+        future.add_done_callback(
+            lambda done: reactor.callFromThread(settle, done)  # type: ignore[attr-defined]
+        )
+        return deferred
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix=self.name)
+            return self._executor
+
+    def close(self) -> None:
+        """Wait for the calls handed over so far; later calls start a new thread."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)

@@ -1,0 +1,377 @@
+"""The shared frontier: a priority queue of requests in Redis, leased to workers.
+
+Every worker of one crawl (``scrapy crawl SPIDER -s REDIS_URL=...``) shares, under one key
+prefix (``FRONTIER_KEY_PREFIX``, one Redis Cluster hash tag):
+
+- a queue of serialized requests (JSON) ordered by priority, then first in, first out;
+- the RedisBloom seen filter of their dedupe keys: one key beside the queue, or
+  ``SEEN_FILTER_SHARDS`` keys spread over the cluster's masters (past one key's 512 MiB);
+- leases: a request handed to a worker stays in Redis, owned by that worker until its
+  lease expires (``FRONTIER_LEASE_TTL`` seconds on the Redis server's clock, extended by the
+  worker's heartbeat every third of it);
+- a record of the requests that failed for good, with the reason.
+
+Each step is one Lua script, so it is atomic (``crawler/frontier/*.lua``, each naming the
+keys it uses). One module per concern:
+
+- :mod:`.layout`: every Redis key of a crawl, documented;
+- :mod:`.admission`: admit a page's links and release its lease (crash-safe, also with a
+  sharded filter);
+- :mod:`.leases`: lease, heartbeat, failure, release: the requests a worker holds;
+- :mod:`.outbox`: answers delivered in order, waiting while Redis is away;
+- :mod:`.state`: sizes and failure records.
+
+So each page is fetched at least once, and twice only when its lease expired while it was
+being fetched (worker killed, or stalled longer than the lease). Redis being unreachable or
+refusing writes never crashes the crawl nor drops an answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
+from scrapy import signals
+from twisted.internet.defer import Deferred, maybeDeferred
+
+from crawler.background import BackgroundThread
+from crawler.frontier import failure_reason
+from crawler.frontier.keys import RequestKeyer
+from crawler.frontier.lua import FrontierScripts
+from crawler.frontier.politeness import HostLimits, HostPoliteness
+from crawler.frontier.redis import state
+from crawler.frontier.redis.admission import QUEUED_META, Admission
+from crawler.frontier.redis.layout import FrontierKeys
+from crawler.frontier.redis.leases import LEASE_META, Leases, worker_id
+from crawler.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
+from crawler.redis_client import describe, redis_from_url, require_bloom
+from crawler.seen.layers import OlderLayers, redis_layers
+from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
+
+__all__ = [
+    "LEASE_META",
+    "QUEUED_META",
+    "REDIS_UNAVAILABLE",
+    "FrontierKeys",
+    "RedisFrontier",
+    "failure_reason",
+]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: The frontier's own client retries briefly; longer outages are ridden out by the outbox
+#: and the scheduler's backoff instead.
+CLIENT_RETRY_ATTEMPTS = 2
+#: The frontier's Lua scripts (``<name>.lua``), each one atomic step.
+SCRIPTS = ("admit", "stage", "commit", "lease", "heartbeat", "fail", "release", "counts")
+
+
+def _warn_about_setup(client: redis.Redis) -> None:
+    """Warn about settings that would lose the crawl."""
+    try:
+        persistence = client.info("persistence")
+    except redis.RedisError:
+        return  # INFO may be disabled (managed Redis): nothing to check
+    if persistence.get("aof_enabled") == 0:
+        logger.warning(
+            "Redis at %s has no append-only file: a Redis restart loses what changed since "
+            "its last snapshot (queued requests, leases, seen keys). Turn on appendonly.",
+            describe(client),
+        )
+
+
+class RedisFrontier:
+    """The frontier of one crawl in Redis, as seen by one worker (see the module docstring).
+
+    Implements :class:`crawler.frontier.Frontier` (``admit``, ``fail``, ``close``) and what
+    :class:`crawler.frontier.scheduler.RedisScheduler` needs: :meth:`enqueue`,
+    :meth:`lease`, :meth:`heartbeat`, :meth:`release_all`, :meth:`is_drained`. Its parts
+    keep their own stats (:class:`.admission.Admission`, :class:`.leases.Leases`,
+    :class:`.outbox.Outbox`).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: FrontierKeys,
+        seen: ShardedBloomSeenFilter,
+        keyer: RequestKeyer,
+        stats: StatsCollector,
+        *,
+        lease_ttl: float = 60.0,
+        max_expiries: int = 5,
+        spider: Spider | None = None,
+        owner: str | None = None,
+        limits: HostLimits | None = None,
+        older: OlderLayers | None = None,
+    ) -> None:
+        if lease_ttl <= 0:
+            raise ValueError(f"FRONTIER_LEASE_TTL must be positive, got {lease_ttl}")
+        if max_expiries < 1:
+            raise ValueError(f"FRONTIER_MAX_EXPIRIES must be at least 1, got {max_expiries}")
+        self.client = client
+        self.keys = keys
+        self.seen = seen
+        self.keyer = keyer
+        self.stats = stats
+        self.politeness = HostPoliteness(client, keys, limits or HostLimits(), stats)
+        self.scripts = FrontierScripts(client, keys, SCRIPTS)
+        self.outbox = Outbox(stats)
+        self.leases = Leases(
+            self.scripts,
+            self.outbox,
+            self.politeness,
+            stats,
+            owner=owner or worker_id(),
+            lease_ttl=lease_ttl,
+            max_expiries=max_expiries,
+        )
+        #: Read-only layers of the seen filter (after `scrapy rebuild-filter`).
+        self.older = older or OlderLayers([])
+        self.admission = Admission(
+            self.scripts, seen, keyer, self.leases, self.outbox, stats, self.older
+        )
+        self.spider = spider
+        #: Where Redis is called from in a crawl (:meth:`go_background`); None: the
+        #: caller's thread (commands, tests).
+        self.background: BackgroundThread | None = None
+
+    def call(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
+        """``function(*args)`` (a Redis call) from the background thread, or in the
+        caller's thread without one; the Deferred fires with its result."""
+        if self.background is None:
+            return maybeDeferred(function, *args)
+        return self.background.run(function, *args)
+
+    def go_background(self) -> None:
+        """From now on, call Redis from a thread of its own, never from Twisted's loop:
+        answers, leases, heartbeats (a crawl's scheduler calls this when it opens)."""
+        if self.background is None:
+            self.background = self.outbox.background = BackgroundThread("frontier-redis")
+
+    @property
+    def spider(self) -> Spider | None:
+        return self.leases.spider
+
+    @spider.setter
+    def spider(self, spider: Spider | None) -> None:
+        self.leases.spider = self.admission.spider = spider
+
+    @property
+    def owner(self) -> str:
+        return self.leases.owner
+
+    @property
+    def lease_ttl(self) -> float:
+        return self.leases.lease_ttl
+
+    # --- construction ----------------------------------------------------------------
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: BaseSettings,
+        spider_name: str,
+        stats: StatsCollector,
+        spider: Spider | None = None,
+    ) -> Self:
+        """The frontier of ``spider_name`` at ``REDIS_URL``, on its own connection."""
+        retry = Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), CLIENT_RETRY_ATTEMPTS)
+        prefix = settings["FRONTIER_KEY_PREFIX"] % {"spider": spider_name}
+        client = redis_from_url(settings["REDIS_URL"], retry=retry)
+        try:
+            require_bloom(client)
+            keys = FrontierKeys.for_prefix(prefix)
+            keyer = RequestKeyer.from_settings(stats, settings)
+            # After `scrapy rebuild-filter`: the current generation and the older layers.
+            keys, older = redis_layers(client, keys, settings, keyer.rules)
+            seen = seen_filter_from_settings(client, keys.seen, settings)
+            frontier = cls(
+                client,
+                keys,
+                seen,
+                keyer,
+                stats,
+                lease_ttl=settings.getfloat("FRONTIER_LEASE_TTL"),
+                max_expiries=settings.getint("FRONTIER_MAX_EXPIRIES"),
+                spider=spider,
+                limits=HostLimits.from_settings(settings),
+                older=older,
+            )
+        except BaseException:
+            client.close()
+            raise
+        _warn_about_setup(client)
+        logger.info(
+            "Shared frontier %s at %s (worker %s, leases of %ss)",
+            prefix,
+            describe(client),
+            frontier.owner,
+            frontier.lease_ttl,
+        )
+        return frontier
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        assert crawler.spidercls is not None
+        assert crawler.stats is not None
+        frontier = cls.from_settings(
+            crawler.settings, crawler.spidercls.name, crawler.stats, crawler.spider
+        )
+        frontier.keyer.for_crawler(crawler)
+        crawler.signals.connect(frontier.close, signal=signals.spider_closed)
+        return frontier
+
+    # --- admission -------------------------------------------------------------------
+
+    def admit(
+        self,
+        parent: Request | None,
+        children: Sequence[Request],
+        *,
+        after: Deferred[Any] | None = None,
+        on_late_duplicates: Callable[[list[Request]], None] | None = None,
+    ) -> list[Request]:
+        """Queue the new ones among ``children`` in Redis and, in the same atomic step,
+        release ``parent``'s lease (when this worker holds it), once ``after`` fired (the
+        page's records committed).
+
+        Returns the new ones, as the embedded frontier does, so callers learn the verdict;
+        they are already queued in Redis and marked ``meta[QUEUED_META]``, so when they are
+        handed to the engine anyway the scheduler does not queue them again. When the
+        verdict is not known yet (sent in the background, or Redis away) every request is
+        returned, and ``on_late_duplicates`` gets the duplicates once it is.
+        """
+        return self.admission.admit(
+            self.leases.take(parent),
+            children,
+            after=after,
+            on_late_duplicates=on_late_duplicates,
+        )
+
+    def enqueue(self, request: Request) -> bool:
+        """Admit a request the engine scheduled directly (start requests, ``dont_filter``
+        links, and requests that replace a leased one still being downloaded: redirects,
+        retries). A replacement takes over its original's lease atomically.
+
+        Returns False if the request was dropped (a known duplicate, or no valid key)."""
+        if request.meta.get(QUEUED_META):
+            return True
+        parent = self.leases.take_replaced(request)
+        return bool(self.admission.admit(parent, [request], dropped_by_caller=True))
+
+    def request_seen(self, request: Request) -> bool:
+        """True if ``request``'s key is in the seen filter (or it cannot be keyed); marks
+        and queues nothing (:meth:`enqueue` does both at once). Calls Redis in the caller's
+        thread: Scrapy's dupefilter contract is synchronous, and the shared scheduler never
+        asks it."""
+        keyed = self.keyer.keyed([request])
+        return not keyed or self.seen.contains(keyed[0][1]) or self.older.seen([request.url])[0]
+
+    # --- leases ----------------------------------------------------------------------
+
+    def lease(self, count: int) -> list[Request]:
+        """Lease up to ``count`` requests (see :meth:`.leases.Leases.lease`)."""
+        return self.leases.lease(count)
+
+    def lease_later(self, count: int) -> Deferred[list[Request]]:
+        """Lease up to ``count`` requests from the background thread (in the caller's
+        thread without one); errbacks with Redis' error. Afterwards :meth:`seems_drained`
+        tells whether the crawl looked drained then."""
+        leasing = self.call(self.scripts.run, "lease", self.leases.lease_args(count))
+        return leasing.addCallback(self.leases.take_delivery)
+
+    def seems_drained(self) -> bool:
+        """:meth:`is_drained` as of the last lease call, without asking Redis: nothing
+        queued nor leased anywhere then, and nothing held or waiting here now."""
+        sizes = self.leases.shared_sizes
+        return sizes == (0, 0) and not self.outbox and not self.leases
+
+    def responded(self, request: Request) -> None:
+        """A response for ``request`` reached the engine (see :meth:`.leases.Leases.responded`)."""
+        self.leases.responded(request)
+
+    def left_downloader(self, request: Request) -> None:
+        """``request`` left the downloader (see :meth:`.leases.Leases.left_downloader`)."""
+        self.leases.left_downloader(request)
+
+    def answer_dropped(self, grace: float) -> int:
+        """Fail the requests dropped after their download; how many
+        (:meth:`.leases.Leases.answer_dropped`)."""
+        return self.leases.answer_dropped(grace)
+
+    def heartbeat(self) -> None:
+        """Extend the leases of requests this worker is still working on (from the
+        background thread when there is one)."""
+        args = self.leases.heartbeat_args()
+        if self.background is None or args is None:
+            self.leases.heartbeat()
+            return
+        extended = self.call(self.scripts.run, "heartbeat", args)
+        extended.addCallbacks(
+            self.leases.note_lost, lambda f: self.leases.heartbeat_failed(f.value)
+        )
+
+    def release_all(self) -> int:
+        """Give back every lease this worker holds; how many went back to the queue."""
+        return self.leases.release_all()
+
+    def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:
+        """``request`` failed for good: record it with ``reason`` and release its lease
+        (once ``after`` fired, when given)."""
+        self.leases.fail(request, reason, after=after)
+
+    # --- answers waiting for Redis ---------------------------------------------------
+
+    def flush(self) -> bool:
+        """Deliver waiting answers in order; True when none is left waiting."""
+        return self.outbox.flush()
+
+    @property
+    def pending_answers(self) -> int:
+        """Answers not yet delivered to Redis."""
+        return len(self.outbox)
+
+    # --- state -----------------------------------------------------------------------
+
+    def is_drained(self) -> bool:
+        """True when the whole crawl is done: nothing queued, no lease outstanding in any
+        worker, no answer of this worker waiting. Raises ``REDIS_UNAVAILABLE`` errors."""
+        if self.outbox or self.leases:
+            return False
+        queued, leased, _failed = state.sizes(self.scripts)
+        return queued == 0 and leased == 0
+
+    def counts(self) -> dict[str, int]:
+        """Sizes of the shared state: queued, leased and failed requests, keys seen."""
+        return state.counts(self.scripts, self.seen)
+
+    def failures(self) -> dict[str, dict[str, Any]]:
+        """The failed requests' records, by URL."""
+        return state.failures(self.client, self.keys)
+
+    def close(self) -> None:
+        """Deliver what can be delivered, then release the connection."""
+        if self.background is not None:
+            self.background.close()
+        if not self.outbox.close():
+            logger.error(
+                "%d frontier updates could not be delivered before closing; their leases "
+                "will expire and the pages be fetched again",
+                len(self.outbox),
+            )
+        self.client.close()

@@ -1,0 +1,114 @@
+"""The Redis key layout of one crawl's shared frontier: every key, in one place.
+
+All keys of a crawl live under its prefix (``FRONTIER_KEY_PREFIX`` % spider, default
+``{frontier:<spider>}``: a Redis Cluster hash tag, so the frontier's own keys share one slot
+and a Lua script may touch them together). Fixed keys, one field of :class:`FrontierKeys`
+each (``<prefix>:<field>``):
+
+=============  ======  =================================================================
+key            type    holds
+=============  ======  =================================================================
+queue          ZSET    request id -> -priority (ids are fixed-width hex: ties are FIFO)
+requests       HASH    request id -> the request, serialized (JSON, ``serialize.py``)
+scores         HASH    request id -> its queue score, to requeue it after a lease
+leases         ZSET    request id (or ``batch:<id>``) -> lease expiry, ms on Redis' clock
+owners         HASH    request id -> the worker holding its lease
+seq            STRING  counter the request ids are made from
+seen           BF      RedisBloom filter of dedupe keys (with ``SEEN_FILTER_SHARDS`` > 1,
+                       the name the shards are derived from, see below)
+failed         HASH    URL -> JSON record of a request that failed for good, with reason
+expiries       HASH    request id -> times its lease expired (given up past the limit)
+staged         HASH    lease id -> ``{"batch": id, "entries": [[score, JSON], ...]}``: a
+                       batch kept while its keys are marked in a sharded filter
+hosts          HASH    request id -> politeness host of a queued or leased request
+in_flight      HASH    request id -> host, for the leases counted in ``host_busy``
+host_next      ZSET    host -> ms (Redis clock) before which it gets no new lease
+host_busy      HASH    host -> its requests leased now (absent: none)
+host_delay     HASH    host -> its robots.txt Crawl-delay in ms, as published
+=============  ======  =================================================================
+
+Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
+
+- ``<prefix>:robots_txt:<url>`` STRING (expiring): a robots.txt one worker fetched, shared
+  with the others; ``<prefix>:robots_txt:<url>:claim`` STRING (expiring): the worker
+  fetching it now (:mod:`crawler.frontier.politeness`).
+- ``<prefix>:workers`` SET of worker ids, ``<prefix>:worker:<id>`` STRING (expiring): the
+  workers' published status records (:mod:`crawler.frontier.status`).
+- ``<prefix>:learned`` STRING and ``<prefix>:learned_version`` STRING: the crawl's learned
+  parameter rules and their version, so every worker keys with the same rules
+  (:mod:`crawler.learning.state`).
+
+Keys of the seen filter (:mod:`crawler.seen.redis`, :mod:`crawler.seen.sharded`):
+``<seen>:params`` (its parameters), ``<seen>:reply:<batch>`` (expiring answers to a batch,
+for a retry), ``<seen>:shards`` (the number of shards), and with shards each shard's own key
+``{<seen without braces>:<i>/<N>:<salt>}`` (spread over the cluster's slots) with its own
+``:params`` and ``:reply:*``.
+After ``scrapy rebuild-filter``, ``<prefix>:seen:layers`` STRING (JSON) names the current
+filter generation (``<prefix>:seen:g<n>``, whose keys are laid out as ``seen``'s) and the
+older, read-only ones with their rules (:mod:`crawler.seen.layers`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Self
+
+
+@dataclass(frozen=True)
+class FrontierKeys:
+    """The fixed Redis keys of one crawl's frontier (see the module docstring)."""
+
+    queue: str
+    requests: str
+    scores: str
+    leases: str
+    owners: str
+    seq: str
+    seen: str
+    failed: str
+    expiries: str
+    staged: str
+    hosts: str
+    in_flight: str
+    host_next: str
+    host_busy: str
+    host_delay: str
+
+    @classmethod
+    def for_prefix(cls, prefix: str) -> Self:
+        return cls(**{field.name: f"{prefix}:{field.name}" for field in fields(cls)})
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The fields' names: what a Lua script's ``KEYS:`` line may name."""
+        return tuple(field.name for field in fields(cls))
+
+    @property
+    def prefix(self) -> str:
+        """The crawl's prefix (with its hash tag), for keys named per item."""
+        return self.queue.removesuffix(":queue")
+
+    @property
+    def all(self) -> list[str]:
+        """Every fixed key."""
+        return [getattr(self, name) for name in self.names()]
+
+    def robots_txt(self, url: str) -> str:
+        """The shared copy of the robots.txt at ``url``."""
+        return f"{self.prefix}:robots_txt:{url}"
+
+    def robots_txt_claim(self, url: str) -> str:
+        """The claim of the worker fetching the robots.txt at ``url``."""
+        return f"{self.robots_txt(url)}:claim"
+
+    @property
+    def workers(self) -> str:
+        """The ids of workers that published a status."""
+        return f"{self.prefix}:workers"
+
+    def worker(self, owner: str) -> str:
+        """One worker's latest status record."""
+        return f"{self.prefix}:worker:{owner}"

@@ -1,0 +1,196 @@
+"""The retry outbox: a worker's answers to the frontier, delivered in order, never dropped
+while Redis is away.
+
+An answer (admit a page's links and release its lease, record a failure) is appended to the
+outbox and delivered at once when Redis takes it: in a crawl, by the frontier's
+:class:`crawler.background.BackgroundThread`, so Twisted's loop never waits on Redis (its
+reply is handled back on the loop); elsewhere (commands, tests) in the caller's thread. An
+answer may wait for a Deferred first (``after``: the page's records committed to the store
+before its lease is released), and every later answer waits behind it.
+
+When Redis is unreachable or refuses writes (restart, AOF loading, failover, out of
+memory), an answer waits, with every later answer behind it, and is retried with backoff
+until Redis takes it. A script is never half-applied: Redis refuses it before its first
+write, or runs it to the end.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
+    from twisted.internet.defer import Deferred
+
+    from crawler.background import BackgroundThread
+
+logger = logging.getLogger(__name__)
+
+#: Errors that mean "Redis cannot take this right now" (down, restarting, loading its AOF,
+#: failing over, out of memory): retry later, never drop what it was asked.
+REDIS_UNAVAILABLE = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+)
+#: Seconds between attempts to deliver the outbox while Redis is unreachable, doubling.
+OUTBOX_RETRY_MIN, OUTBOX_RETRY_MAX = 0.05, 2.0
+
+
+@dataclass
+class Answer:
+    """One update waiting in the outbox: how to deliver it and what to do with its reply."""
+
+    #: What it is, for the log.
+    name: str
+    #: Sends it; raises ``REDIS_UNAVAILABLE`` errors to be called again later.
+    deliver: Callable[[], Any]
+    #: Handles the reply; returns whether the update changed anything.
+    on_reply: Callable[[Any], bool]
+    #: Fired when the answer may be sent (None: at once).
+    after: Deferred[Any] | None = None
+    #: None until delivered, then what ``on_reply`` returned.
+    outcome: bool | None = None
+    #: An attempt is under way in the background thread.
+    started: bool = False
+    #: Set in the background thread: an attempt ended, with ``reply`` or ``error``.
+    attempted: bool = False
+    reply: Any = None
+    error: BaseException | None = None
+
+    def attempt(self) -> None:
+        """One delivery attempt (in the background thread), its result kept."""
+        try:
+            self.reply, self.error = self.deliver(), None
+        except BaseException as error:  # handed back to the loop, which decides
+            self.reply, self.error = None, error
+        self.attempted = True
+
+
+class Outbox:
+    """Answers waiting for Redis, delivered in order (see the module docstring).
+
+    Stats: ``frontier/redis_unavailable`` (attempts Redis refused or missed),
+    ``frontier/errors`` (answers Redis rejected for good: a bug, logged, dropped).
+    """
+
+    def __init__(self, stats: StatsCollector, background: BackgroundThread | None = None) -> None:
+        self.stats = stats
+        #: Where answers are sent from; None: in the caller's thread.
+        self.background = background
+        self._answers: deque[Answer] = deque()
+        self._flushing = False
+        self._retry_delay = OUTBOX_RETRY_MIN
+        self._retry_call: Any = None
+
+    def __len__(self) -> int:
+        """Answers not yet delivered."""
+        return len(self._answers)
+
+    def send(self, answer: Answer) -> None:
+        """Deliver ``answer`` after those already waiting; keep it if Redis is away."""
+        self._answers.append(answer)
+        self.flush()
+
+    def flush(self) -> bool:
+        """Deliver waiting answers in order; True when none is left waiting. In the
+        background, only starts the next delivery (False while one is under way)."""
+        if self._flushing:
+            return not self._answers
+        self._flushing = True
+        try:
+            while self._answers:
+                answer = self._answers[0]
+                if self.background is not None:
+                    self._start(answer)
+                    return False
+                answer.attempt()
+                if not self._settle(answer):
+                    return False
+            return True
+        finally:
+            self._flushing = False
+
+    def _start(self, answer: Answer) -> None:
+        """Hand ``answer`` to the background thread once it may be sent (unless it is
+        there already); its result comes back to :meth:`_settled`."""
+        if answer.after is not None and not answer.after.called:
+            answer.after.addBoth(self._after_fired)
+            answer.after = None
+            return
+        if answer.started:
+            return
+        answer.started = True
+        assert self.background is not None
+        self.background.run(answer.attempt).addBoth(lambda _: self._settled(answer))
+
+    def _after_fired(self, _: object) -> None:
+        """What the answer waited for is done (its receivers logged any error)."""
+        self.flush()
+
+    def _settled(self, answer: Answer) -> None:
+        """Back on the loop: handle the attempt's result, go on with the next answer."""
+        answer.started = False
+        first = self._answers and self._answers[0] is answer
+        if first and answer.attempted and self._settle(answer):
+            self.flush()
+
+    def _settle(self, answer: Answer) -> bool:
+        """Handle the result of an attempt at the first answer; True to go on with the
+        next one, False when Redis is away (retried later)."""
+        answer.attempted = False
+        error = answer.error
+        if isinstance(error, REDIS_UNAVAILABLE):
+            self.stats.inc_value("frontier/redis_unavailable")
+            if self._retry_delay == OUTBOX_RETRY_MIN:
+                logger.warning(
+                    "Redis unavailable (%s); %d frontier updates wait and are retried",
+                    error,
+                    len(self._answers),
+                )
+            self._schedule_flush(self._retry_delay)
+            self._retry_delay = min(self._retry_delay * 2, OUTBOX_RETRY_MAX)
+            return False
+        self._answers.popleft()
+        if isinstance(error, redis.RedisError):
+            # A reply no retry can change (a bug, or a key of the wrong type): say so
+            # loudly, keep crawling.
+            logger.error("Frontier update %s failed; dropped: %r", answer.name, error)
+            self.stats.inc_value("frontier/errors")
+        elif error is not None:
+            raise error
+        else:
+            answer.outcome = answer.on_reply(answer.reply)
+        if self._retry_delay != OUTBOX_RETRY_MIN and not self._answers:
+            logger.info("Redis is back; frontier updates delivered")
+            self._retry_delay = OUTBOX_RETRY_MIN
+        return True
+
+    def _schedule_flush(self, delay: float) -> None:
+        if self._retry_call is not None and self._retry_call.active():
+            return
+        from twisted.internet import reactor
+
+        self._retry_call = reactor.callLater(delay, self.flush)  # type: ignore[attr-defined]
+
+    def close(self) -> bool:
+        """Deliver what can be delivered, from now on in the caller's thread, and stop
+        retrying; True when nothing is left."""
+        if self.background is not None:
+            self.background.close()  # the attempt under way ends
+            self.background = None
+            if self._answers and self._answers[0].attempted:
+                self._settle(self._answers[0])
+        delivered = self.flush()
+        if self._retry_call is not None and self._retry_call.active():
+            self._retry_call.cancel()
+        return delivered

@@ -1,0 +1,66 @@
+"""``LearnedRuleGate``: drop queued requests a rule learned since they were queued merges.
+
+A link is keyed when its page is handled; a rule learned later (``CANON_LEARN="apply"``)
+would not stop the variants already queued. This downloader middleware keys each request
+again before it is downloaded, when learned rules are active: if its key changed and the new
+key is already in the seen filter, the request is dropped (``learn/dropped_queued``), its
+lease (shared frontier) released; otherwise the new key is marked seen and it goes on.
+Re-check fetches (:mod:`crawler.learning.recheck`) and ``dont_filter`` requests pass.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.http.request import NO_CALLBACK
+
+from crawler.canonical import InvalidURL, dedupe_key
+from crawler.frontier import META_KEY, frontier_for
+from crawler.learning.extension import RECHECK_META, learning_for
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+
+class LearnedRuleGate:
+    """See the module docstring."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        if crawler.settings.get("CANON_LEARN", "propose") == "off":
+            raise NotConfigured
+        return cls(crawler)
+
+    def process_request(self, request: Request) -> None:
+        learning = learning_for(self.crawler)
+        old = request.meta.get(META_KEY)
+        if (
+            learning is None
+            or not learning.has_applied
+            or old is None
+            or request.dont_filter
+            or request.callback is NO_CALLBACK
+            or request.meta.get(RECHECK_META)
+        ):
+            return
+        try:
+            new = dedupe_key(request.url, learning.live.current())
+        except InvalidURL:
+            return
+        if new == old:
+            return
+        request.meta[META_KEY] = new
+        frontier = frontier_for(self.crawler)
+        if frontier.seen.add_many([new])[0]:  # type: ignore[attr-defined]
+            return
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value("learn/dropped_queued")
+        frontier.admit(request, [])  # releases its lease on a shared frontier
+        raise IgnoreRequest(f"{request.url} is {new} under learned rules: already seen")

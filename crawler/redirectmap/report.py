@@ -1,0 +1,277 @@
+"""The redirect audit report (``scrapy redirects --format html``): one self-contained page
+(inline CSS and SVG, nothing loaded from anywhere) for the person planning a migration.
+
+Each category is a function of the csv/jsonl export's columns (:data:`CATEGORIES`), so the
+counts on the page are the counts a script gets from the export; the canonical category is a
+function of ``scrapy canonicals``' export (:func:`canonical_problem`).
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TextIO
+
+from crawler.redirectmap.semantics import DEAD_ENDS, SourceRow
+from pipelines.records import BLOCKED, FETCHED, LOOP
+from pipelines.store import StoredChain
+
+#: Rows listed per category on the page (the count is always the full count).
+MAX_LISTED = 500
+
+Row = Mapping[str, Any]
+
+
+def _statuses(row: Row) -> list[int]:
+    return [int(status) for status in str(row["hop_statuses"]).split()]
+
+
+def _true(value: Any) -> bool:
+    return value is True or str(value).lower() == "true"
+
+
+#: (id, title, what it means, which export rows belong to it).
+CATEGORIES: tuple[tuple[str, str, str, Callable[[Row], bool]], ...] = (
+    (
+        "multi-hop",
+        "Chains to flatten",
+        "More than one hop before the page: each hop costs a round trip and link equity.",
+        lambda row: row["outcome"] == FETCHED and int(row["hops"]) > 1,
+    ),
+    (
+        "temporary-inside-permanent",
+        "Temporary hops inside permanent chains",
+        "A 302/307 (or refresh) among permanent hops: the whole chain is temporary.",
+        lambda row: (
+            any(s in (301, 308) for s in _statuses(row))
+            and any(s not in (301, 308) for s in _statuses(row))
+        ),
+    ),
+    (
+        "loops",
+        "Redirect loops",
+        "The chain comes back to a URL it passed.",
+        lambda row: row["outcome"] == LOOP,
+    ),
+    (
+        "blocked",
+        "Redirects to blocked or private addresses",
+        "Private, loopback, link-local or cloud-metadata targets: never followed, never mapped.",
+        lambda row: row["outcome"] == BLOCKED,
+    ),
+    (
+        "error-end",
+        "Chains ending in 4xx/5xx",
+        "The page at the end answers an error: the redirect leads nowhere.",
+        lambda row: row["outcome"] == FETCHED and int(row["final_status"] or 0) >= 400,
+    ),
+    (
+        "soft-404",
+        "Chains flagged soft-404",
+        "Ends on a login page, country selector or the home page: probably not the moved page.",
+        lambda row: bool(row["flag"]),
+    ),
+    (
+        "dead-end",
+        "Other dead ends",
+        "Too many hops, download errors, or ends the crawl never resolved.",
+        lambda row: row["outcome"] in DEAD_ENDS and row["outcome"] not in (LOOP, BLOCKED),
+    ),
+)
+
+
+def variant_groups(rows: Iterable[Row]) -> list[list[Row]]:
+    """Sources that are variants of one page (one dedupe key, several URLs)."""
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        if row["source_key"]:
+            groups.setdefault(str(row["source_key"]), []).append(row)
+    return [group for group in groups.values() if len(group) > 1]
+
+
+def canonical_problem(
+    hint: Row, redirect_keys: set[str], page_status: Mapping[str, int]
+) -> str | None:
+    """Why a valid canonical hint points at the wrong URL: ``redirects`` (its URL is a
+    redirect source) or ``status-<n>`` (it was fetched with a status other than 200)."""
+    key = hint.get("canonical_key")
+    if not hint.get("valid") or not key:
+        return None
+    if key in redirect_keys:
+        return "redirects"
+    status = page_status.get(str(key))
+    return f"status-{status}" if status is not None and status != 200 else None
+
+
+def canonical_judge(
+    chains: Iterable[StoredChain], pages: Iterable[Row]
+) -> Callable[[Row], str | None]:
+    """:func:`canonical_problem` over the store's redirect sources and fetched pages."""
+    redirect_keys = {hop.source_key for chain in chains for hop in chain.hops if hop.source_key}
+    page_status = {str(page["key"]): int(page["status"]) for page in pages if page["key"]}
+    return lambda hint: canonical_problem(hint, redirect_keys, page_status)
+
+
+def canonical_problems(
+    hints: Iterable[Row], judge: Callable[[Row], str | None]
+) -> list[tuple[Row, str]]:
+    """Each distinct valid hint pointing at a redirecting or non-200 URL, with why (one per
+    page and canonical, as ``scrapy canonicals`` lists them)."""
+    found: dict[tuple[str, str], tuple[Row, str]] = {}
+    for hint in hints:
+        problem = judge(hint)
+        if problem:
+            found.setdefault((hint["page_url"], hint["canonical_url"]), (hint, problem))
+    return list(found.values())
+
+
+STYLE = """
+body{font:15px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:72rem;padding:0 1rem;
+color:#1d2330}
+h1{font-size:1.6rem;margin-bottom:.2rem} h2{font-size:1.15rem;margin:2rem 0 .3rem}
+.lede{color:#566} .summary{display:flex;flex-wrap:wrap;gap:.6rem;margin:1.2rem 0}
+.card{border:1px solid #d5dbe3;border-radius:8px;padding:.5rem .8rem;min-width:9rem;
+text-decoration:none;color:inherit}
+.card .count{display:block;font-size:1.5rem;font-weight:650}
+.card.bad .count{color:#b3261e} .card.ok .count{color:#1b7f3b} .card.none .count{color:#8a94a3}
+summary{cursor:pointer;color:#3b6fd8;margin:.3rem 0}
+.charts{display:flex;flex-wrap:wrap;gap:2rem} figure{margin:0}
+figcaption{font-weight:600;margin-bottom:.3rem}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{text-align:left;padding:.25rem .5rem;border-bottom:1px solid #e5e9ef;vertical-align:top}
+td.url{word-break:break-all;font-family:ui-monospace,monospace} th{background:#f4f6f9}
+p.more{color:#566;font-style:italic}
+"""
+
+
+def _bar_chart(title: str, counts: list[tuple[str, int]], color: str) -> str:
+    """A horizontal bar chart as inline SVG."""
+    width, bar, gap, label = 420, 18, 6, 110
+    top = max([count for _, count in counts] + [1])
+    height = len(counts) * (bar + gap) + gap
+    parts = [
+        f"<figure><figcaption>{html.escape(title)}</figcaption>"
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+        f'aria-label="{html.escape(title)}">'
+    ]
+    for index, (name, count) in enumerate(counts):
+        y = gap + index * (bar + gap)
+        length = round((width - label - 50) * count / top)
+        parts.append(
+            f'<text x="{label - 6}" y="{y + bar - 5}" text-anchor="end" font-size="12">'
+            f"{html.escape(name)}</text>"
+            f'<rect x="{label}" y="{y}" width="{max(length, 1)}" height="{bar}" '
+            f'fill="{color}" rx="3"/>'
+            f'<text x="{label + length + 5}" y="{y + bar - 5}" font-size="12">{count}</text>'
+        )
+    parts.append("</svg></figure>")
+    return "".join(parts)
+
+
+def _table(headers: list[str], body: list[list[Any]], url_columns: set[int]) -> str:
+    cells = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    lines = [f"<table><thead><tr>{cells}</tr></thead><tbody>"]
+    for values in body[:MAX_LISTED]:
+        tds = "".join(
+            f'<td class="url">{html.escape(str(v))}</td>'
+            if i in url_columns
+            else f"<td>{html.escape('' if v is None else str(v))}</td>"
+            for i, v in enumerate(values)
+        )
+        lines.append(f"<tr>{tds}</tr>")
+    lines.append("</tbody></table>")
+    if len(body) > MAX_LISTED:
+        lines.append(f'<p class="more">{len(body) - MAX_LISTED} more in the csv/jsonl export.</p>')
+    return "".join(lines)
+
+
+def _section(ident: str, title: str, text: str, count: int, table: str) -> str:
+    return (
+        f'<section id="{ident}"><h2>{html.escape(title)} '
+        f'(<span class="count" data-category="{ident}">{count}</span>)</h2>'
+        f'<p class="lede">{html.escape(text)}</p>'
+        + (f"<details><summary>the {count} rows</summary>{table}</details>" if count else "")
+        + "</section>"
+    )
+
+
+def write_report(
+    rows: list[SourceRow], hints: Iterable[Row], judge: Callable[[Row], str | None], out: TextIO
+) -> dict[str, int]:
+    """Write the report page (``judge``: :func:`canonical_judge`); return each category's
+    count."""
+    data = [row.as_dict() for row in rows]
+    counts: dict[str, int] = {}
+    sections = []
+    headers = ["source", "target (or why none)", "status", "hops", "hop statuses", "outcome"]
+    headers += ["final", "flag"]
+    for ident, title, text, member in CATEGORIES:
+        members = [row for row in data if member(row)]
+        counts[ident] = len(members)
+        body = [
+            [r["source"], r["target"] or r["reason"] or "", r["status"], r["hops"],
+             r["hop_statuses"], r["outcome"], r["final_status"], r["flag"]]
+            for r in members
+        ]  # fmt: skip
+        sections.append(_section(ident, title, text, len(members), _table(headers, body, {0, 1})))
+    groups = variant_groups(data)
+    counts["variants"] = len(groups)
+    body = [
+        [group[0]["source_key"], len(group), "\n".join(r["source"] for r in group)]
+        for group in groups
+    ]
+    sections.append(
+        _section(
+            "variants",
+            "Sources that are variants of one page",
+            "Several source URLs with one dedupe key (parameter order, tracking parameters, "
+            "scheme or host spelling): one map entry serves them all.",
+            len(groups),
+            _table(["dedupe key", "sources", "source URLs"], body, {0, 2}),
+        )
+    )
+    problems = canonical_problems(hints, judge)
+    counts["canonical"] = len(problems)
+    body = [[hint["page_url"], hint["canonical_url"], problem] for hint, problem in problems]
+    sections.append(
+        _section(
+            "canonical",
+            "Canonical hints pointing at a redirect or a non-200 URL",
+            "The page names as canonical a URL that redirects or does not answer 200: "
+            "point it at the final URL.",
+            len(problems),
+            _table(["page", "canonical", "problem"], body, {0, 1}),
+        )
+    )
+    entries = sum(1 for row in rows if row.entry)
+    lengths = Counter(row.hops for row in rows if row.outcome == FETCHED)
+    length_bars = [(f"{n} hop{'s' * (n > 1)}", lengths[n]) for n in sorted(lengths)]
+    length_bars.append(("dead end", sum(1 for row in rows if row.outcome != FETCHED)))
+    mix = Counter(status for row in rows for status in row.hop_statuses[:1])
+    mix_bars = [
+        (str(status) if status != 200 else "refresh", mix[status]) for status in sorted(mix)
+    ]
+    cards = [("ok", "entries", "map entries", entries)]
+    titled = [(ident, title) for ident, title, *_ in CATEGORIES]
+    titled += [("variants", "Variant groups"), ("canonical", "Canonicals to fix")]
+    cards += [("bad" if counts[i] else "none", i, title, counts[i]) for i, title in titled]
+    summary = "".join(
+        f'<a class="card {kind}" href="#{ident}"><span class="count">{count}</span>'
+        f"{html.escape(title)}</a>"
+        for kind, ident, title, count in cards
+    )
+    out.write(
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>Redirect audit</title><style>{STYLE}</style></head><body>"
+        "<h1>Redirect audit</h1>"
+        f'<p class="lede">{len(rows)} redirect sources; {entries} are map entries '
+        "(see <code>scrapy redirects --format nginx|apache|bulk</code>).</p>"
+        f'<div class="summary">{summary}</div>'
+        '<div class="charts">'
+        f"{_bar_chart('Chain length (hops from each source)', length_bars, '#3b6fd8')}"
+        f"{_bar_chart('Status mix (every redirect hop)', mix_bars, '#d8893b')}"
+        "</div>" + "".join(sections) + "</body></html>\n"
+    )
+    return counts

@@ -1,0 +1,160 @@
+"""A shared crawl whose Redis or record store is made to hang for a while, with the worker's
+loop stalls measured (:class:`crawler.loopwatch.LoopStallMeter`): used by
+``tests/test_loop_stalls.py`` and ``bench/loop_stall.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import crawler.settings as project_settings
+from tests.servers import RedisServer
+from tests.sitegen import LinkGraph, serve
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRAPY = str(ROOT / ".venv" / "bin" / "scrapy")
+EXTENSIONS = {**project_settings.EXTENSIONS, "crawler.loopwatch.LoopStallMeter": 0}
+
+
+@dataclass
+class StalledCrawl:
+    """What one crawl did: its exit code and log, the pages the site served, its longest
+    loop stall, how long the hang lasted and how many pages the site served meanwhile."""
+
+    returncode: int
+    log: str
+    paths: list[str]
+    expected: set[str]
+    longest_stall_ms: int
+    hang_seconds: float
+    served_during_hang: int
+    #: Wall-clock time the hang began.
+    hang_started_at: float
+
+    def responses_during_hang(self, margin: float = 1.0) -> int:
+        """Responses the worker logged as crawled (DEBUG) more than ``margin`` seconds after
+        the hang began and before it ended (log timestamps have whole seconds)."""
+        first = self.hang_started_at + margin
+        last = self.hang_started_at + self.hang_seconds
+        count = 0
+        for stamp in re.findall(
+            r"^(\S+ \S+) \[scrapy\.core\.engine\] DEBUG: Crawled", self.log, re.M
+        ):
+            when = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+            count += first <= when and when + 1 <= last
+        return count
+
+    @property
+    def every_page_fetched(self) -> bool:
+        return self.expected <= set(self.paths)
+
+
+@contextmanager
+def redis_paused(server: RedisServer) -> Iterator[None]:
+    """SIGSTOP the redis-server process, SIGCONT on exit."""
+    assert server._process is not None
+    os.kill(server._process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server._process.pid, signal.SIGCONT)
+
+
+@contextmanager
+def store_locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the SQLite store from another process."""
+    holder = subprocess.Popen(
+        [
+            str(ROOT / ".venv" / "bin" / "python"), "-c",
+            "import sqlite3, sys\n"
+            f"c = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+            "c.execute('BEGIN EXCLUSIVE')\n"
+            "print('locked', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "c.execute('ROLLBACK')\n",
+        ],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(timeout=10)
+
+
+def crawl_with_hang(
+    tmp_path: Path,
+    hang: Callable[[RedisServer, Path], Callable[[], object]] | None,
+    *,
+    pages: int = 80,
+    hang_seconds: float = 5.0,
+    after_hits: int = 15,
+    page_delay: float = 0.05,
+) -> StalledCrawl:
+    """Crawl a generated site of ``pages`` pages (each served in ``page_delay`` s) through a
+    shared frontier; once the site served ``after_hits`` requests, hold
+    ``hang(redis, store)``'s context for ``hang_seconds``."""
+    graph = LinkGraph(pages=pages)
+    store = tmp_path / "store.sqlite"
+    sqlite3.connect(store).close()
+    with RedisServer(bloom=True) as redis_server, serve(graph, delay=page_delay) as site:
+        command = [
+            SCRAPY, "crawl", "site",
+            "-a", f"start_url={site.url}/p/0",
+            "-s", f"REDIS_URL={redis_server.url}",
+            "-s", f"STORE_URL=sqlite:///{store}",
+            "-s", f"EXTENSIONS={json.dumps(EXTENSIONS)}",
+            "-s", "CONCURRENT_REQUESTS=4",
+            "-s", "FRONTIER_LEASE_TTL=30",
+            "-s", "LOG_LEVEL=DEBUG",
+        ]  # fmt: skip
+        log_path = tmp_path / "crawl.log"
+        with log_path.open("w") as log:
+            process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+            served_during_hang, took, hang_started_at = 0, 0.0, 0.0
+            if hang is not None:
+                deadline = time.monotonic() + 60
+                while len(site.paths()) < after_hits and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                context = hang(redis_server, store)
+                started, hang_started_at = time.monotonic(), time.time()
+                with context:  # type: ignore[attr-defined]
+                    before = len(site.paths())
+                    threading.Event().wait(hang_seconds)
+                    served_during_hang = len(site.paths()) - before
+                took = time.monotonic() - started
+            process.wait(timeout=180)
+        paths = [path.partition("?")[0] for path in site.paths()]
+    text = log_path.read_text()
+    match = re.search(r"'loop/longest_stall_ms': (\d+)", text)
+    return StalledCrawl(
+        returncode=process.returncode,
+        log=text,
+        paths=paths,
+        expected=graph.expected_paths(),
+        longest_stall_ms=int(match.group(1)) if match else -1,
+        hang_seconds=took,
+        served_during_hang=served_during_hang,
+        hang_started_at=hang_started_at,
+    )
+
+
+def pause_redis(redis_server: RedisServer, _store: Path) -> object:
+    return redis_paused(redis_server)
+
+
+def lock_store(_redis: RedisServer, store: Path) -> object:
+    return store_locked(store)

@@ -1,0 +1,316 @@
+"""Redirect maps proven in the servers they are written for.
+
+A real crawl of :mod:`tests.awkward_site` is exported by ``scrapy redirects`` in every format;
+the nginx and Apache exports are loaded into Debian's nginx and Apache (one of each for the
+module, on free loopback ports), which must accept them and answer every source with one
+redirect straight to its target, with its status, and leave everything else alone. The audit
+report is rendered in headless Chromium.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from crawler.canonical import dedupe_key
+from pipelines.records import FETCHED, PageRecord
+from pipelines.store import SqlRecordStore
+from tests.awkward_site import EXPECTED, NOT_ENTRIES, VARIANTS, awkward_site
+from tests.conftest import serve
+from tests.httpserver import TestServer
+from tests.record_builders import chain, hop
+from tests.redirect_server import crawl_site, scrapy
+from tests.services import debian_tool
+from tests.webservers import ApacheServer, ConfigRefused, NginxServer, _WebServer, header_lines
+
+
+@dataclass
+class Site:
+    store_url: str
+    origin: str
+    host: str  # the Host header of the crawled site
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    tmp = tmp_path_factory.mktemp("awkward")
+    server = TestServer(awkward_site())
+    store_url = f"sqlite:///{tmp / 'store.sqlite'}"
+    with server:
+        crawl_site(f"{server.url}/", store_url, tmp / "spy.log")
+    return Site(store_url, server.url, f"127.0.0.1:{server.port}")
+
+
+def export(store_url: str, fmt: str, *options: str) -> str:
+    result = scrapy("redirects", "-s", f"STORE_URL={store_url}", "--format", fmt, *options)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def jsonl(store_url: str, *options: str) -> list[dict]:
+    return [json.loads(line) for line in export(store_url, "jsonl", *options).splitlines()]
+
+
+@pytest.fixture(scope="module")
+def nginx() -> Iterator[NginxServer]:
+    """One nginx for the module (installed first if missing); each test loads its export."""
+    yield from serve(NginxServer(), "nginx")
+
+
+@pytest.fixture(scope="module")
+def apache() -> Iterator[ApacheServer]:
+    """One Apache for the module (installed first if missing)."""
+    yield from serve(ApacheServer(), "Apache")
+
+
+def assert_redirects(
+    server: _WebServer, host: str, expected: dict[str, tuple[int, str]], not_redirected: list[str]
+) -> int:
+    """Each request answers one redirect straight to its target (which itself is not
+    redirected), everything in ``not_redirected`` passes through; return requests checked."""
+    checked = 0
+    for path, (status, target) in expected.items():
+        response = server.get(path, host)
+        assert (response.status, response.getheader("Location")) == (status, target), path
+        target_path = target.split("://", 1)[-1].partition("/")[1:]
+        target_host = target.split("://", 1)[-1].partition("/")[0]
+        again = server.get("".join(target_path), target_host)
+        assert again.status == 404, f"{target} redirects again"
+        checked += 1
+    for path in not_redirected:
+        assert server.get(path, host).status == 404, path
+        checked += 1
+    return checked
+
+
+def site_expectations(site: Site, permanent_only: bool = False) -> dict[str, tuple[int, str]]:
+    wanted = {**EXPECTED, **{v: EXPECTED[s] for v, s in VARIANTS.items()}}
+    return {
+        path: (status, site.origin + target)
+        for path, (status, target) in wanted.items()
+        if not permanent_only or status in (301, 308)
+    }
+
+
+def test_rows_follow_the_stated_semantics(site: Site) -> None:
+    rows = {row["source"].removeprefix(site.origin): row for row in jsonl(site.store_url)}
+    for path, (status, target) in EXPECTED.items():
+        row = rows[path]
+        assert (row["entry"], row["status"], row["target"]) == (True, status, site.origin + target)
+    assert rows["/mix/1"]["hop_statuses"] == "301 308 302 307"
+    assert rows["/perm/a"]["hop_statuses"] == "301 308"  # joined /perm/1's chain half-way
+    skips = {path: rows[path]["skip"] for path in NOT_ENTRIES if path in rows}
+    assert skips == {
+        "/loop/x": "loop",
+        "/loop/y": "loop",
+        "/old/meta": "blocked",
+        "/old/two": "blocked",
+        "/old/two/next": "blocked",
+        "/old/home": "flagged",
+        "/old/gone": "final-status-404",
+    }
+    assert all(rows[path]["target"] is None for path in ("/old/meta", "/old/two", "/loop/x"))
+    assert rows["/old/home"]["flag"] == "soft-404:homepage"
+    assert sum(row["entry"] for row in rows.values()) == len(EXPECTED)
+
+
+def test_nginx_serves_every_source_straight_to_its_target(site: Site, nginx: NginxServer) -> None:
+    text = export(site.store_url, "nginx")
+    assert header_lines(text, "server") == [
+        f"if ($redirect_{s}) {{ return {s} $redirect_{s}; }}" for s in (301, 302, 307, 308)
+    ]
+    # The 300-character key needs more than nginx's default bucket size: the header says so,
+    # and without its two lines nginx refuses the file.
+    assert header_lines(text, "http")[0] == "map_hash_bucket_size 512;"
+    with pytest.raises(ConfigRefused, match="map_hash_bucket_size"):
+        nginx.load(text.replace("# http: ", "# "))
+    nginx.load(text)
+    checked = assert_redirects(nginx, site.host, site_expectations(site), NOT_ENTRIES)
+    assert checked == len(EXPECTED) + len(VARIANTS) + len(NOT_ENTRIES)
+    # Case twins and the query source are regex entries; the count is stated.
+    assert "# 20 string keys, 4 regex entries (cap 1000;" in text
+
+
+def test_nginx_regex_cap_reports_what_it_leaves_out(site: Site) -> None:
+    result = scrapy(
+        "redirects", "-s", f"STORE_URL={site.store_url}", "--format", "nginx", "--max-regex", "1"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "redirects: 1 regex entries written (cap 1)" in result.stderr
+    # Three case twins and one query source wanted a regex: one got it, the others are said.
+    lines = result.stderr.splitlines()
+    case_twins = [line for line in lines if "needs a case-sensitive regex entry" in line]
+    query_only = [line for line in lines if "exact query order only" in line]
+    assert len(case_twins) + len(query_only) == 3
+    assert len(case_twins) >= 2
+
+
+def test_apache_serves_every_source_straight_to_its_target(
+    site: Site, apache: ApacheServer
+) -> None:
+    text = export(site.store_url, "apache")
+    assert "# 1 sources have %2F in their path" in text
+    assert "AllowEncodedSlashes On" in text
+    assert "[R=301,NE,QSD,UnsafeAllow3F,L]" in text  # targets with a query
+    apache.load(text)
+    checked = assert_redirects(apache, site.host, site_expectations(site), NOT_ENTRIES)
+    assert checked == len(EXPECTED) + len(VARIANTS) + len(NOT_ENTRIES)
+
+
+@pytest.mark.parametrize("server_name", ["nginx", "apache"])
+def test_permanent_only_maps_leave_temporary_sources_out(
+    site: Site, server_name: str, request: pytest.FixtureRequest
+) -> None:
+    server = request.getfixturevalue(server_name)
+    server.load(export(site.store_url, server_name, "--permanent-only"))
+    permanent = site_expectations(site, permanent_only=True)
+    temporary = [path for path in site_expectations(site) if path not in permanent]
+    assert {"/mix/1", "/mix/4", "/old/50%25off"} <= set(temporary)
+    assert_redirects(server, site.host, permanent, temporary)
+
+
+TWO_HOSTS_TARGETS = {
+    "http://a.example/new/a": 200,
+    "http://b.example/new/b": 200,
+    "http://a.example/new/c": 200,
+    "http://[::1]/new/v6": 200,
+}
+
+
+@pytest.fixture(scope="module")
+def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Two hosts sharing paths, a shortener hop, query variants, an IPv6 literal host."""
+    store_url = f"sqlite:///{tmp_path_factory.mktemp('hosts') / 'store.sqlite'}"
+    store = SqlRecordStore.from_url(store_url)
+    for one in (
+        chain("1", FETCHED, hop("http://a.example/old/dup", "http://a.example/new/a", 301)),
+        chain("2", FETCHED, hop("http://b.example/old/dup", "http://b.example/new/b", 302)),
+        chain(
+            "3",
+            FETCHED,
+            hop("http://bit.ly/x1", "http://a.example/old/c", 301),
+            hop("http://a.example/old/c", "http://a.example/new/c?utm_source=x", 308),
+        ),
+        chain("4", FETCHED, hop("http://A.example/old/p?b=2&a=1", "http://a.example/new/a", 301)),
+        chain("6", FETCHED, hop("http://[::1]:8080/old/v6", "http://[::1]/new/v6", 308)),
+        # The same page to the crawl: one entry serves both.
+        chain(
+            "5", FETCHED, hop("http://a.example/old/p?a=1&b=2&gclid=z", "http://a.example/new/a")
+        ),
+    ):
+        store.add_chain(one)
+    for url, status in TWO_HOSTS_TARGETS.items():
+        store.add_page(PageRecord(url, url, dedupe_key(url), status))
+    url = "http://a.example/new/c?utm_source=x"
+    store.add_page(PageRecord(url, url, dedupe_key(url), 200))
+    store.close()
+    return store_url
+
+
+TWO_HOSTS_EXPECTED = {
+    ("a.example", "/old/dup"): (301, "http://a.example/new/a"),
+    ("b.example", "/old/dup"): (302, "http://b.example/new/b"),
+    ("a.example", "/old/c"): (308, "http://a.example/new/c"),
+    ("a.example", "/old/p?a=1&b=2"): (301, "http://a.example/new/a"),
+    ("A.EXAMPLE", "/old/p?b=2&a=1&utm_source=z"): (301, "http://a.example/new/a"),
+    ("[::1]:8080", "/old/v6"): (308, "http://[::1]/new/v6"),
+}
+
+
+@pytest.mark.parametrize("server_name", ["nginx", "apache"])
+def test_two_hosts_sharing_paths(
+    two_hosts: str, server_name: str, request: pytest.FixtureRequest
+) -> None:
+    server = request.getfixturevalue(server_name)
+    server.load(export(two_hosts, server_name))
+    for (host, path), expected in TWO_HOSTS_EXPECTED.items():
+        assert_redirects(server, host, {path: expected}, [])
+    # The shortener's hop is no entry; another host's path is not redirected.
+    assert_redirects(server, "bit.ly", {}, ["/x1"])
+    assert_redirects(server, "c.example", {}, ["/old/dup"])
+    rows = {row["source"]: row for row in jsonl(two_hosts)}
+    assert rows["http://bit.ly/x1"]["skip"] == "shortener"
+    assert export(two_hosts, "bulk").count("/old/p?") == 1
+    assert 'data-category="variants">1<' in export(two_hosts, "html")
+
+
+def test_bulk_holds_exactly_the_entries(site: Site) -> None:
+    table = list(csv.reader(io.StringIO(export(site.store_url, "bulk"))))
+    assert table[0] == ["source", "target", "status"]
+    got = {
+        source.removeprefix(site.origin): (int(status), target)
+        for source, target, status in table[1:]
+    }
+    assert got == {
+        path: (status, site.origin + target) for path, (status, target) in EXPECTED.items()
+    }
+
+
+def export_counts(rows: list[dict], hints: list[dict]) -> dict[str, int]:
+    """Each report category counted from the csv/jsonl exports."""
+    statuses = [[int(s) for s in row["hop_statuses"].split()] for row in rows]
+    keys = Counter(row["source_key"] for row in rows)
+    return {
+        "multi-hop": sum(r["outcome"] == "fetched" and r["hops"] > 1 for r in rows),
+        "temporary-inside-permanent": sum(
+            bool(set(s) & {301, 308}) and bool(set(s) - {301, 308}) for s in statuses
+        ),
+        "loops": sum(r["outcome"] == "loop" for r in rows),
+        "blocked": sum(r["outcome"] == "blocked" for r in rows),
+        "error-end": sum((r["final_status"] or 0) >= 400 for r in rows),
+        "soft-404": sum(bool(r["flag"]) for r in rows),
+        "dead-end": sum(r["outcome"] in ("too-many-hops", "error", "unresolved") for r in rows),
+        "variants": sum(count > 1 for count in keys.values()),
+        "canonical": sum(bool(h["problem"]) for h in hints),
+    }
+
+
+def chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
+    command = [
+        str(debian_tool("chromium")),
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run",
+        f"--user-data-dir={tmp / 'profile'}", f"--log-net-log={tmp / 'net.json'}", *args,
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+#: Chromium's own services (time, updates, accounts): requested by the browser, not the page.
+BROWSER_SERVICES = re.compile(r"^https?://[^/]*\.(?:google\.com|googleapis\.com|gvt1\.com)/")
+#: Appended to a copy of the report: lists every resource the page fetched, once loaded.
+RESOURCE_PROBE = (
+    "<script>addEventListener('load', () => { document.documentElement.dataset.resources = "
+    "performance.getEntriesByType('resource').map(e => e.name).join(' ') + '|'; });</script>"
+)
+
+
+def test_audit_report_renders_offline_with_the_export_counts(site: Site, tmp_path: Path) -> None:
+    report = export(site.store_url, "html")
+    assert not re.search(r"(?:src|href)=\"(?!#)|url\(|@import", report.split("<body", 1)[1])
+    page = tmp_path / "report.html"
+    page.write_text(report.replace("</body>", RESOURCE_PROBE + "</body>"), encoding="utf-8")
+    result = chromium("--dump-dom", page.as_uri(), tmp=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 'data-resources="|"' in result.stdout  # the probe ran: nothing was fetched
+    requested = set(re.findall(r'"url":"([^"]+)"', (tmp_path / "net.json").read_text()))
+    assert {url for url in requested if not BROWSER_SERVICES.match(url)} <= {page.as_uri()}
+    shown = {k: int(v) for k, v in re.findall(r'data-category="([\w-]+)">(\d+)<', result.stdout)}
+    canonicals = scrapy("canonicals", "-s", f"STORE_URL={site.store_url}").stdout
+    hints = [json.loads(line) for line in canonicals.splitlines()]
+    expected = export_counts(jsonl(site.store_url), hints)
+    assert shown == expected
+    assert (expected["loops"], expected["blocked"], expected["error-end"]) == (2, 3, 1)
+    assert (expected["soft-404"], expected["canonical"]) == (1, 1)
+    assert expected["multi-hop"] >= 5 and expected["variants"] == 0
+    shot = chromium("--screenshot=" + str(tmp_path / "report.png"), "--window-size=1200,1800",
+                    page.as_uri(), tmp=tmp_path)  # fmt: skip
+    assert shot.returncode == 0 and (tmp_path / "report.png").stat().st_size > 10_000
