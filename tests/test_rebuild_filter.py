@@ -17,6 +17,7 @@ from scrapy.utils.test import get_crawler
 
 from crawler.canonical import dedupe_key
 from crawler.canonical.rules import DEFAULT_RULES, rules_from_settings
+from crawler.defaults import with_defaults
 from crawler.frontier.memory import MemoryFrontier
 from crawler.frontier.redis import RedisFrontier
 from crawler.frontier.serialize import request_to_json
@@ -38,7 +39,7 @@ STRIP_REF = {"127.0.0.1": {"strip": ["ref"]}}
 ROBOTS = Page("User-agent: *\nDisallow: /private\n", content_type="text/plain")
 
 
-#: The project settings a frontier reads (not the reactor: tests build crawlers in-process).
+#: The settings a frontier reads (not the reactor: tests build crawlers in-process).
 FRONTIER_SETTINGS = (
     "FRONTIER_KEY_PREFIX",
     "FRONTIER_LEASE_TTL",
@@ -53,8 +54,7 @@ FRONTIER_SETTINGS = (
 
 
 def project_settings(**overrides: Any) -> dict[str, Any]:
-    settings = Settings()
-    settings.setmodule("crawler.settings")
+    settings = with_defaults(Settings())
     return {**{name: settings[name] for name in FRONTIER_SETTINGS}, **overrides}
 
 
@@ -194,6 +194,9 @@ def test_shared_rebuild_while_a_worker_adds_keys(
     assert urls_admitted(new, BASE, *paths) == {"/new"}
     assert urls_admitted(new, BASE, "/new") == set()
     assert new.stats.get_value("seen/duplicate") == 6
+    # Scrapy's dupefilter question asks the older layer too (/gone is only there).
+    assert new.request_seen(Request(f"{BASE}/gone"))
+    assert not new.request_seen(Request(f"{BASE}/never"))
     new.close()
 
     with pytest.raises(RulesMismatch, match=r"filled under rules r\d+\+"):

@@ -16,7 +16,7 @@ from scrapy.settings import Settings
 from crawler.addon import BloomFrontierAddon
 from crawler.redis_client import redis_from_url
 from crawler.shorteners import Shorteners, builtin_hosts
-from pipelines.records import BLOCKED, ERROR, OFFSITE, SEEN
+from pipelines.records import BLOCKED, ERROR, OFFSITE, SEEN, ShortenerAnswer
 from pipelines.store import SqlRecordStore
 from tests.httpserver import TestServer, html, redirect
 from tests.redirect_server import scrapy, spy_hosts
@@ -148,3 +148,25 @@ def test_addon_gives_each_shortener_host_a_slot_and_keeps_the_users() -> None:
     slots = settings.getdict("DOWNLOAD_SLOTS")
     assert slots["bit.ly"] == slots["go.example"] == {"delay": 2.5, "concurrency": 1}
     assert slots["t.co"] == {"delay": 9}
+
+
+def test_cached_answer_is_read_buffered_or_stored(tmp_path: Path) -> None:
+    """The crawl reads the cache through shortener_answer_later (off the loop during a
+    crawl); buffered answers are found before their flush, written ones after it."""
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+
+    def later(store: SqlRecordStore, short_url: str) -> ShortenerAnswer | None:
+        results: list[ShortenerAnswer | None] = []
+        store.shortener_answer_later(short_url).addCallback(results.append)
+        return results[0]
+
+    store = SqlRecordStore.from_url(url)
+    store.add_shortener_answer(ShortenerAnswer("http://bit.ly/a", 301, "http://x.test/a"))
+    buffered = later(store, "http://bit.ly/a")
+    assert buffered is not None and buffered.location == "http://x.test/a"
+    assert later(store, "http://bit.ly/b") is None
+    store.close()
+    reopened = SqlRecordStore.from_url(url)
+    stored = later(reopened, "http://bit.ly/a")
+    reopened.close()
+    assert stored is not None and (stored.status, stored.location) == (301, "http://x.test/a")
