@@ -23,6 +23,7 @@ import redis
 from queuelib import queue
 
 from crawler.canonical import InvalidURL, dedupe_key
+from crawler.frontier.redis.layout import FrontierKeys
 from crawler.seen.layers import (
     OLDER_DIR,
     filter_parameters,
@@ -122,14 +123,15 @@ def jobdir_queued_urls(jobdir: Path) -> Iterator[str]:
 def redis_frontier_urls(client: Client, prefix: str) -> Iterator[str]:
     """URLs of the requests in a shared frontier: queued or leased, staged (a batch being
     admitted through a sharded filter) or failed for good."""
-    for _id, text in client.hscan_iter(f"{prefix}:requests"):
+    keys = FrontierKeys.for_prefix(prefix)
+    for _id, text in client.hscan_iter(keys.requests):
         if url := _url_of(text):
             yield url
-    for _lease, text in client.hscan_iter(f"{prefix}:staged"):
+    for _lease, text in client.hscan_iter(keys.staged):
         for _score, request_json in json.loads(text)["entries"]:
             if url := _url_of(request_json):
                 yield url
-    for url, _record in client.hscan_iter(f"{prefix}:failed"):
+    for url, _record in client.hscan_iter(keys.failed):
         yield url.decode() if isinstance(url, bytes) else url
 
 
