@@ -13,8 +13,9 @@ Intended deviations from Scrapy's ``RFPDupeFilter``, each asserted below:
 - The embedded filter is saved to ``JOBDIR`` when the spider closes, not on the
   dupefilter's ``close()``: the dupefilter shares the frontier with the batch middleware.
 - Shared mode: the verdict is the crawl's (all workers'), so a second worker's dupefilter
-  sees what the first one saw; ``request_seen`` also queues a new request in Redis (the
-  shared scheduler's contract is tested with that scheduler).
+  sees what the first one saw; ``request_seen`` marks the key seen in Redis and queues
+  nothing (the shared scheduler marks and queues in one step; its contract is tested with
+  that scheduler, tests/test_scheduler_contract.py).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class Mode:
         self.crawler = get_crawler(ContractSpider, settings)
         self.crawler.spider = ContractSpider.from_crawler(self.crawler)
         if not shared:  # Scrapy's scheduler reads the engine's downloader (its own tests too)
-            self.crawler.engine = Mock(downloader=Mock(slots={}))
+            self.crawler.engine = Mock(downloader=Mock(slots={}, middleware=Mock(middlewares=[])))
         self.dropped: list[Request] = []
         self.crawler.signals.connect(self._dropped, signal=signals.request_dropped)
         self.scheduler: Any = None
@@ -166,18 +166,16 @@ def test_dequeued_requests_are_counted(mode: Mode) -> None:
 
 
 def test_request_seen(mode: Mode) -> None:
-    """Scrapy's dupefilter contract: a request already scheduled is seen; a new one is not.
-    The embedded filter marks it (Scrapy's scheduler queues it next); the shared one does
-    not mark nor queue anything."""
+    """Scrapy's dupefilter contract: a request already scheduled is seen; a new one is not,
+    and is marked seen then (Scrapy's scheduler would queue it next). Neither mode queues
+    anything from ``request_seen``."""
     dupefilter = mode.scheduler.df if not mode.shared else mode.crawler_dupefilter()
     mode.enqueue(Request("http://foo.com/a"))
     assert dupefilter.request_seen(Request("http://foo.com/a"))
     new = Request("http://foo.com/new")
     assert not dupefilter.request_seen(new)
-    assert dupefilter.request_seen(Request(new.url)) is not mode.shared  # embedded: marked
-    if mode.shared:
-        assert mode.enqueue(new)  # still new for the atomic mark-and-queue
-        assert len(mode.scheduler) == 2
+    assert dupefilter.request_seen(Request(new.url))  # marked
+    assert len(mode.scheduler) == 1  # and not queued
 
 
 def test_reopened_shared_scheduler_keeps_its_requests(redis_url: str) -> None:
