@@ -24,9 +24,9 @@ class BloomDupeFilter(BaseDupeFilter):
     Links from a page were already checked as one batch by
     :class:`middlewares.linkbatch.BatchDedupeMiddleware`; they pass straight through.
     Anything else (start requests, requests from other middlewares) is checked here, one at
-    a time, through the same frontier, which marks its key seen (Scrapy's scheduler then
-    queues it; the shared scheduler marks and queues in one atomic step of its own and never
-    asks this class). ``dont_filter`` requests never reach this
+    a time, through the same frontier: the embedded one marks its key seen (Scrapy's
+    scheduler then queues it); the shared one only checks (its scheduler marks and queues
+    in one atomic step, and never asks this class). ``dont_filter`` requests never reach this
     class. Deviations from Scrapy's ``RFPDupeFilter`` are listed in
     tests/test_dupefilter_contract.py (keys, not ``REQUEST_FINGERPRINTER_CLASS`` fingerprints,
     among them).

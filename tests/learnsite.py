@@ -5,8 +5,9 @@ Pages under ``/articles/N`` and ``/products/N``; links to them carry ``from=nav`
 translates a product page but is ignored on articles. Every answer carries per-request
 noise (a random CSRF token and the time of day), so only a normalized comparison sees
 equal content. ``/missing/N`` answers 200 with one "not found" page for every N (a
-soft-404); ``/gone/N`` answers 404. ``neutral_until``: ``from`` changes the content of
-articles numbered at or above it (a parameter that looks neutral at first).
+soft-404); ``/gone/N`` answers 404. ``matters_below``: ``from`` changes the content of
+articles numbered below it (crawled last, depth-first from the index: a parameter that looks
+neutral at first).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ NEUTRAL = ("from=nav", "src=footer", "view=print")
 class LearnSite:
     """The site's pages; ``routes`` for :class:`TestServer`."""
 
-    def __init__(self, pages: int = 12, neutral_until: int | None = None) -> None:
+    def __init__(self, pages: int = 12, matters_below: int = 0) -> None:
         self.pages = pages
-        self.neutral_until = neutral_until
+        self.matters_below = matters_below
 
     def links(self, section: str, i: int) -> list[str]:
         n = self.pages
@@ -67,12 +68,7 @@ class LearnSite:
         )
         if section == "products" and params.get("lang") == "de":
             text = f"Produkt {i}: " + " ".join(f"Satz {j} über Produkt {i}." for j in range(20))
-        if (
-            section == "articles"
-            and self.neutral_until is not None
-            and i >= self.neutral_until
-            and "from" in params
-        ):
+        if section == "articles" and i < self.matters_below and "from" in params:
             text += f" Arrived from {params['from']}."
         return _page(f"{section.title()} {i}", text, self.links(section, i))
 

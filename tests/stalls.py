@@ -22,7 +22,7 @@ from tests.sitegen import LinkGraph, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRAPY = str(ROOT / ".venv" / "bin" / "scrapy")
-#: The add-on installs the project's extensions beside the ones a crawl lists.
+#: The add-on installs the project's own extensions next to these.
 EXTENSIONS = {"crawler.loopwatch.LoopStallMeter": 0}
 
 

@@ -12,10 +12,12 @@ Intended deviations from Scrapy's ``RFPDupeFilter``, each asserted below:
   nothing more.
 - The embedded filter is saved to ``JOBDIR`` when the spider closes, not on the
   dupefilter's ``close()``: the dupefilter shares the frontier with the batch middleware.
-- Shared mode: the verdict is the crawl's (all workers'), so a second worker's dupefilter
-  sees what the first one saw; ``request_seen`` marks the key seen in Redis and queues
-  nothing (the shared scheduler marks and queues in one step; its contract is tested with
-  that scheduler, tests/test_scheduler_contract.py).
+- Shared mode: ``request_seen`` only checks; the shared scheduler marks a key seen and
+  queues the request in one atomic step (``RedisFrontier.enqueue``) and never asks the
+  dupefilter. So the contract is checked here as Scrapy's scheduler exercises it: ask, then
+  enqueue what was new (:func:`offer`). The verdict is the crawl's (all workers'): a second
+  worker's dupefilter sees what the first one enqueued. Duplicates counted by the shared
+  scheduler are tested with it (tests/test_scheduler_contract.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
 from crawler.dupefilter import BloomDupeFilter
+from crawler.frontier.redis import RedisFrontier
 from middlewares.linkbatch import BatchDedupeMiddleware
 
 ADDONS = {"crawler.addon.BloomFrontierAddon": 0}
@@ -70,6 +73,16 @@ def dupefilter_of(crawler: Any) -> BloomDupeFilter:
     return dupefilter
 
 
+def offer(dupefilter: BloomDupeFilter, request: Request) -> bool:
+    """What the crawl's scheduler does with ``request``: True if a duplicate; else it is
+    scheduled (the shared frontier marks its key seen then, the embedded one already did)."""
+    seen = dupefilter.request_seen(request)
+    frontier = dupefilter.frontier
+    if not seen and isinstance(frontier, RedisFrontier):
+        assert frontier.enqueue(request.copy())  # (a copy: the queued one is marked queued)
+    return seen
+
+
 def close(crawler: Any, dupefilter: BloomDupeFilter) -> None:
     dupefilter.close("finished")
     crawler.signals.send_catch_log(signals.spider_closed, spider=crawler.spider, reason="done")
@@ -81,10 +94,10 @@ def test_filter(mode: dict[str, Any]) -> None:
     r1 = Request("http://scrapytest.org/1")
     r2 = Request("http://scrapytest.org/2")
     r3 = Request("http://scrapytest.org/2")
-    assert not dupefilter.request_seen(r1)
-    assert dupefilter.request_seen(r1)
-    assert not dupefilter.request_seen(r2)
-    assert dupefilter.request_seen(r3)
+    assert not offer(dupefilter, r1)
+    assert offer(dupefilter, r1)
+    assert not offer(dupefilter, r2)
+    assert offer(dupefilter, r3)
     close(crawler, dupefilter)
 
 
@@ -96,15 +109,15 @@ def test_seen_requests_outlive_the_dupefilter(mode: dict[str, Any], tmp_path: Pa
     r2 = Request("http://scrapytest.org/2")
     first = make_crawler(mode, **settings)
     dupefilter = dupefilter_of(first)
-    assert not dupefilter.request_seen(r1)
-    assert dupefilter.request_seen(r1)
+    assert not offer(dupefilter, r1)
+    assert offer(dupefilter, r1)
     close(first, dupefilter)
     second = make_crawler(mode, **settings)
     other = dupefilter_of(second)
     assert other is not dupefilter
-    assert other.request_seen(r1)
-    assert not other.request_seen(r2)
-    assert other.request_seen(r2)
+    assert offer(other, r1)
+    assert not offer(other, r2)
+    assert offer(other, r2)
     close(second, other)
 
 
@@ -117,11 +130,11 @@ def test_keys_not_fingerprints(mode: dict[str, Any]) -> None:
 
     crawler = make_crawler(mode, REQUEST_FINGERPRINTER_CLASS=CaseInsensitiveFingerprinter)
     dupefilter = dupefilter_of(crawler)
-    assert not dupefilter.request_seen(Request("http://scrapytest.org/index.html"))
-    assert not dupefilter.request_seen(Request("http://scrapytest.org/INDEX.html"))
+    assert not offer(dupefilter, Request("http://scrapytest.org/index.html"))
+    assert not offer(dupefilter, Request("http://scrapytest.org/INDEX.html"))
     # What the key folds instead: host case, default port, tracking parameters, fragments.
-    assert dupefilter.request_seen(Request("http://SCRAPYTEST.org:80/index.html#top"))
-    assert dupefilter.request_seen(Request("http://scrapytest.org/index.html?utm_source=x"))
+    assert offer(dupefilter, Request("http://SCRAPYTEST.org:80/index.html#top"))
+    assert offer(dupefilter, Request("http://scrapytest.org/index.html?utm_source=x"))
     close(crawler, dupefilter)
 
 
@@ -129,18 +142,19 @@ def test_non_get_requests_are_keyed_on_method_and_body(mode: dict[str, Any]) -> 
     crawler = make_crawler(mode)
     dupefilter = dupefilter_of(crawler)
     url = "http://scrapytest.org/search"
-    assert not dupefilter.request_seen(Request(url))
-    assert not dupefilter.request_seen(Request(url, method="POST", body=b"q=1"))
-    assert not dupefilter.request_seen(Request(url, method="POST", body=b"q=2"))
-    assert dupefilter.request_seen(Request(url, method="POST", body=b"q=2"))
-    assert not dupefilter.request_seen(Request(url, method="HEAD"))
-    assert dupefilter.request_seen(Request(url))  # GET keys are unchanged
+    assert not offer(dupefilter, Request(url))
+    assert not offer(dupefilter, Request(url, method="POST", body=b"q=1"))
+    assert not offer(dupefilter, Request(url, method="POST", body=b"q=2"))
+    assert offer(dupefilter, Request(url, method="POST", body=b"q=2"))
+    assert not offer(dupefilter, Request(url, method="HEAD"))
+    assert offer(dupefilter, Request(url))  # GET keys are unchanged
     close(crawler, dupefilter)
 
 
-def test_duplicates_are_counted_once(mode: dict[str, Any]) -> None:
-    """Scrapy's ``test_log``: through the scheduler, which calls ``log()`` for each."""
-    crawler = with_engine(make_crawler(mode))
+def test_duplicates_are_counted_once() -> None:
+    """Scrapy's ``test_log``: through Scrapy's scheduler (embedded mode), which calls
+    ``log()`` for each."""
+    crawler = with_engine(make_crawler({}))
     scheduler = build_from_crawler(Scheduler, crawler)
     scheduler.open(crawler.spider)
     for _ in range(3):
@@ -162,10 +176,10 @@ def test_offsite_requests_are_never_admitted(mode: dict[str, Any]) -> None:
     crawler = make_crawler(mode)
     with_engine(crawler)  # and so the crawl's OffsiteMiddleware
     dupefilter = dupefilter_of(crawler)
-    assert dupefilter.request_seen(Request("http://other.example/1"))
-    assert dupefilter.request_seen(Request("http://other.example/2"))
-    assert not dupefilter.request_seen(Request("http://sub.scrapytest.org/1"))
-    assert not dupefilter.request_seen(Request("http://other.example/3", meta={"allow_offsite": 1}))
+    assert offer(dupefilter, Request("http://other.example/1"))
+    assert offer(dupefilter, Request("http://other.example/2"))
+    assert not offer(dupefilter, Request("http://sub.scrapytest.org/1"))
+    assert not offer(dupefilter, Request("http://other.example/3", meta={"allow_offsite": 1}))
     stats = crawler.stats
     assert stats.get_value("offsite/filtered") == 2
     assert stats.get_value("offsite/domains") == 1

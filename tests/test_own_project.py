@@ -188,10 +188,10 @@ def test_a_startproject_project_with_the_addons_line(project: Path, tmp_path: Pa
     assert any(urlsplit(row["source"]).path == "/chain/1" for row in rows), stdout[:2000]
 
 
-def test_the_same_project_shared_by_two_workers(
-    project: Path, tmp_path: Path, redis_url: str
-) -> None:
-    store_url = f"sqlite:///{tmp_path / 'records.sqlite'}"
+def test_the_same_project_shared_by_two_workers(project: Path, redis_url: str, pg_url: str) -> None:
+    """Two workers share the frontier in Redis and, as the README says workers should, one
+    PostgreSQL record store."""
+    store_url = pg_url
     server = TestServer({}, delay=0.01)
     server.routes.update(site(server.port))
     command = ["crawl", "mysite", "-s", f"STORE_URL={store_url}", "-s", f"REDIS_URL={redis_url}"]

@@ -166,16 +166,18 @@ def test_dequeued_requests_are_counted(mode: Mode) -> None:
 
 
 def test_request_seen(mode: Mode) -> None:
-    """Scrapy's dupefilter contract: a request already scheduled is seen; a new one is not,
-    and is marked seen then (Scrapy's scheduler would queue it next). Neither mode queues
-    anything from ``request_seen``."""
+    """Scrapy's dupefilter contract: a request already scheduled is seen; a new one is not.
+    The embedded filter marks it (Scrapy's scheduler queues it next); the shared one does
+    not mark nor queue anything."""
     dupefilter = mode.scheduler.df if not mode.shared else mode.crawler_dupefilter()
     mode.enqueue(Request("http://foo.com/a"))
     assert dupefilter.request_seen(Request("http://foo.com/a"))
     new = Request("http://foo.com/new")
     assert not dupefilter.request_seen(new)
-    assert dupefilter.request_seen(Request(new.url))  # marked
-    assert len(mode.scheduler) == 1  # and not queued
+    assert dupefilter.request_seen(Request(new.url)) is not mode.shared  # embedded: marked
+    if mode.shared:
+        assert mode.enqueue(new)  # still new for the atomic mark-and-queue
+        assert len(mode.scheduler) == 2
 
 
 def test_reopened_shared_scheduler_keeps_its_requests(redis_url: str) -> None:

@@ -82,9 +82,9 @@ class Frontier(Protocol):
 
     def request_seen(self, request: Request) -> bool:
         """Scrapy's dupefilter question for a request that did not come through a page
-        batch: True to drop it. Both mark its key seen, as Scrapy's dupefilters do; neither
-        queues it (the shared scheduler marks and queues in one atomic step of its own
-        ``enqueue_request`` and never asks this)."""
+        batch: True to drop it. The memory frontier marks its key seen (Scrapy's scheduler
+        then queues it); the shared one only checks, marking and queueing being one atomic
+        step of its scheduler's ``enqueue_request``."""
         ...
 
     def fail(self, request: Request, reason: str, *, after: Deferred[Any] | None = None) -> None:

@@ -69,6 +69,8 @@ class OffsiteFilter:
                 self._middleware = self.crawler.get_downloader_middleware(OffsiteMiddleware)
             except RuntimeError:  # no engine yet (start requests are judged later, again)
                 return None
+            except (AttributeError, TypeError):  # an engine without a downloader's middlewares
+                self._middleware = None  # (a scheduler driven alone, as in tests): no policy
             self._looked_up = True
         return self._middleware
 

@@ -109,7 +109,11 @@ class ParamRuleLearning:
         frontier = frontier_for(self.crawler)
         client = getattr(frontier, "client", None)
         if client is not None:  # the shared frontier: the rules live beside it in Redis
-            self.state = RedisRuleState(client, frontier.keys.prefix)  # type: ignore[attr-defined]
+            self.state = RedisRuleState(
+                client,
+                frontier.keys.prefix,  # type: ignore[attr-defined]
+                getattr(frontier, "background", None),  # version reads off the loop
+            )
             self.live.state = self.state
         for rule in store_for(self.crawler).param_rules():
             self.known[rule.scope, rule.param] = rule

@@ -18,6 +18,7 @@ learned rules) is recorded with each learned rule; the next crawl keys under it.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from pipelines.records import APPLIED, ParamRule
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
+    from crawler.background import BackgroundThread
     from crawler.redis_client import Client
 
 #: Learned rules: scope -> sorted parameter names dropped there.
@@ -77,14 +79,38 @@ class RedisRuleState:
     """:class:`RuleState` of a shared crawl: two keys under the frontier's prefix (one hash
     tag, so ``publish.lua`` may touch both on Redis Cluster)."""
 
-    def __init__(self, client: Client, prefix: str) -> None:
+    #: Seconds a version read serves in a crawl before the next one, read off the loop.
+    VERSION_READ_EVERY = 1.0
+
+    def __init__(
+        self, client: Client, prefix: str, background: BackgroundThread | None = None
+    ) -> None:
         self.client = client
         self.rules_key = f"{prefix}:learned"
         self.version_key = f"{prefix}:learned_version"
         self._publish = client.register_script((Path(__file__).parent / "publish.lua").read_text())
+        #: The frontier's thread for Redis calls in a crawl (None: read in the caller's
+        #: thread, each time): :meth:`version` is asked once per page batch, on the loop.
+        self.background = background
+        self._version: int | None = None
+        self._read_at = 0.0
+        self._reading = False
 
     def version(self) -> int:
-        return int(self.client.get(self.version_key) or 0)
+        if self.background is None or self._version is None:
+            self._version = int(self.client.get(self.version_key) or 0)
+            self._read_at = time.monotonic()
+        elif not self._reading and time.monotonic() - self._read_at >= self.VERSION_READ_EVERY:
+            self._reading = True
+            reading = self.background.run(self.client.get, self.version_key)
+            reading.addCallbacks(self._read, self._not_read)
+        return self._version
+
+    def _read(self, version: bytes | str | None) -> None:
+        self._version, self._read_at, self._reading = int(version or 0), time.monotonic(), False
+
+    def _not_read(self, _: object) -> None:
+        self._reading = False  # Redis away: the last version serves, asked again later
 
     def load(self) -> tuple[int, Learned]:
         version, text = self.client.mget([self.version_key, self.rules_key])
@@ -93,7 +119,10 @@ class RedisRuleState:
     def publish(self, expected: int, rules: Learned) -> bool:
         text = json.dumps(normalized(rules), sort_keys=True)
         keys = [self.version_key, self.rules_key]
-        return bool(self._publish(keys=keys, args=[expected, text]))
+        published = bool(self._publish(keys=keys, args=[expected, text]))
+        if published:
+            self._version = expected + 1
+        return published
 
 
 def normalized(rules: Mapping[str, list[str]]) -> Learned:

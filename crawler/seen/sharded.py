@@ -175,6 +175,10 @@ class ShardedBloomSeenFilter:
                 found[position] = bool(hit)
         return found
 
+    def contains(self, key: str) -> bool:
+        """True if ``key`` was added (or is a false positive); adds nothing."""
+        return self.contains_many([key])[0]
+
     def info(self) -> list[BloomInfo | None]:
         """``BF.INFO`` of each shard (None for a shard not created yet)."""
         return [shard.info() for shard in self.shards]

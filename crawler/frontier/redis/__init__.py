@@ -275,18 +275,13 @@ class RedisFrontier:
         return bool(self.admission.admit(parent, [request], dropped_by_caller=True))
 
     def request_seen(self, request: Request) -> bool:
-        """Scrapy's dupefilter contract: mark ``request``'s key seen in the crawl's filter;
-        True if it already was (or cannot be keyed). Queues nothing: the shared scheduler
-        never asks this, its ``enqueue_request`` marks and queues in one atomic step. Calls
-        Redis in the caller's thread, as the contract is synchronous."""
+        """True if ``request``'s key is in the seen filter (or it cannot be keyed); marks
+        and queues nothing (:meth:`enqueue` does both at once). Calls Redis in the caller's
+        thread: Scrapy's dupefilter contract is synchronous, and the shared scheduler never
+        asks it."""
         keyed = self.keyer.keyed([request])
-        if not keyed:
-            return True
-        # A key an older layer holds (after `scrapy rebuild-filter`) is seen, not marked.
-        pairs = self.older.drop_seen(keyed, self.keyer)
-        if not pairs:
-            return True
-        return not self.keyer.verdicts(pairs, self.seen.add_many([pairs[0][1]]))
+        # After `scrapy rebuild-filter`, a key an older layer holds is seen too.
+        return not keyed or self.seen.contains(keyed[0][1]) or self.older.seen([request.url])[0]
 
     # --- leases ----------------------------------------------------------------------
 
