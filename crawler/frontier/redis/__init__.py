@@ -49,6 +49,7 @@ from crawler.frontier.redis.layout import FrontierKeys
 from crawler.frontier.redis.leases import LEASE_META, Leases, worker_id
 from crawler.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
 from crawler.redis_client import describe, redis_from_url, require_bloom
+from crawler.seen.layers import OlderLayers, redis_layers
 from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ class RedisFrontier:
         spider: Spider | None = None,
         owner: str | None = None,
         limits: HostLimits | None = None,
+        older: OlderLayers | None = None,
     ) -> None:
         if lease_ttl <= 0:
             raise ValueError(f"FRONTIER_LEASE_TTL must be positive, got {lease_ttl}")
@@ -138,7 +140,11 @@ class RedisFrontier:
             lease_ttl=lease_ttl,
             max_expiries=max_expiries,
         )
-        self.admission = Admission(self.scripts, seen, keyer, self.leases, self.outbox, stats)
+        #: Read-only layers of the seen filter (after `scrapy rebuild-filter`).
+        self.older = older or OlderLayers([])
+        self.admission = Admission(
+            self.scripts, seen, keyer, self.leases, self.outbox, stats, self.older
+        )
         self.spider = spider
         #: Where Redis is called from in a crawl (:meth:`go_background`); None: the
         #: caller's thread (commands, tests).
@@ -190,8 +196,10 @@ class RedisFrontier:
         try:
             require_bloom(client)
             keys = FrontierKeys.for_prefix(prefix)
-            seen = seen_filter_from_settings(client, keys.seen, settings)
             keyer = RequestKeyer.from_settings(stats, settings)
+            # After `scrapy rebuild-filter`: the current generation and the older layers.
+            keys, older = redis_layers(client, keys, settings, keyer.rules)
+            seen = seen_filter_from_settings(client, keys.seen, settings)
             frontier = cls(
                 client,
                 keys,
@@ -202,6 +210,7 @@ class RedisFrontier:
                 max_expiries=settings.getint("FRONTIER_MAX_EXPIRIES"),
                 spider=spider,
                 limits=HostLimits.from_settings(settings),
+                older=older,
             )
         except BaseException:
             client.close()
@@ -271,7 +280,8 @@ class RedisFrontier:
         thread: Scrapy's dupefilter contract is synchronous, and the shared scheduler never
         asks it."""
         keyed = self.keyer.keyed([request])
-        return not keyed or self.seen.contains(keyed[0][1])
+        # After `scrapy rebuild-filter`, a key an older layer holds is seen too.
+        return not keyed or self.seen.contains(keyed[0][1]) or self.older.seen([request.url])[0]
 
     # --- leases ----------------------------------------------------------------------
 
