@@ -18,7 +18,8 @@ settings override:
 - ``JOBDIR`` disk queues that store requests as JSON, not pickle;
 - the ``file``, ``data``, ``s3`` and ``ftp`` download handlers switched off;
 - Scrapy's ``LogStats`` replaced by :class:`crawler.progress.CrawlProgress`, and its stats dump
-  at close off (``STATS_DUMP``), so the crawl summary is the last thing printed.
+  at close off (``STATS_DUMP``), so the crawl summary is the last thing printed;
+- a download slot per link-shortener host (``SHORTENER_DELAY``, :func:`install_shortener_slots`).
 
 :meth:`BloomFrontierAddon.update_pre_crawler_settings` installs the SSRF guard's DNS resolver,
 which Scrapy reads from the crawler process's settings (``TWISTED_DNS_RESOLVER``). A script
@@ -37,9 +38,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import load_object
 
 from crawler.defaults import with_defaults
+from crawler.shorteners import shorteners_from_settings
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings, Settings
@@ -61,6 +64,8 @@ SPIDER_MIDDLEWARES = {
     # High order = closest to the spider: the canonical URL it adds passes Scrapy's depth and
     # referer middlewares and joins the page's link batch.
     "middlewares.canonical_hints.CanonicalHintsMiddleware": 950,
+    # Between the two: links to shortener hosts become resolution requests (SHORTENER_*).
+    "middlewares.shorteners.ShortenerLinksMiddleware": 900,
 }
 #: Downloader middlewares; None switches one of Scrapy's off.
 DOWNLOADER_MIDDLEWARES = {
@@ -73,6 +78,8 @@ DOWNLOADER_MIDDLEWARES = {
     "middlewares.redirects.ChainFailureMiddleware": 60,
     # Replaces Scrapy's two redirect middlewares; after decompression (590) for meta refresh.
     "middlewares.redirects.RedirectChainMiddleware": 580,
+    # Just above it: shortener answers cached, recorded, off-site targets settled (SHORTENER_*).
+    "middlewares.shorteners.ShortenerResolveMiddleware": 585,
 }
 #: Scrapy's middlewares the frontier replaces (a project enabling them again is refused).
 REPLACED_DOWNLOADER_MIDDLEWARES = (
@@ -179,6 +186,7 @@ class BloomFrontierAddon:
         settings.set(
             "DOWNLOAD_HANDLERS", handlers, settings.getpriority("DOWNLOAD_HANDLERS") or "addon"
         )
+        install_shortener_slots(settings)
 
     @staticmethod
     def claim(settings: BaseSettings) -> bool:
@@ -197,6 +205,20 @@ class BloomFrontierAddon:
         if problems:
             raise _refuse(problems)
         return shared
+
+
+def install_shortener_slots(settings: BaseSettings) -> None:
+    """Rate-limit each shortener host (``SHORTENERS_ENABLED``): a download slot per host
+    with ``SHORTENER_DELAY`` between requests and one at a time, which a shared crawl's
+    lease script enforces across workers. A slot the project configured is kept."""
+    if not settings.getbool("SHORTENERS_ENABLED"):
+        return
+    slots = dict(settings.getdict("DOWNLOAD_SLOTS"))
+    delay = settings.getfloat("SHORTENER_DELAY")
+    for host in sorted(shorteners_from_settings(settings).hosts):
+        slots.setdefault(host, {"delay": delay, "concurrency": 1})
+    priority = max(settings.getpriority("DOWNLOAD_SLOTS") or 0, SETTINGS_PRIORITIES["addon"])
+    settings.set("DOWNLOAD_SLOTS", slots, priority)
 
 
 def install(settings: Settings, name: str, components: dict[str, int]) -> None:

@@ -151,6 +151,24 @@ SSRF_ALLOWED_SCHEMES = ["http", "https"]
 SSRF_ALLOW_PROXY = False
 
 
+# --- Shortener links ---------------------------------------------------------------------
+# Links to link-shortener hosts (bit.ly, t.co, ...: crawler/shorteners/hosts.txt; youtu.be is
+# an identity, not a shortener) are resolved to their target's key with one request that
+# follows no redirect (middlewares.shorteners): the target is fetched only when it is on the
+# crawl's hosts and not seen yet.
+SHORTENERS_ENABLED = True
+# More shortener hosts for this crawl (names; default: the SHORTENER_HOSTS environment
+# variable, comma-separated).
+SHORTENER_HOSTS = [h for h in os.environ.get("SHORTENER_HOSTS", "").split(",") if h]
+# Seconds one shortener request may take (no retry): a shortener that is down costs this once.
+SHORTENER_TIMEOUT = 5.0
+# Seconds between two requests to one shortener host (across all workers when shared): the
+# add-on gives each shortener host a download slot with this delay, unless DOWNLOAD_SLOTS has one.
+SHORTENER_DELAY = 1.0
+# Seconds an answer cached in the record store (shortener_answers) is reused: 30 days.
+SHORTENER_CACHE_TTL = 30 * 24 * 3600.0
+
+
 def with_defaults(settings: BaseSettings, priority: str = "addon") -> BaseSettings:
     """``settings`` with every default of this table set at ``priority``, where nothing of
     a higher priority (the project's, the command line's) set it already; returned for

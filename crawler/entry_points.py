@@ -114,3 +114,7 @@ class AuditRules(LazyCommand):
 
 class SameContent(LazyCommand):
     target = "crawler.commands.same_content:Command"
+
+
+class RebuildFilter(LazyCommand):
+    target = "crawler.commands.rebuild_filter:Command"

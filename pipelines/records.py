@@ -41,7 +41,9 @@ TOO_MANY_HOPS = "too-many-hops"
 BLOCKED = "blocked"
 #: The target could not be followed (junk ``Location``, invalid URL, download error).
 ERROR = "error"
-OUTCOMES = (FETCHED, SEEN, LOOP, TOO_MANY_HOPS, BLOCKED, ERROR)
+#: A shortener link's target is not on the crawl's hosts: recorded, not fetched.
+OFFSITE = "offsite"
+OUTCOMES = (FETCHED, SEEN, LOOP, TOO_MANY_HOPS, BLOCKED, ERROR, OFFSITE)
 
 
 def rules_version_of(key: str) -> str:
@@ -173,6 +175,17 @@ class UrlAlias:
     key: str
     rules_version: str
     source: str
+    at: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class ShortenerAnswer:
+    """What a link shortener answered for ``short_url``: its status and ``Location`` (None
+    when it sent none), at ``at``."""
+
+    short_url: str
+    status: int
+    location: str | None
     at: float = field(default_factory=now)
 
 

@@ -44,7 +44,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import OperationalError
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred, maybeDeferred, succeed
 
 from crawler.background import BackgroundThread
 from crawler.frontier import page_handled
@@ -57,6 +57,7 @@ from pipelines.records import (
     KeyAlias,
     PageRecord,
     ParamRule,
+    ShortenerAnswer,
     UrlAlias,
 )
 from pipelines.schema import upgrade_schema
@@ -193,6 +194,22 @@ param_rules = Table(
     Column("updated_at", Float, nullable=False),
 )
 
+#: Shortener answers (middlewares.shorteners): where a short link pointed, and when that was
+#: answered (revision 0003_shortener_answers).
+shortener_answers = Table(
+    "shortener_answers",
+    metadata,
+    _id_column(),  # hash of short_url
+    Column("short_url", Text, nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("location", Text),
+    Column("answered_at", Float, nullable=False),
+)
+
+
+def _shortener_answer(row: dict[str, Any]) -> ShortenerAnswer:
+    return ShortenerAnswer(row["short_url"], row["status"], row["location"], row["answered_at"])
+
 
 def record_id(*parts: str | None) -> str:
     """Stable primary key for a natural key of (possibly very long) URLs."""
@@ -281,6 +298,7 @@ _UPSERTS = {
     "fingerprints": _Upsert(
         pages, ("id",), ("content_hash", "content_minhash", "content_norm", "content_kind")
     ),
+    "shortener_answers": _Upsert(shortener_answers, ("id",), ("status", "location", "answered_at")),
     "param_rules": _Upsert(
         param_rules,
         ("id",),
@@ -341,6 +359,18 @@ class RecordStore(Protocol):
 
     def add_param_rule(self, rule: ParamRule) -> None:
         """Record a learned parameter rule, or a newer state of one."""
+        ...
+
+    def add_shortener_answer(self, answer: ShortenerAnswer) -> None:
+        """Record (or refresh) where a short link pointed."""
+        ...
+
+    def shortener_answer(self, short_url: str) -> ShortenerAnswer | None:
+        """The newest answer recorded for ``short_url`` (buffered ones included)."""
+        ...
+
+    def shortener_answer_later(self, short_url: str) -> Deferred[ShortenerAnswer | None]:
+        """:meth:`shortener_answer`, read off Twisted's loop."""
         ...
 
     def flush(self) -> None:
@@ -555,6 +585,47 @@ class SqlRecordStore:
                 "content_kind": content.kind,
             },
         )
+
+    def add_shortener_answer(self, answer: ShortenerAnswer) -> None:
+        self._buffer(
+            "shortener_answers",
+            {
+                "id": record_id(answer.short_url),
+                "short_url": answer.short_url,
+                "status": answer.status,
+                "location": answer.location,
+                "answered_at": answer.at,
+            },
+        )
+
+    def shortener_answer(self, short_url: str) -> ShortenerAnswer | None:
+        row = self._buffers["shortener_answers"].get((record_id(short_url),))
+        return _shortener_answer(row) if row else self._stored_shortener_answer(short_url)
+
+    def shortener_answer_later(self, short_url: str) -> Deferred[ShortenerAnswer | None]:
+        """:meth:`shortener_answer` read from the background thread, after the flushes
+        handed over before it (so it sees them); None (logged) when the database is away."""
+        row = self._buffers["shortener_answers"].get((record_id(short_url),))
+        if row:
+            return succeed(_shortener_answer(row))
+        if self.background is None:
+            reading = maybeDeferred(self._stored_shortener_answer, short_url)
+        else:
+            reading = self.background.run(self._stored_shortener_answer, short_url)
+        return reading.addErrback(self._no_shortener_answer, short_url)
+
+    def _stored_shortener_answer(self, short_url: str) -> ShortenerAnswer | None:
+        """The answer written for ``short_url``. Blocks: in a crawl, runs in the background
+        thread (:meth:`shortener_answer_later`)."""
+        query = select(shortener_answers).where(shortener_answers.c.id == record_id(short_url))
+        with self.engine.connect() as connection:
+            found = connection.execute(query).mappings().first()
+        return _shortener_answer(dict(found)) if found else None
+
+    @staticmethod
+    def _no_shortener_answer(failure: Failure, short_url: str) -> None:
+        failure.trap(OperationalError)
+        logger.warning("Record store unavailable, shortener link %s asked again", short_url)
 
     def add_param_rule(self, rule: ParamRule) -> None:
         self._buffer("param_rules", {"id": record_id(rule.scope, rule.param), **rule.row()})

@@ -54,7 +54,7 @@ def test_one_head_and_ids_in_order() -> None:
     script = ScriptDirectory.from_config(alembic_config())
     assert len(script.get_heads()) == 1
     revisions = [r.revision for r in script.walk_revisions()][::-1]
-    assert revisions[:2] == ["0001_baseline", "0002_content_fingerprints"]
+    assert revisions[:3] == ["0001_baseline", "0002_content_fingerprints", "0003_shortener_answers"]
 
 
 def test_new_store_is_at_head_and_matches_the_tables(store_url: str) -> None:

@@ -10,6 +10,7 @@ from scrapy import signals
 from scrapy.utils.job import job_dir
 
 from crawler.frontier.keys import RequestKeyer
+from crawler.seen.layers import OlderLayers, prepare_jobdir, settings_rules_record
 from crawler.seen.memory import MemoryBloomSeenFilter
 
 if TYPE_CHECKING:
@@ -24,11 +25,16 @@ if TYPE_CHECKING:
 
 class MemoryFrontier:
     """Checks a page's links against the seen filter in one ``add_many`` call and returns
-    the new ones for Scrapy's scheduler (which then does not check them again)."""
+    the new ones for Scrapy's scheduler (which then does not check them again). Links an
+    ``older`` read-only layer has seen (``JOBDIR`` after ``scrapy rebuild-filter``, see
+    :mod:`crawler.seen.layers`) count as seen too."""
 
-    def __init__(self, seen: SeenFilter, keyer: RequestKeyer) -> None:
+    def __init__(
+        self, seen: SeenFilter, keyer: RequestKeyer, older: OlderLayers | None = None
+    ) -> None:
         self.seen = seen
         self.keyer = keyer
+        self.older = older or OlderLayers([])
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -39,7 +45,11 @@ class MemoryFrontier:
         )
         assert crawler.stats is not None
         keyer = RequestKeyer.from_settings(crawler.stats, settings).for_crawler(crawler)
-        frontier = cls(seen, keyer)
+        older = None
+        if jobdir:
+            record = settings_rules_record(settings, keyer.rules)
+            older = prepare_jobdir(Path(jobdir, "seen"), record)
+        frontier = cls(seen, keyer, older)
         crawler.signals.connect(frontier.close, signal=signals.spider_closed)
         return frontier
 
@@ -53,7 +63,7 @@ class MemoryFrontier:
     ) -> list[Request]:
         """The new ones among ``children``, known at once (no lease to release: ``after``
         and ``on_late_duplicates`` are never needed)."""
-        pairs = self.keyer.keyed(children)
+        pairs = self.older.drop_seen(self.keyer.keyed(children), self.keyer)
         if not pairs:
             return []
         fresh = self.seen.add_many([key for _, key in pairs])

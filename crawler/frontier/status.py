@@ -24,6 +24,7 @@ from crawler.frontier.politeness import HostLimits, hosts_waiting
 from crawler.frontier.redis import RedisFrontier, quarantine
 from crawler.frontier.redis.layout import FrontierKeys
 from crawler.progress import RateWindow
+from crawler.seen.layers import current_seen_key
 from crawler.seen.redis import BloomInfo, bloom_info
 from crawler.seen.sharded import shard_keys
 
@@ -128,8 +129,9 @@ def read_status(
     with client.pipeline(transaction=True) as pipe:
         pipe.zcard(keys.queue).zcard(keys.leases).hlen(keys.failed)
         queued, leased, failed = pipe.execute()
-    shards = int(client.get(f"{keys.seen}:shards") or 1)
-    infos = [info for key in shard_keys(keys.seen, shards) if (info := bloom_info(client, key))]
+    seen_key = current_seen_key(client, prefix, keys.seen)  # after `scrapy rebuild-filter`
+    shards = int(client.get(f"{seen_key}:shards") or 1)
+    infos = [info for key in shard_keys(seen_key, shards) if (info := bloom_info(client, key))]
     owners = sorted(_text(owner) for owner in client.smembers(keys.workers))
     workers = []
     for owner in owners:

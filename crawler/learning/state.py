@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from crawler.canonical.rules import RuleSet, rules_from_settings
+from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
 from pipelines.records import APPLIED, ParamRule
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class LiveRules:
 
     def reload(self) -> None:
         self.version, self.learned = self.state.load()
-        full = self.base.with_host_rules(combined_host_rules(self.user_rules, self.learned))
+        full = DEFAULT_RULES.with_host_rules(combined_host_rules(self.user_rules, self.learned))
         self.full_version = full.version
         if self.key_version is None:
             self.key_version = full.version

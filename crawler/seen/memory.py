@@ -110,6 +110,11 @@ class MemoryBloomSeenFilter:
             fresh.append(True)
         return fresh
 
+    def contains_many(self, keys: Sequence[str]) -> list[bool]:
+        """Per key, True if the filter (probably) holds it; adds nothing."""
+        layers = self._layers
+        return [any(_hash128(key) in layer.bloom for layer in layers) for key in keys]
+
     def close(self) -> None:
         if self.directory:
             self._save(self.directory)

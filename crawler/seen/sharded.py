@@ -116,6 +116,13 @@ class ShardedBloomSeenFilter:
         """Index of the shard holding dedupe key ``key``."""
         return xxhash.xxh64_intdigest(key.encode()) % len(self.shards)
 
+    def _positions_by_shard(self, keys: Sequence[str]) -> dict[int, list[int]]:
+        """The positions in ``keys`` of the keys of each shard touched, in order."""
+        positions: defaultdict[int, list[int]] = defaultdict(list)
+        for position, key in enumerate(keys):
+            positions[self.shard_of(key)].append(position)
+        return positions
+
     @property
     def parameters(self) -> dict[str, float]:
         """The parameters each shard is reserved with (capacity: its share)."""
@@ -129,9 +136,7 @@ class ShardedBloomSeenFilter:
         shard (see :meth:`RedisBloomSeenFilter.queue_add`)."""
         if not keys:
             return []
-        positions: defaultdict[int, list[int]] = defaultdict(list)
-        for position, key in enumerate(keys):
-            positions[self.shard_of(key)].append(position)
+        positions = self._positions_by_shard(keys)
         with self.client.pipeline(transaction=False) as pipe:
             for shard, shard_positions in positions.items():
                 self.shards[shard].queue_add(
@@ -147,10 +152,32 @@ class ShardedBloomSeenFilter:
                 fresh[position] = is_new
         return fresh
 
+    def contains_many(self, keys: Sequence[str]) -> list[bool]:
+        """Per key, True if its shard (probably) holds it; adds nothing. One pipelined
+        ``BF.MEXISTS`` per shard touched; a shard not created yet holds nothing. For an
+        older, read-only layer (:mod:`crawler.seen.layers`)."""
+        if not keys:
+            return []
+        positions = self._positions_by_shard(keys)
+        with self.client.pipeline(transaction=False) as pipe:
+            for shard, shard_positions in positions.items():
+                pipe.execute_command(
+                    "BF.MEXISTS", self.shards[shard].key, *(keys[p] for p in shard_positions)
+                )
+            replies = pipe.execute(raise_on_error=False)
+        found = [False] * len(keys)
+        for shard_positions, reply in zip(positions.values(), replies, strict=True):
+            if isinstance(reply, redis.ResponseError) and "not found" in str(reply).lower():
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            for position, hit in zip(shard_positions, reply, strict=True):
+                found[position] = bool(hit)
+        return found
+
     def contains(self, key: str) -> bool:
         """True if ``key`` was added (or is a false positive); adds nothing."""
-        shard = self.shards[self.shard_of(key)]
-        return bool(self.client.execute_command("BF.EXISTS", shard.key, key))
+        return self.contains_many([key])[0]
 
     def info(self) -> list[BloomInfo | None]:
         """``BF.INFO`` of each shard (None for a shard not created yet)."""

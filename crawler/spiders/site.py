@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -10,6 +11,7 @@ from scrapy import Request, Spider
 from scrapy.http import Response, TextResponse
 
 from crawler.canonical import resolve_link
+from crawler.shorteners import Shorteners, shorteners_from_settings
 
 #: Elements whose ``href`` is a link to follow.
 LINK_XPATH = "//a/@href | //area/@href"
@@ -67,6 +69,17 @@ class SiteSpider(Spider):
             return
         yield from self.follow_links(response)
 
+    @cached_property
+    def _shorteners(self) -> Shorteners | None:
+        if not self.settings.getbool("SHORTENERS_ENABLED"):
+            return None
+        return shorteners_from_settings(self.settings)
+
+    def is_short_link(self, url: str) -> bool:
+        """A link to a shortener host, followed to learn its target (SHORTENERS_ENABLED,
+        middlewares.shorteners) although the host is not the crawl's."""
+        return self._shorteners is not None and self._shorteners.host_of(url) is not None
+
     def follow_links(self, response: TextResponse) -> Iterator[Request]:
         """Requests for the page's links that stay on the allowed hosts."""
         base = page_base(response)
@@ -77,7 +90,7 @@ class SiteSpider(Spider):
             url = resolve_link(base, href)
             if url is None:
                 stats.inc_value("links/junk")
-            elif host_of(url) not in self.allowed_hosts:
+            elif host_of(url) not in self.allowed_hosts and not self.is_short_link(url):
                 stats.inc_value("links/offsite")
             else:
                 yield Request(url, callback=self.parse)

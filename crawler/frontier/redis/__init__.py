@@ -51,6 +51,7 @@ from crawler.frontier.redis.leases import LEASE_META, Leases, worker_id
 from crawler.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
 from crawler.frontier.redis.quarantine import QUARANTINE_MAX
 from crawler.redis_client import Client, describe, redis_from_url, require_bloom
+from crawler.seen.layers import OlderLayers, redis_layers
 from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
 
 if TYPE_CHECKING:
@@ -130,6 +131,7 @@ class RedisFrontier:
         limits: HostLimits | None = None,
         decoder: RequestDecoder = DEFAULT_DECODER,
         quarantine_cap: int = QUARANTINE_MAX,
+        older: OlderLayers | None = None,
     ) -> None:
         if lease_ttl <= 0:
             raise ValueError(f"FRONTIER_LEASE_TTL must be positive, got {lease_ttl}")
@@ -154,7 +156,11 @@ class RedisFrontier:
             decoder=decoder,
             quarantine_cap=quarantine_cap,
         )
-        self.admission = Admission(self.scripts, seen, keyer, self.leases, self.outbox, stats)
+        #: Read-only layers of the seen filter (after `scrapy rebuild-filter`).
+        self.older = older or OlderLayers([])
+        self.admission = Admission(
+            self.scripts, seen, keyer, self.leases, self.outbox, stats, self.older
+        )
         self.spider = spider
         #: Where Redis is called from in a crawl (:meth:`go_background`); None: the
         #: caller's thread (commands, tests).
@@ -209,8 +215,10 @@ class RedisFrontier:
         try:
             require_bloom(client, f"{prefix}:bloom-probe")
             keys = FrontierKeys.for_prefix(prefix)
-            seen = seen_filter_from_settings(client, keys.seen, settings)
             keyer = RequestKeyer.from_settings(stats, settings)
+            # After `scrapy rebuild-filter`: the current generation and the older layers.
+            keys, older = redis_layers(client, keys, settings, keyer.rules)
+            seen = seen_filter_from_settings(client, keys.seen, settings)
             frontier = cls(
                 client,
                 keys,
@@ -223,6 +231,7 @@ class RedisFrontier:
                 limits=HostLimits.from_settings(settings),
                 decoder=RequestDecoder.from_settings(settings),
                 quarantine_cap=settings.getint("FRONTIER_QUARANTINE_MAX", QUARANTINE_MAX),
+                older=older,
             )
         except BaseException:
             client.close()
@@ -292,7 +301,8 @@ class RedisFrontier:
         thread: Scrapy's dupefilter contract is synchronous, and the shared scheduler never
         asks it."""
         keyed = self.keyer.keyed([request])
-        return not keyed or self.seen.contains(keyed[0][1])
+        # After `scrapy rebuild-filter`, a key an older layer holds is seen too.
+        return not keyed or self.seen.contains(keyed[0][1]) or self.older.seen([request.url])[0]
 
     # --- leases ----------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from crawler.frontier.politeness import HOST_META, politeness_key
 from crawler.frontier.redis.leases import text, without_lease
 from crawler.frontier.redis.outbox import Answer
 from crawler.frontier.serialize import RequestNotSerializable, request_to_json
+from crawler.seen.layers import OlderLayers
 from crawler.seen.redis import REPLY_TTL
 
 if TYPE_CHECKING:
@@ -51,6 +52,9 @@ logger = logging.getLogger(__name__)
 QUEUED_META = "frontier_queued"
 #: The filter's parameters admit.lua takes, in its order.
 BLOOM_ARGS = ("capacity", "error_rate", "expansion")
+#: Values per request in a batch's rows: queue score, politeness host, JSON (admit.lua,
+#: stage.lua).
+ROW = 3
 
 
 def stored_form(request: Request, key: str) -> Request:
@@ -122,6 +126,51 @@ class StagedAdmission:
         return flags if status == "ok" else status
 
 
+class WithoutOlder:
+    """Delivers a batch without the requests an older, read-only layer of the seen filter
+    holds (after ``scrapy rebuild-filter``, :mod:`crawler.seen.layers`): the layers are
+    asked in the delivering thread, never on Twisted's loop, once (kept for a retry); the
+    requests they hold are answered "0" (seen), the others by the admission step."""
+
+    def __init__(
+        self,
+        admission: Admission,
+        parent: str | None,
+        entries: list[tuple[Request, str]],
+        checks: list[bool],
+        rows: list[Any],
+    ) -> None:
+        self.admission = admission
+        self.parent = parent
+        self.entries = entries
+        self.checks = checks
+        self.rows = rows
+        #: Per entry, True if an older layer holds it; once asked.
+        self.hits: list[bool] | None = None
+        self.step: Callable[[], Any] | None = None
+
+    def __call__(self) -> str:
+        if self.step is None or self.hits is None:
+            asked = [index for index, check in enumerate(self.checks) if check]
+            found = self.admission.older.seen([self.entries[index][0].url for index in asked])
+            hits = [False] * len(self.entries)
+            for index, hit in zip(asked, found, strict=True):
+                hits[index] = hit
+            kept = [index for index, hit in enumerate(hits) if not hit]
+            self.step = self.admission.step(
+                self.parent,
+                [self.entries[index][1] for index in kept],
+                [self.checks[index] for index in kept],
+                [cell for index in kept for cell in self.rows[ROW * index : ROW * index + ROW]],
+            )
+            self.hits = hits
+        reply = text(self.step())
+        if reply == "refused":
+            return reply
+        flags = iter(reply)
+        return "".join("0" if hit else next(flags) for hit in self.hits)
+
+
 class Admission:
     """Admits requests into the shared frontier (see the module docstring).
 
@@ -137,6 +186,7 @@ class Admission:
         leases: Leases,
         outbox: Outbox,
         stats: StatsCollector,
+        older: OlderLayers | None = None,
     ) -> None:
         self.scripts = scripts
         self.seen = seen
@@ -144,6 +194,8 @@ class Admission:
         self.leases = leases
         self.outbox = outbox
         self.stats = stats
+        #: Read-only layers of the seen filter (after ``scrapy rebuild-filter``).
+        self.older = older or OlderLayers([])
         self.spider: Spider | None = None
         #: Called on each answer with the requests found new and those found seen (a crawl
         #: counts them and fires ``request_dropped`` for the latter).
@@ -224,16 +276,13 @@ class Admission:
                 on_late_duplicates(duplicates)
             return True
 
-        if len(self.seen.shards) > 1 and any(checks):
-            checked_keys = [key for (_, key), check in zip(entries, checks, strict=True) if check]
-            staged = StagedAdmission(self, parent, checked_keys, checks, rows)
-            answer = Answer("stage+commit", staged, on_reply, after)
+        keys = [key for _, key in entries]
+        if self.older and any(checks):
+            deliver: Callable[[], Any] = WithoutOlder(self, parent, entries, checks, rows)
         else:
-            bloom = self.seen.parameters  # to recreate a lost filter (admit.lua)
-            args = [self.owner, parent or "", *(bloom[name] for name in BLOOM_ARGS)]
-            for index, (_, key) in enumerate(entries):
-                args += ["1" if checks[index] else "0", key, *rows[3 * index : 3 * index + 3]]
-            answer = Answer("admit", partial(self.scripts.run, "admit", args), on_reply, after)
+            deliver = self.step(parent, keys, checks, rows)
+        name = "stage+commit" if isinstance(deliver, StagedAdmission) else "admit"
+        answer = Answer(name, deliver, on_reply, after)
         self.outbox.send(answer)
         result = admitted
         if answer.outcome is None:  # not delivered yet: the verdict is not known
@@ -242,6 +291,22 @@ class Admission:
         for request in result:
             request.meta[QUEUED_META] = True
         return result
+
+    def step(
+        self, parent: str | None, keys: list[str], checks: list[bool], rows: list[Any]
+    ) -> Callable[[], str]:
+        """The call that admits the entries of ``keys`` (with their ``checks`` and queue
+        ``rows``) and releases ``parent``: the admit script, or the three steps of a sharded
+        filter when some keys need checking. Raises ``REDIS_UNAVAILABLE`` errors, to be
+        called again."""
+        if len(self.seen.shards) > 1 and any(checks):
+            checked_keys = [key for key, check in zip(keys, checks, strict=True) if check]
+            return StagedAdmission(self, parent, checked_keys, checks, rows)
+        bloom = self.seen.parameters  # to recreate a lost filter (admit.lua)
+        args = [self.owner, parent or "", *(bloom[name] for name in BLOOM_ARGS)]
+        for index, key in enumerate(keys):
+            args += ["1" if checks[index] else "0", key, *rows[ROW * index : ROW * index + ROW]]
+        return partial(self.scripts.run, "admit", args)
 
     def _count_unserializable(self, request: Request, exc: RequestNotSerializable) -> None:
         self.stats.inc_value("frontier/unserializable")

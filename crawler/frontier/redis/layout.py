@@ -52,6 +52,9 @@ Keys of the seen filter (:mod:`crawler.seen.redis`, :mod:`crawler.seen.sharded`)
 for a retry), ``<seen>:shards`` (the number of shards), and with shards each shard's own key
 ``{<seen without braces>:<i>/<N>:<salt>}`` (spread over the cluster's slots) with its own
 ``:params`` and ``:reply:*``.
+After ``scrapy rebuild-filter``, ``<prefix>:seen:layers`` STRING (JSON) names the current
+filter generation (``<prefix>:seen:g<n>``, whose keys are laid out as ``seen``'s) and the
+older, read-only ones with their rules (:mod:`crawler.seen.layers`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,256 @@
+"""Rebuilding a crawl's seen filter under new rules (``scrapy rebuild-filter``).
+
+Every URL the crawl knows is keyed again under the current rules and added to a new filter;
+the old filter becomes a read-only layer (:mod:`crawler.seen.layers`), so nothing seen
+becomes unseen. The URLs come from the record store (fetched pages, redirect hops, URL
+aliases, canonical hints) and from the frontier (requests queued, leased, staged or failed
+in Redis; the ``JOBDIR`` request queue of an embedded crawl).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import redis
+from queuelib import queue
+
+from crawler.canonical import InvalidURL, dedupe_key
+from crawler.frontier.redis.layout import FrontierKeys
+from crawler.seen.layers import (
+    OLDER_DIR,
+    filter_parameters,
+    manifest_key,
+    older_dirs,
+    read_rules_file,
+    write_rules_file,
+)
+from crawler.seen.memory import MemoryBloomSeenFilter
+from crawler.seen.sharded import seen_filter_from_settings, shard_keys
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+    from crawler.canonical.rules import RuleSet
+    from crawler.redis_client import Client
+    from pipelines.store import RecordStore
+
+logger = logging.getLogger(__name__)
+
+#: Keys added to the new filter per call.
+BATCH = 1000
+
+
+class RebuildConflict(RuntimeError):
+    """Another rebuild switched the filter while this one ran."""
+
+
+@dataclass
+class KeyedUrls:
+    """The new keys of the known URLs, and the URLs the new rules reject."""
+
+    keys: set[str] = field(default_factory=set)
+    urls: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+
+    def add(self, urls: Iterable[str], rules: RuleSet) -> None:
+        for url in urls:
+            self.urls += 1
+            try:
+                self.keys.add(dedupe_key(url, rules))
+            except InvalidURL as exc:
+                self.rejected[exc.reason] = self.rejected.get(exc.reason, 0) + 1
+
+
+def store_urls(store: RecordStore) -> Iterator[str]:
+    """Every URL the record store knows: fetched pages (asked and answered), both ends of
+    each redirect hop, URL aliases and canonical hints (the page and a valid target)."""
+    for page in store.pages():
+        yield page["fetch_url"]
+        yield page["final_url"]
+    for chain in store.chains():
+        yield chain.start_url
+        for hop in chain.hops:
+            yield hop.source_url
+            if hop.target_url:
+                yield hop.target_url
+    for alias in store.url_aliases():
+        yield alias["url"]
+    for hint in store.hints():
+        yield hint["page_url"]
+        if hint["valid"] and hint["canonical_url"]:
+            yield hint["canonical_url"]
+
+
+def _url_of(text: bytes | str) -> str | None:
+    """The ``url`` of a stored request; None when the text (untrusted, written by anyone
+    with access to the crawl's keys) is not one."""
+    try:
+        url = json.loads(text).get("url")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    return url if isinstance(url, str) else None
+
+
+def _staged_requests(text: bytes | str) -> list[Any]:
+    """The stored requests of a staged batch (entries ``[score, host, JSON]``, or
+    ``[score, JSON]`` from before politeness hosts): the last item of each."""
+    try:
+        entries = json.loads(text)["entries"]
+        return [entry[-1] for entry in entries]
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+        return []
+
+
+def jobdir_queued_urls(jobdir: Path) -> Iterator[str]:
+    """URLs of the requests waiting in an embedded crawl's ``JOBDIR/requests.queue``, read
+    from a copy (Scrapy's disk queues can only be popped)."""
+    source = jobdir / "requests.queue"
+    if not source.is_dir():
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp, "queue")
+        shutil.copytree(source, copy)
+        fifo_dirs = {info.parent for info in copy.rglob("info.json")}
+        queues: list[Any] = [queue.FifoDiskQueue(path) for path in sorted(fifo_dirs)]
+        queues += [
+            queue.LifoDiskQueue(path)
+            for path in sorted(copy.rglob("*"))
+            if path.is_file() and path.suffix != ".json" and path.parent not in fifo_dirs
+        ]
+        for disk_queue in queues:
+            while (data := disk_queue.pop()) is not None:
+                if url := _url_of(data):
+                    yield url
+            disk_queue.close()
+
+
+def redis_frontier_urls(client: Client, prefix: str) -> Iterator[str]:
+    """URLs of the requests in a shared frontier: queued or leased, staged (a batch being
+    admitted through a sharded filter) or failed for good."""
+    keys = FrontierKeys.for_prefix(prefix)
+    for _id, text in client.hscan_iter(keys.requests):
+        if url := _url_of(text):
+            yield url
+    for _lease, text in client.hscan_iter(keys.staged):
+        for request_json in _staged_requests(text):
+            if isinstance(request_json, str) and (url := _url_of(request_json)):
+                yield url
+    for url, _record in client.hscan_iter(keys.failed):
+        yield url.decode() if isinstance(url, bytes) else url
+
+
+def _batches(keys: Iterable[str]) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for key in keys:
+        batch.append(key)
+        if len(batch) == BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+# --- embedded crawls --------------------------------------------------------------------------
+
+
+def rebuild_jobdir(
+    jobdir: Path,
+    keys: Iterable[str],
+    record: dict[str, Any],
+    old_record: dict[str, Any],
+    settings: BaseSettings,
+) -> Path | None:
+    """Replace ``JOBDIR/seen`` by a filter of ``keys`` (made under the rules of ``record``),
+    the old one moving to ``JOBDIR/seen-older/<n>`` with ``old_record`` if it had no rules
+    file. The crawl must be stopped. Returns the older layer's directory (None if there was
+    no filter)."""
+    seen_dir = jobdir / "seen"
+    building = jobdir / "seen.rebuild"
+    shutil.rmtree(building, ignore_errors=True)
+    new = MemoryBloomSeenFilter.from_settings(settings, directory=str(building))
+    for batch in _batches(keys):
+        new.add_many(batch)
+    new.close()
+    write_rules_file(building, record)
+    older = None
+    if seen_dir.exists():
+        existing = older_dirs(jobdir)
+        older = jobdir / OLDER_DIR / str(int(existing[-1].name) + 1 if existing else 0)
+        older.parent.mkdir(exist_ok=True)
+        if read_rules_file(seen_dir) is None:
+            write_rules_file(seen_dir, old_record)
+        seen_dir.rename(older)
+    building.rename(seen_dir)
+    return older
+
+
+# --- shared crawls ----------------------------------------------------------------------------
+
+_GENERATION = re.compile(r":g(\d+)$")
+
+
+def next_generation_key(prefix: str, current: str) -> str:
+    """The key of the filter generation after ``current``.
+
+    >>> next_generation_key("{site}", "{site}:seen")
+    '{site}:seen:g1'
+    >>> next_generation_key("{site}", "{site}:seen:g1")
+    '{site}:seen:g2'
+    """
+    match = _GENERATION.search(current)
+    return f"{prefix}:seen:g{int(match.group(1)) + 1 if match else 1}"
+
+
+def _delete_filter(client: Client, base_key: str, shards: int) -> None:
+    """Remove what an interrupted rebuild left at ``base_key``."""
+    for key in shard_keys(base_key, shards):
+        client.delete(key, f"{key}:params")
+    client.delete(f"{base_key}:shards")
+
+
+def rebuild_redis(
+    client: Client,
+    prefix: str,
+    manifest: dict[str, Any],
+    keys: Iterable[str],
+    record: dict[str, Any],
+    settings: BaseSettings,
+) -> str:
+    """Fill the next generation of the shared crawl's filter with ``keys`` (made under the
+    rules of ``record``), then switch to it in one atomic step: the manifest names it as
+    current and the previous generation as the newest older layer. Workers may run
+    meanwhile: what they add to the previous generation stays seen. Returns the new key.
+
+    :class:`RebuildConflict` if the manifest changed meanwhile (another rebuild)."""
+    parameters = filter_parameters(settings)
+    current = manifest["current"]
+    new_key = next_generation_key(prefix, current["key"])
+    _delete_filter(client, new_key, parameters["shards"])
+    new = seen_filter_from_settings(client, new_key, settings)
+    for batch in _batches(keys):
+        new.add_many(batch)
+    older_entry = {**current["parameters"], "key": current["key"], "rules": current["rules"]}
+    switched = {
+        "current": {"key": new_key, "rules": record, "parameters": parameters},
+        "older": [older_entry, *manifest["older"]],
+    }
+    name = manifest_key(prefix)
+    with client.pipeline(transaction=True) as pipe:
+        try:
+            pipe.watch(name)
+            if json.loads(pipe.get(name) or "null") != manifest:
+                raise RebuildConflict(f"{name} changed while rebuilding: run it again")
+            pipe.multi()
+            pipe.set(name, json.dumps(switched))
+            pipe.execute()
+        except redis.WatchError:
+            raise RebuildConflict(f"{name} changed while rebuilding: run it again") from None
+    return new_key

@@ -1,0 +1,215 @@
+"""Shortener links (bit.ly, t.co, ...) resolved to their target's key, without fetching it.
+
+A link to a known shortener host (:mod:`crawler.shorteners`) becomes a **resolution
+request**: queued in the frontier as its own work under the short URL's key (so each short
+link is asked once, and never while holding the lease of the page that linked it), it asks
+the shortener once and reads its answer without following it:
+
+- no retry, no robots.txt (the shortener's content is not crawled, only its ``Location``),
+  ``SHORTENER_TIMEOUT`` seconds at most: a shortener that is down costs one bounded wait,
+  and the link is kept as it is (its chain recorded as ``error``);
+- through the SSRF guard like any request, and rate-limited per shortener host (a download
+  slot per host with ``SHORTENER_DELAY``, which a shared crawl enforces across workers);
+- answered from the record store's cache when a worker asked it within
+  ``SHORTENER_CACHE_TTL`` seconds (``shortener_answers``, with the answer's time).
+
+The answer is a redirect hop like any other (:class:`middlewares.redirects.RedirectChainMiddleware`
+records it): a target at a private address is blocked and recorded; a target on the crawl's
+hosts is admitted under its own key through the frontier, so one already seen is not fetched
+again. A target elsewhere is recorded (chain outcome ``offsite``), not fetched.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any, NoReturn
+from urllib.parse import urlsplit
+
+from scrapy import Request
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.http import Response
+from scrapy.utils.defer import maybe_deferred_to_future
+
+from crawler.canonical import resolve_link
+from crawler.canonical.rules import rules_from_settings
+from crawler.frontier import frontier_for, page_handled
+from crawler.shorteners import Shorteners, shorteners_from_settings
+from middlewares.redirects import REDIRECT_STATUSES, key_or_error
+from middlewares.ssrf import crawl_hosts, policy_for
+from pipelines.records import ERROR, OFFSITE, Chain, Hop, KeyAlias, ShortenerAnswer
+from pipelines.store import record_chain, store_for
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Self
+
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+#: ``request.meta`` key of a resolution request: the short URL it resolves. A request built
+#: from it for another URL (the redirect to the target) is not one.
+SHORTENER_META = "shortener"
+#: Response flag of an answer served from the record store's cache.
+CACHED_FLAG = "shortener-cache"
+#: ``via`` of key aliases from a short link's key to its target's.
+VIA_SHORTENER = "shortener"
+#: What a resolution request carries besides its marker, removed before it is redirected.
+_RESOLUTION_META = ("allow_offsite", "download_timeout", "dont_retry", "dont_obey_robotstxt")
+
+
+def resolution_meta(short_url: str, timeout: float) -> dict[str, Any]:
+    """The ``meta`` that makes a request for ``short_url`` a resolution request."""
+    return {
+        SHORTENER_META: short_url,
+        # Past Scrapy's offsite filters (allowed_domains): the shortener is asked, only
+        # its target must be on the crawl's hosts.
+        "allow_offsite": True,
+        "download_timeout": timeout,
+        "dont_retry": True,
+        "dont_obey_robotstxt": True,
+    }
+
+
+def is_resolution(request: Request) -> bool:
+    return request.meta.get(SHORTENER_META) == request.url
+
+
+class ShortenerLinksMiddleware:
+    """Spider middleware: turns the links a callback yields to shortener hosts into
+    resolution requests, before the page's batch admits them (stat ``shortener/links``)."""
+
+    def __init__(self, crawler: Crawler, shorteners: Shorteners, timeout: float) -> None:
+        self.crawler = crawler
+        self.shorteners = shorteners
+        self.timeout = timeout
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        settings = crawler.settings
+        if not settings.getbool("SHORTENERS_ENABLED"):
+            raise NotConfigured
+        shorteners = shorteners_from_settings(settings)
+        return cls(crawler, shorteners, settings.getfloat("SHORTENER_TIMEOUT"))
+
+    def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterable[Any]:
+        for output in result:
+            yield self._resolve(output)
+
+    async def process_spider_output_async(self, response: Response, result: Any) -> Any:
+        async for output in result:
+            yield self._resolve(output)
+
+    def _resolve(self, output: Any) -> Any:
+        if not isinstance(output, Request) or SHORTENER_META in output.meta:
+            return output
+        if self.shorteners.host_of(output.url) is None:
+            return output
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value("shortener/links")
+        return output.replace(meta={**output.meta, **resolution_meta(output.url, self.timeout)})
+
+
+class ShortenerResolveMiddleware:
+    """Downloader middleware: answers resolution requests from the cache, records each
+    answer, and settles those the redirect middleware does not (see the module docstring).
+
+    Stats: ``shortener/asked``, ``shortener/cached``, ``shortener/offsite``,
+    ``shortener/unresolved`` (no redirect in the answer), ``shortener/failed`` (download
+    error or timeout).
+    """
+
+    def __init__(self, crawler: Crawler, cache_ttl: float) -> None:
+        self.crawler = crawler
+        self.cache_ttl = cache_ttl
+        settings = crawler.settings
+        self.rules = rules_from_settings(settings)
+        self.ssrf_enabled = settings.getbool("SSRF_GUARD_ENABLED")
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        if not crawler.settings.getbool("SHORTENERS_ENABLED"):
+            raise NotConfigured
+        return cls(crawler, crawler.settings.getfloat("SHORTENER_CACHE_TTL"))
+
+    @property
+    def stats(self) -> Any:
+        return self.crawler.stats
+
+    async def process_request(self, request: Request) -> Response | None:
+        if not is_resolution(request):
+            return None
+        # Read off Twisted's loop, behind the store's pending flushes.
+        answer = await maybe_deferred_to_future(
+            store_for(self.crawler).shortener_answer_later(request.url)
+        )
+        if answer is None or time.time() - answer.at > self.cache_ttl:
+            self.stats.inc_value("shortener/asked")
+            return None
+        self.stats.inc_value("shortener/cached")
+        headers = {"Location": answer.location} if answer.location is not None else {}
+        return Response(
+            request.url, status=answer.status, headers=headers, request=request, flags=[CACHED_FLAG]
+        )
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        if not is_resolution(request):
+            return response
+        for name in (SHORTENER_META, *_RESOLUTION_META):
+            request.meta.pop(name, None)  # the target's request is built from this one
+        location = response.headers.get("Location")
+        location_text = location.decode("utf-8", "surrogateescape") if location else None
+        if CACHED_FLAG not in response.flags:
+            store_for(self.crawler).add_shortener_answer(
+                ShortenerAnswer(request.url, response.status, location_text)
+            )
+        target = resolve_link(request.url, location_text) if location_text else None
+        if response.status not in REDIRECT_STATUSES or target is None:
+            self.stats.inc_value("shortener/unresolved")
+            chain = Chain.begin(request.url, self._key(request.url))
+            self._settle(request, response, chain, ERROR, f"shortener-answered-{response.status}")
+        assert location_text is not None
+        target_host = (urlsplit(target).hostname or "").rstrip(".")
+        blocked = self.ssrf_enabled and policy_for(self.crawler).refusal(target) is not None
+        if blocked or target_host in crawl_hosts(self.crawler.spider):
+            return response  # the redirect middleware records the hop, blocks or admits
+        self.stats.inc_value("shortener/offsite")
+        short_key, target_key = self._key(request.url), self._key(target)
+        chain = Chain.begin(request.url, short_key).add(
+            Hop(request.url, short_key, response.status, location_text, target, target_key)
+        )
+        if short_key and target_key:
+            store_for(self.crawler).add_key_alias(
+                KeyAlias(short_key, target_key, VIA_SHORTENER, self.rules.version)
+            )
+        self._settle(request, response, chain, OFFSITE, None, final_url=target)
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        """A shortener that is down or too slow: the link stays as it is (recorded as an
+        ``error`` chain, logged in one line: it is the shortener's failure, not the crawl's)."""
+        if not is_resolution(request) or isinstance(exception, IgnoreRequest):
+            return
+        self.stats.inc_value("shortener/failed")
+        reason = f"{type(exception).__name__}: {exception}"[:500]
+        logger.info("Shortener link %s not resolved: %s", request.url, reason)
+        chain = Chain.begin(request.url, self._key(request.url))
+        self._settle(request, None, chain, ERROR, reason)
+
+    def _key(self, url: str) -> str | None:
+        return key_or_error(url, self.rules)[0]
+
+    def _settle(
+        self,
+        request: Request,
+        response: Response | None,
+        chain: Chain,
+        outcome: str,
+        reason: str | None,
+        final_url: str | None = None,
+    ) -> NoReturn:
+        """Record how the resolution ended, release its lease (nothing to admit) and stop."""
+        record_chain(self.crawler, chain.finish(outcome, final_url or request.url, reason))
+        self.crawler.signals.send_catch_log(signal=page_handled, response=response)
+        frontier_for(self.crawler).admit(request, [])
+        raise IgnoreRequest(f"shortener link {request.url} resolved: {outcome}")

@@ -1,0 +1,248 @@
+"""``scrapy rebuild-filter``: after a rule change, URLs the new rules merge with a known one
+count as seen, nothing seen before becomes unseen, and a merge is refused unless allowed;
+on an embedded crawl's ``JOBDIR`` and on a shared Redis frontier."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from queuelib import queue
+from scrapy import Request
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+from crawler.canonical import dedupe_key
+from crawler.canonical.rules import DEFAULT_RULES, rules_from_settings
+from crawler.defaults import with_defaults
+from crawler.frontier.memory import MemoryFrontier
+from crawler.frontier.redis import RedisFrontier
+from crawler.frontier.serialize import request_to_json
+from crawler.redis_client import redis_from_url
+from crawler.seen.layers import (
+    RulesMismatch,
+    read_manifest,
+    settings_rules_record,
+)
+from crawler.seen.rebuild import jobdir_queued_urls, rebuild_redis
+from crawler.spiders.site import SiteSpider
+from pipelines.records import UrlAlias
+from pipelines.store import SqlRecordStore
+from tests.httpserver import Page, TestServer, html
+from tests.redirect_server import scrapy
+
+#: The rule change under test: ``ref`` becomes a tracking parameter on the test host.
+STRIP_REF = {"127.0.0.1": {"strip": ["ref"]}}
+ROBOTS = Page("User-agent: *\nDisallow: /private\n", content_type="text/plain")
+
+
+#: The settings a frontier reads (not the reactor: tests build crawlers in-process).
+FRONTIER_SETTINGS = (
+    "FRONTIER_KEY_PREFIX",
+    "FRONTIER_LEASE_TTL",
+    "FRONTIER_MAX_EXPIRIES",
+    "FRONTIER_POLITENESS_SCAN",
+    "FRONTIER_MAX_CRAWL_DELAY",
+    "SEEN_FILTER_CAPACITY",
+    "SEEN_FILTER_ERROR_RATE",
+    "SEEN_FILTER_EXPANSION",
+    "SEEN_FILTER_SHARDS",
+)
+
+
+def project_settings(**overrides: Any) -> dict[str, Any]:
+    settings = with_defaults(Settings())
+    return {**{name: settings[name] for name in FRONTIER_SETTINGS}, **overrides}
+
+
+def env_without_services() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "STORE_URL"}}
+
+
+def crawl(start_url: str, *options: str) -> None:
+    result = scrapy("crawl", "site", "-a", f"start_url={start_url}", *options)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+def memory_frontier(settings: dict[str, Any]) -> MemoryFrontier:
+    crawler = get_crawler(SiteSpider, settings)
+    return MemoryFrontier.from_crawler(crawler)
+
+
+def urls_admitted(frontier: Any, base: str, *paths: str) -> set[str]:
+    admitted = frontier.admit(None, [Request(base + path) for path in paths])
+    return {request.url.removeprefix(base) for request in admitted}
+
+
+def test_embedded_rebuild_on_jobdir(tmp_path: Path) -> None:
+    jobdir, store = tmp_path / "job", f"sqlite:///{tmp_path / 'store.sqlite'}"
+    rules = json.dumps(STRIP_REF)
+    routes = {
+        "/": html("/a?ref=1", "/a?ref=2", "/private/x"),
+        "/a?ref=1": html(),
+        "/a?ref=2": html(),
+        "/robots.txt": ROBOTS,
+        "/hub": html("/a?ref=3", "/a", "/fresh"),
+        "/fresh": html(),
+    }
+    common = ("-s", f"JOBDIR={jobdir}", "-s", f"STORE_URL={store}")
+    with TestServer(routes) as server:
+        crawl(f"{server.url}/", *common)
+        assert {"/a?ref=1", "/a?ref=2"} <= set(server.paths())
+
+        command = ("rebuild-filter", "site", *common, "-s", f"CANON_HOST_RULES={rules}")
+        refused = scrapy(*command)
+        assert refused.returncode == 1, refused.stderr[-3000:]
+        assert "merges:         1" in refused.stdout and "MERGE into" in refused.stdout
+        assert "Refusing to rebuild" in refused.stderr
+        assert not (jobdir / "seen-older").exists()  # nothing changed
+
+        done = scrapy(*command, "--allow-merges")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "Rebuilt the seen filter" in done.stdout
+        assert (jobdir / "seen-older" / "0" / "rules.json").exists()
+
+        # Resumed under the new rules: the merged variants are not fetched, a new page is.
+        fetched_before = len(server.paths())
+        crawl(f"{server.url}/hub", *common, "-s", f"CANON_HOST_RULES={rules}")
+        fetched = server.paths()[fetched_before:]
+    assert "/fresh" in fetched and "/hub" in fetched
+    assert not [path for path in fetched if path.startswith("/a")], fetched
+
+    settings = project_settings(JOBDIR=str(jobdir), CANON_HOST_RULES=STRIP_REF)
+    frontier = memory_frontier(settings)
+    # Only the old filter knew /private/x (refused by robots.txt, never recorded): still seen.
+    assert urls_admitted(frontier, server.url, "/private/x", "/a?ref=9", "/new") == {"/new"}
+
+    # The old rules no longer fit the filter: refused with the fix, not a silent recrawl.
+    with pytest.raises(RulesMismatch, match="rebuild-filter"):
+        memory_frontier(project_settings(JOBDIR=str(jobdir)))
+
+
+def redis_worker(redis_url: str, store: str, **overrides: Any) -> RedisFrontier:
+    settings = project_settings(REDIS_URL=redis_url, STORE_URL=store, **overrides)
+    crawler = get_crawler(SiteSpider, settings)
+    assert crawler.stats is not None
+    return RedisFrontier.from_settings(crawler.settings, "site", crawler.stats)
+
+
+BASE = "http://127.0.0.1:9"
+
+
+def fetched_aliases(store_url: str, *paths: str) -> None:
+    """Record ``paths`` as fetched under the built-in rules, as a crawl does."""
+    store = SqlRecordStore.from_url(store_url)
+    aliases = []
+    for path in paths:
+        key = dedupe_key(BASE + path)
+        aliases.append(UrlAlias(BASE + path, key, DEFAULT_RULES.version, "fetched"))
+    store.add_url_aliases(aliases)
+    store.close()
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_shared_rebuild_while_a_worker_adds_keys(
+    redis_url: str, sqlite_url: str, shards: int
+) -> None:
+    old = redis_worker(redis_url, sqlite_url, SEEN_FILTER_SHARDS=shards)
+    assert urls_admitted(old, BASE, "/a?ref=1", "/a?ref=2", "/q?ref=1", "/gone") == {
+        "/a?ref=1",
+        "/a?ref=2",
+        "/q?ref=1",
+        "/gone",
+    }
+    fetched_aliases(sqlite_url, "/a?ref=1", "/a?ref=2")
+    # Fetch the /a pages and /gone (never recorded, as if robots.txt had refused it); /q?ref=1
+    # stays queued in the frontier.
+    for request in old.lease(10):
+        if "/q" not in request.url:
+            old.admit(request, [])
+
+    settings = Settings(
+        project_settings(REDIS_URL=redis_url, CANON_HOST_RULES=STRIP_REF, SEEN_FILTER_SHARDS=shards)
+    )
+    new_rules = rules_from_settings(settings)
+    client = redis_from_url(redis_url)
+    manifest = read_manifest(client, "{site}")
+    store = SqlRecordStore.from_url(sqlite_url)
+
+    def keys_while_the_old_worker_runs() -> Any:
+        yield from (dedupe_key(alias["url"], new_rules) for alias in store.url_aliases())
+        yield dedupe_key(f"{BASE}/q?ref=1", new_rules)
+        # A worker still on the old rules admits a link while the rebuild runs.
+        assert urls_admitted(old, BASE, "/during") == {"/during"}
+
+    record = settings_rules_record(settings, new_rules)
+    new_key = rebuild_redis(
+        client, "{site}", manifest, keys_while_the_old_worker_runs(), record, settings
+    )
+    store.close()
+    assert new_key == "{site}:seen:g1"
+    assert json.loads(client.get("{site}:seen:layers"))["older"][0]["key"] == "{site}:seen"
+    client.close()
+    old.close()
+
+    new = redis_worker(redis_url, sqlite_url, CANON_HOST_RULES=STRIP_REF, SEEN_FILTER_SHARDS=shards)
+    assert new.keys.seen == "{site}:seen:g1"
+    # Merged with fetched and queued URLs, added during the rebuild, only in the old filter:
+    # all seen. A new page is new, once.
+    paths = ("/a?ref=3", "/a", "/q?ref=7", "/during", "/gone", "/new")
+    assert urls_admitted(new, BASE, *paths) == {"/new"}
+    assert urls_admitted(new, BASE, "/new") == set()
+    assert new.stats.get_value("seen/duplicate") == 6
+    # Scrapy's dupefilter question asks the older layer too (/gone is only there).
+    assert new.request_seen(Request(f"{BASE}/gone"))
+    assert not new.request_seen(Request(f"{BASE}/never"))
+    new.close()
+
+    with pytest.raises(RulesMismatch, match=r"filled under rules r\d+\+"):
+        redis_worker(redis_url, sqlite_url, SEEN_FILTER_SHARDS=shards)
+
+
+def test_shared_rebuild_command(redis_url: str, sqlite_url: str) -> None:
+    worker = redis_worker(redis_url, sqlite_url)
+    urls_admitted(worker, BASE, "/a?ref=1", "/a?ref=2", "/q?ref=1")
+    worker.close()
+    fetched_aliases(sqlite_url, "/a?ref=1", "/a?ref=2")
+    command = (
+        "rebuild-filter", "site",
+        "-s", f"REDIS_URL={redis_url}", "-s", f"STORE_URL={sqlite_url}",
+        "-s", f"CANON_HOST_RULES={json.dumps(STRIP_REF)}",
+    )  # fmt: skip
+    refused = scrapy(*command, env=env_without_services())
+    assert refused.returncode == 1 and "MERGE into" in refused.stdout, refused.stderr[-3000:]
+    done = scrapy(*command, "--allow-merges", env=env_without_services())
+    assert done.returncode == 0, done.stderr[-3000:]
+    # 2 aliases from the store, the 3 queued requests from the frontier: 2 keys.
+    assert "5 URLs (2 from the store, 3 from the frontier), 2 keys" in done.stdout
+    again = scrapy(*command, "--allow-merges", env=env_without_services())
+    assert "already keyed under these rules" in again.stdout
+
+    new = redis_worker(redis_url, sqlite_url, CANON_HOST_RULES=STRIP_REF)
+    assert urls_admitted(new, BASE, "/a?ref=5", "/q", "/other") == {"/other"}
+    new.close()
+
+
+def test_jobdir_queue_is_read_without_being_consumed(tmp_path: Path) -> None:
+    """Requests waiting in Scrapy's JOBDIR disk queues (a LIFO file per priority, FIFO
+    directories for start requests) are part of what the crawl knows."""
+    root = tmp_path / "requests.queue"
+    root.mkdir()
+    lifo = queue.LifoDiskQueue(root / "0")
+    fifo = queue.FifoDiskQueue(root / "0s")
+    for target, path in ((lifo, "/lifo/1"), (lifo, "/lifo/2"), (fifo, "/fifo/1")):
+        target.push(request_to_json(Request(BASE + path)).encode())
+    lifo.close()
+    fifo.close()
+    (root / "active.json").write_text("[0]")
+    sizes = {path: path.stat().st_size for path in root.rglob("*") if path.is_file()}
+    assert sorted(jobdir_queued_urls(tmp_path)) == [
+        f"{BASE}/fifo/1",
+        f"{BASE}/lifo/1",
+        f"{BASE}/lifo/2",
+    ]
+    assert {path: path.stat().st_size for path in root.rglob("*") if path.is_file()} == sizes
