@@ -1,8 +1,10 @@
-"""Downloader middleware: the worker's side of global per-host politeness (shared frontier)."""
+"""Downloader middlewares: the worker's side of global per-host politeness (shared frontier),
+and crawl-wide backoff from hosts that answer 429 or 503 (both modes)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -14,7 +16,16 @@ from scrapy.utils.asyncio import sleep
 from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.frontier import frontier_for
-from crawler.frontier.politeness import STALE_TURN, TURN_META, politeness_key
+from crawler.frontier.politeness import (
+    BACKOFF_STATUSES,
+    BACKOFF_STRIKES,
+    STALE_TURN,
+    TURN_META,
+    backoff_pause,
+    pause_slot,
+    politeness_key,
+    retry_after,
+)
 from crawler.frontier.redis import RedisFrontier
 
 if TYPE_CHECKING:
@@ -23,6 +34,8 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.robotstxt import RobotParser
+
+    from crawler.frontier.politeness import HostPoliteness
 
 logger = logging.getLogger(__name__)
 
@@ -169,3 +182,117 @@ def _is_robots_txt(request: Request) -> bool:
     return bool(request.meta.get("dont_obey_robotstxt")) and (
         urlparse_cached(request).path == "/robots.txt"
     )
+
+
+class HostBackoffMiddleware:
+    """Crawl-wide backoff: a host that answers 429 or 503 with ``Retry-After`` (seconds or
+    an HTTP date), or ``BACKOFF_STRIKES`` times in a row without one, gets no request for
+    that long (at most ``HOST_BACKOFF_MAX`` seconds; see
+    :func:`crawler.frontier.politeness.backoff_pause`).
+
+    With ``REDIS_URL`` the pause holds for every worker: it is recorded in the shared
+    politeness state, where leases obey it, and a request that was not leased (a robots.txt)
+    asks Redis before it leaves. In every mode this worker's downloader slot of the host
+    pauses too, with the requests already queued in it, and a request on its way to the
+    slot waits here. Scrapy's RetryMiddleware still retries the answer: its retry waits
+    like any other request.
+
+    Stats: ``backoff/paused`` (pauses this worker started), ``backoff/waited`` (requests
+    held back by a pause).
+    """
+
+    def __init__(self, crawler: Crawler, cap: float, shared: bool) -> None:
+        self.crawler = crawler
+        self.cap = cap
+        self.shared = shared
+        #: Host -> ``time.monotonic()`` at which this worker's pause of it ends.
+        self._paused: dict[str, float] = {}
+        #: Hosts with a strike on record: backoff answers without Retry-After, in a row
+        #: (counted here in embedded mode, in Redis with a shared frontier).
+        self._strikes: dict[str, int] = {}
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        settings = crawler.settings
+        try:
+            cap = settings.getfloat("HOST_BACKOFF_MAX", 300.0)
+        except ValueError:
+            cap = math.nan
+        if not 0 < cap < math.inf:
+            raise ValueError(
+                f"HOST_BACKOFF_MAX must be a number of seconds more than 0, "
+                f"got {settings.get('HOST_BACKOFF_MAX')!r}"
+            )
+        return cls(crawler, cap, shared=bool(settings.get("REDIS_URL")))
+
+    def _count(self, name: str) -> None:
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value(name)
+
+    def _shared_politeness(self) -> HostPoliteness:
+        frontier = frontier_for(self.crawler)
+        assert isinstance(frontier, RedisFrontier)
+        return frontier.politeness
+
+    async def process_request(self, request: Request) -> None:
+        host = politeness_key(request)
+        wait = self._paused.get(host, 0.0) - time.monotonic()
+        if self.shared and not request.meta.get(TURN_META) and wait <= 0:
+            try:  # not leased: no lease script saw a pause another worker set
+                wait = self._shared_politeness().paused_for(host)
+            except redis.RedisError as exc:
+                logger.warning("Cannot check whether %s is paused: %s", host, exc)
+        if wait <= 0:
+            return
+        self._count("backoff/waited")
+        while wait > 0:
+            await sleep(wait)
+            wait = self._paused.get(host, 0.0) - time.monotonic()
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        host = politeness_key(request)
+        if response.status in BACKOFF_STATUSES:
+            asked = retry_after(response.headers.get(b"Retry-After"), now=time.time())
+            self._back_off(host, asked, response)
+        elif host in self._strikes:
+            self._clear_strikes(host)
+        return response
+
+    def _back_off(self, host: str, asked: float | None, response: Response) -> None:
+        """Pause ``host`` after a backoff answer (if it asked for it, or it is one too many),
+        for every worker and in this worker's downloader slot."""
+        try:
+            strikes = 0 if asked is not None else self._strike(host)
+            seconds = backoff_pause(asked, strikes, self.cap)
+            if seconds <= 0:
+                return
+            if self.shared:
+                seconds = self._shared_politeness().pause(host, seconds)
+        except redis.RedisError as exc:
+            logger.warning("Cannot pause %s for every worker (pausing it here): %s", host, exc)
+            seconds = backoff_pause(asked, BACKOFF_STRIKES, self.cap)
+        self._paused[host] = max(self._paused.get(host, 0.0), time.monotonic() + seconds)
+        assert self.crawler.engine is not None
+        pause_slot(self.crawler.engine.downloader, host, self._paused[host] - time.monotonic())
+        self._count("backoff/paused")
+        logger.info(
+            "%s answered %s%s: no request to it for %.1fs%s",
+            host,
+            response.status,
+            "" if asked is None else f" (Retry-After {asked:.0f}s)",
+            seconds,
+            " (capped by HOST_BACKOFF_MAX)" if asked is not None and asked > self.cap else "",
+        )
+
+    def _strike(self, host: str) -> int:
+        strikes = self._shared_politeness().strike(host) if self.shared else 0
+        self._strikes[host] = strikes or self._strikes.get(host, 0) + 1
+        return self._strikes[host]
+
+    def _clear_strikes(self, host: str) -> None:
+        del self._strikes[host]
+        if self.shared:
+            try:
+                self._shared_politeness().clear_strikes(host)
+            except redis.RedisError as exc:
+                logger.warning("Cannot clear the backoff count of %s now: %s", host, exc)
