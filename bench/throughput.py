@@ -172,11 +172,12 @@ def crawl(
     cwd: Path,
     server: RedisServer | None = None,
 ) -> Crawl:
-    """Run ``command`` to the end; its requests and CPU, Redis' included."""
+    """Run ``command`` in ``cwd`` to the end (its log in ``$TMPDIR``); its requests and CPU,
+    Redis' included."""
     pid = redis_pid(server) if server else None
     redis_before = process_cpu(pid) if pid else 0.0
     before, started = site.requests(), time.monotonic()
-    log_path = cwd / f"{mode}.log"
+    log_path = Path(tempfile.gettempdir()) / f"bench-throughput-{mode}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
