@@ -154,14 +154,7 @@ class GlobalPolitenessMiddleware:
         self._turn_used.discard(host)
         if delay <= 0 or (not turn_used and time.monotonic() - leased_at <= STALE_TURN):
             return
-        try:
-            wait = self.frontier.politeness.take_turn(host)
-            while wait > 0:
-                await sleep(wait)
-                wait = self.frontier.politeness.take_turn(host)
-        except redis.RedisError as exc:
-            logger.warning("Cannot take a new turn at %s (sending %s): %s", host, request, exc)
-        request.meta[TURN_META] = [time.monotonic(), delay]
+        await new_turn(self.frontier.politeness, request)
         self._count("frontier/politeness_new_turns")
 
     def robots_parsed(self, robotparser: RobotParser, request: Request) -> None:
@@ -175,6 +168,20 @@ class GlobalPolitenessMiddleware:
         except redis.RedisError as exc:
             # Every worker parsing the same robots.txt records it too.
             logger.warning("Cannot record the Crawl-delay of %s now: %s", host, exc)
+
+
+async def new_turn(politeness: HostPoliteness, request: Request) -> None:
+    """Wait for a new turn at the host of ``request``, a leased request whose turn was
+    used or went by, and take it (on Redis trouble, send it as it is)."""
+    host = politeness_key(request)
+    try:
+        wait = politeness.take_turn(host)
+        while wait > 0:
+            await sleep(wait)
+            wait = politeness.take_turn(host)
+    except redis.RedisError as exc:
+        logger.warning("Cannot take a new turn at %s (sending %s): %s", host, request, exc)
+    request.meta[TURN_META] = [time.monotonic(), request.meta[TURN_META][1]]
 
 
 def _is_robots_txt(request: Request) -> bool:
@@ -243,11 +250,15 @@ class HostBackoffMiddleware:
             except redis.RedisError as exc:
                 logger.warning("Cannot check whether %s is paused: %s", host, exc)
         if wait <= 0:
+            self._paused.pop(host, None)
             return
         self._count("backoff/waited")
         while wait > 0:
             await sleep(wait)
             wait = self._paused.get(host, 0.0) - time.monotonic()
+        turn = request.meta.get(TURN_META)
+        if self.shared and turn and turn[1] > 0:  # its lease's turn went by during the pause
+            await new_turn(self._shared_politeness(), request)
 
     def process_response(self, request: Request, response: Response) -> Response:
         host = politeness_key(request)
