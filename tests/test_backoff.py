@@ -3,6 +3,7 @@ from any worker (middlewares.politeness.HostBackoffMiddleware, crawler.frontier.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import threading
 import time
@@ -111,8 +112,10 @@ class TooManyRequests:
             return page
 
 
-def crawl(site: TestServer, tmp_path: Path, count: int, redis_url: str | None) -> list[str]:
-    """``count`` ``scrapy crawl site`` processes to the end; their logs."""
+def crawl(
+    site: TestServer, tmp_path: Path, count: int, redis_url: str | None, *settings: str
+) -> list[str]:
+    """``count`` ``scrapy crawl site -s SETTING...`` processes to the end; their logs."""
     processes, logs = [], []
     for number in range(count):
         command = [
@@ -120,8 +123,8 @@ def crawl(site: TestServer, tmp_path: Path, count: int, redis_url: str | None) -
             "-a", f"start_url={site.url}/p/0",
             "-s", f"STORE_URL=sqlite:///{tmp_path / f'w{number}.sqlite'}",
         ]  # fmt: skip
-        if redis_url:
-            command += ["-s", f"REDIS_URL={redis_url}"]
+        for setting in (f"REDIS_URL={redis_url}", *settings) if redis_url else settings:
+            command += ["-s", setting]
         log = tmp_path / f"w{number}.log"
         logs.append(log)
         with log.open("w") as out:
@@ -150,18 +153,24 @@ def assert_backed_off(site: TestServer, server: TooManyRequests) -> None:
 
 
 @pytest.mark.slow
-def test_two_workers_send_a_host_nothing_before_its_retry_after(tmp_path: Path) -> None:
+@pytest.mark.parametrize("delay", [0.0, 0.3])
+def test_two_workers_send_a_host_nothing_before_its_retry_after(
+    tmp_path: Path, delay: float
+) -> None:
     server = TooManyRequests(GRAPH, pause=5, after=8)  # mid-crawl: both workers busy
     with RedisServer(bloom=True) as redis_server, TestServer({"/*": server}, delay=0.05) as site:
-        logs = crawl(site, tmp_path, count=2, redis_url=redis_server.url)
+        logs = crawl(site, tmp_path, 2, redis_server.url, f"DOWNLOAD_DELAY={delay}")
     assert_backed_off(site, server)
     assert all("'frontier/leased'" in log for log in logs)
+    if delay:  # requests held by the pause took new turns: the delay holds throughout
+        arrivals = sorted(hit.time for hit in site.hits)
+        assert min(b - a for a, b in itertools.pairwise(arrivals)) >= delay - 0.1
 
 
 @pytest.mark.slow
 def test_an_embedded_crawl_sends_a_host_nothing_before_its_retry_after(tmp_path: Path) -> None:
     server = TooManyRequests(GRAPH, pause=3, after=8)
     with TestServer({"/*": server}, delay=0.05) as site:
-        (log,) = crawl(site, tmp_path, count=1, redis_url=None)
+        (log,) = crawl(site, tmp_path, 1, None)
     assert_backed_off(site, server)
     assert "'backoff/paused'" in log
