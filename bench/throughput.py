@@ -33,24 +33,25 @@ request. Needs root or a free nginx (``apt-get install -y nginx python3.11-doc``
 
 Last figures (2026-12-01, branch i12 = i8-engine's split frontier before issue 12's
 serialization work, Scrapy 2.19, the shared 2-CPU machine under heavy load from parallel
-test runs: CPU seconds are inflated against issue 12's, the ratios are what compare). One
-run of the four crawls, 528-531 requests each:
+test runs: CPU seconds are inflated against issue 12's, the ratios are what compare). Two
+runs, all five crawls in the second (528-532 requests each), req/CPU-s:
 
-==============  =========  ===============  ==========
-crawler         crawl CPU  Redis CPU        req/CPU-s
-==============  =========  ===============  ==========
-plain           53.5 s     -                9.9
-scrapy-redis    76.2 s     6.0 s            6.4
-embedded        27.8 s     -                19.0
-shared          65.3 s     2.0 s            7.9
-==============  =========  ===============  ==========
+==============  ===========================  ==========  ==========
+crawler         run 2: crawl + Redis CPU     run 2       run 1
+==============  ===========================  ==========  ==========
+plain           62.9 s                       8.4         9.9
+scrapy-redis    86.3 s + 6.6 s               5.7         6.4
+embedded        37.2 s                       14.2        19.0
+shared          70.9 s + 1.8 s               7.3         7.9
+addon           46.2 s                       11.5        -
+==============  ===========================  ==========  ==========
 
-shared / embedded 0.41x (target 0.85x), embedded / plain 1.93x (target 2.5x), scrapy-redis /
-plain 0.65x: issue 12's table (0.48x, 1.68x, 0.59x) reproduced. The ``addon`` crawl (a
-CrawlSpider inside the project, before the add-on lands) in a second run: 532 requests,
-46.2 s, 11.5 requests/CPU-s. Bytes per queued request, 50,000 URLs of 76 characters:
-the project 807 B (``requests`` 562, ``queue`` 104, ``hosts`` 82, ``scores`` 58; target
-160), scrapy-redis' pickled PriorityQueue 408 B.
+shared / embedded 0.51x and 0.41x (target 0.85x), embedded / plain 1.70x and 1.93x (target
+2.5x), scrapy-redis / plain 0.68x and 0.65x, addon / plain 1.37x: issue 12's table (0.48x,
+1.68x, 0.59x) reproduced. ``addon`` is a CrawlSpider run inside the project (its settings),
+until ``crawler.addon`` lands. Bytes per queued request, 50,000 URLs of 76 characters: the
+project 807 B (``requests`` 562, ``queue`` 104, ``hosts`` 82, ``scores`` 58; target 160),
+scrapy-redis' pickled PriorityQueue 408 B.
 """
 
 from __future__ import annotations
