@@ -25,6 +25,9 @@ in_flight      HASH    request id -> host, for the leases counted in ``host_busy
 host_next      ZSET    host -> ms (Redis clock) before which it gets no new lease
 host_busy      HASH    host -> its requests leased now (absent: none)
 host_delay     HASH    host -> its robots.txt Crawl-delay in ms, as published
+host_paused    ZSET    host -> ms (Redis clock) until which it is paused after a 429/503
+                       (crawl-wide backoff; also in ``host_next``, which leases obey)
+host_strikes   HASH    host -> 429/503 answers without Retry-After since its last other one
 =============  ======  =================================================================
 
 Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
@@ -79,6 +82,8 @@ class FrontierKeys:
     host_next: str
     host_busy: str
     host_delay: str
+    host_paused: str
+    host_strikes: str
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Self:
