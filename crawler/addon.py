@@ -78,6 +78,8 @@ DOWNLOADER_MIDDLEWARES = {
     "middlewares.redirects.ChainFailureMiddleware": 60,
     # Replaces Scrapy's two redirect middlewares; after decompression (590) for meta refresh.
     "middlewares.redirects.RedirectChainMiddleware": 580,
+    # Above RetryMiddleware (550): sees a 429/503 before it becomes a retry.
+    "middlewares.politeness.HostBackoffMiddleware": 560,
     # Just above it: shortener answers cached, recorded, off-site targets settled (SHORTENER_*).
     "middlewares.shorteners.ShortenerResolveMiddleware": 585,
 }

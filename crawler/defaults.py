@@ -101,6 +101,11 @@ FRONTIER_MAX_CRAWL_DELAY = 30.0
 # delay, nor at their concurrency limit). Bounds the work of one lease; a worker finds nothing
 # to do only when the first this-many queued requests all belong to waiting hosts.
 FRONTIER_POLITENESS_SCAN = 500
+# Crawl-wide backoff (middlewares.politeness.HostBackoffMiddleware, both modes): a host that
+# answers 429 or 503 with Retry-After (seconds or a date), or twice in a row without one, gets
+# no request for that long (without: 2 s, doubled at each further one), from any worker of a
+# shared frontier. No pause is longer than this many seconds.
+HOST_BACKOFF_MAX = 300.0
 # Seconds between a worker's status reports (read by `scrapy frontier SPIDER`).
 FRONTIER_STATUS_INTERVAL = 10.0
 # Largest stored request (bytes of JSON). A larger one is refused when queued (counted under

@@ -1,8 +1,10 @@
-"""Downloader middleware: the worker's side of global per-host politeness (shared frontier)."""
+"""Downloader middlewares: the worker's side of global per-host politeness (shared frontier),
+and crawl-wide backoff from hosts that answer 429 or 503 (both modes)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -16,7 +18,16 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.frontier import frontier_for
-from crawler.frontier.politeness import STALE_TURN, TURN_META, politeness_key
+from crawler.frontier.politeness import (
+    BACKOFF_STATUSES,
+    BACKOFF_STRIKES,
+    STALE_TURN,
+    TURN_META,
+    backoff_pause,
+    pause_slot,
+    politeness_key,
+    retry_after,
+)
 from crawler.frontier.redis import RedisFrontier
 
 if TYPE_CHECKING:
@@ -26,6 +37,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.robotstxt import RobotParser
     from twisted.python.failure import Failure
+
 
 logger = logging.getLogger(__name__)
 
@@ -98,9 +110,7 @@ class GlobalPolitenessMiddleware:
         return None  # (a redirect of a claimed robots.txt keeps the claim)
 
     async def _redis(self, function: Callable[..., T], *args: Any) -> T:
-        """``function(*args)`` from the frontier's background thread (the loop never
-        waits on Redis)."""
-        return await maybe_deferred_to_future(self.frontier.call(function, *args))
+        return await call_redis(self.frontier, function, *args)
 
     async def process_response(self, request: Request, response: Response) -> Response:
         url = request.meta.pop(ROBOTS_CLAIM_META, None)
@@ -153,14 +163,7 @@ class GlobalPolitenessMiddleware:
         self._turn_used.discard(host)
         if delay <= 0 or (not turn_used and time.monotonic() - leased_at <= STALE_TURN):
             return
-        try:
-            wait = await self._redis(self.frontier.politeness.take_turn, host)
-            while wait > 0:
-                await sleep(wait)
-                wait = await self._redis(self.frontier.politeness.take_turn, host)
-        except redis.RedisError as exc:
-            logger.warning("Cannot take a new turn at %s (sending %s): %s", host, request, exc)
-        request.meta[TURN_META] = [time.monotonic(), delay]
+        await new_turn(self.frontier, request)
         self._count("frontier/politeness_new_turns")
 
     def robots_parsed(self, robotparser: RobotParser, request: Request) -> None:
@@ -183,8 +186,152 @@ class GlobalPolitenessMiddleware:
         self.frontier.call(record, host, delay).addErrback(failed)
 
 
+async def call_redis(frontier: RedisFrontier, function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` from the frontier's background thread (the loop never waits on
+    Redis)."""
+    return await maybe_deferred_to_future(frontier.call(function, *args))
+
+
+async def new_turn(frontier: RedisFrontier, request: Request) -> None:
+    """Wait for a new turn at the host of ``request``, a leased request whose turn was
+    used or went by, and take it (on Redis trouble, send it as it is)."""
+    host = politeness_key(request)
+    take_turn = frontier.politeness.take_turn
+    try:
+        wait = await call_redis(frontier, take_turn, host)
+        while wait > 0:
+            await sleep(wait)
+            wait = await call_redis(frontier, take_turn, host)
+    except redis.RedisError as exc:
+        logger.warning("Cannot take a new turn at %s (sending %s): %s", host, request, exc)
+    request.meta[TURN_META] = [time.monotonic(), request.meta[TURN_META][1]]
+
+
 def _is_robots_txt(request: Request) -> bool:
     """True for the robots.txt request of Scrapy's ``RobotsTxtMiddleware``."""
     return bool(request.meta.get("dont_obey_robotstxt")) and (
         urlparse_cached(request).path == "/robots.txt"
     )
+
+
+class HostBackoffMiddleware:
+    """Crawl-wide backoff: a host that answers 429 or 503 with ``Retry-After`` (seconds or
+    an HTTP date), or ``BACKOFF_STRIKES`` times in a row without one, gets no request for
+    that long (at most ``HOST_BACKOFF_MAX`` seconds; see
+    :func:`crawler.frontier.politeness.backoff_pause`).
+
+    With ``REDIS_URL`` the pause holds for every worker: it is recorded in the shared
+    politeness state, where leases obey it, and a request that was not leased (a robots.txt)
+    asks Redis before it leaves. In every mode this worker's downloader slot of the host
+    pauses too, with the requests already queued in it, and a request on its way to the
+    slot waits here. Scrapy's RetryMiddleware still retries the answer: its retry waits
+    like any other request.
+
+    Stats: ``backoff/paused`` (pauses this worker started), ``backoff/waited`` (requests
+    held back by a pause).
+    """
+
+    def __init__(self, crawler: Crawler, cap: float, shared: bool) -> None:
+        self.crawler = crawler
+        self.cap = cap
+        self.shared = shared
+        #: Host -> ``time.monotonic()`` at which this worker's pause of it ends.
+        self._paused: dict[str, float] = {}
+        #: Hosts with a strike on record: backoff answers without Retry-After, in a row
+        #: (counted here in embedded mode, in Redis with a shared frontier).
+        self._strikes: dict[str, int] = {}
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        settings = crawler.settings
+        try:
+            cap = settings.getfloat("HOST_BACKOFF_MAX", 300.0)
+        except ValueError:
+            cap = math.nan
+        if not 0 < cap < math.inf:
+            raise ValueError(
+                f"HOST_BACKOFF_MAX must be a number of seconds more than 0, "
+                f"got {settings.get('HOST_BACKOFF_MAX')!r}"
+            )
+        return cls(crawler, cap, shared=bool(settings.get("REDIS_URL")))
+
+    def _count(self, name: str) -> None:
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value(name)
+
+    def _frontier(self) -> RedisFrontier:
+        frontier = frontier_for(self.crawler)
+        assert isinstance(frontier, RedisFrontier)
+        return frontier
+
+    async def _redis(self, name: str, *args: Any) -> Any:
+        """The shared politeness state's ``name(*args)``, off the loop."""
+        frontier = self._frontier()
+        return await call_redis(frontier, getattr(frontier.politeness, name), *args)
+
+    async def process_request(self, request: Request) -> None:
+        host = politeness_key(request)
+        wait = self._paused.get(host, 0.0) - time.monotonic()
+        if self.shared and not request.meta.get(TURN_META) and wait <= 0:
+            try:  # not leased: no lease script saw a pause another worker set
+                wait = await self._redis("paused_for", host)
+            except redis.RedisError as exc:
+                logger.warning("Cannot check whether %s is paused: %s", host, exc)
+        if wait <= 0:
+            self._paused.pop(host, None)
+            return
+        self._count("backoff/waited")
+        while wait > 0:
+            await sleep(wait)
+            wait = self._paused.get(host, 0.0) - time.monotonic()
+        turn = request.meta.get(TURN_META)
+        if self.shared and turn and turn[1] > 0:  # its lease's turn went by during the pause
+            await new_turn(self._frontier(), request)
+
+    async def process_response(self, request: Request, response: Response) -> Response:
+        host = politeness_key(request)
+        if response.status in BACKOFF_STATUSES:
+            asked = retry_after(response.headers.get(b"Retry-After"), now=time.time())
+            await self._back_off(host, asked, response)
+        elif host in self._strikes:
+            await self._clear_strikes(host)
+        return response
+
+    async def _back_off(self, host: str, asked: float | None, response: Response) -> None:
+        """Pause ``host`` after a backoff answer (if it asked for it, or it is one too many),
+        for every worker and in this worker's downloader slot."""
+        try:
+            strikes = 0 if asked is not None else await self._strike(host)
+            seconds = backoff_pause(asked, strikes, self.cap)
+            if seconds <= 0:
+                return
+            if self.shared:
+                seconds = await self._redis("pause", host, seconds)
+        except redis.RedisError as exc:
+            logger.warning("Cannot pause %s for every worker (pausing it here): %s", host, exc)
+            seconds = backoff_pause(asked, BACKOFF_STRIKES, self.cap)
+        self._paused[host] = max(self._paused.get(host, 0.0), time.monotonic() + seconds)
+        assert self.crawler.engine is not None
+        pause_slot(self.crawler.engine.downloader, host, self._paused[host] - time.monotonic())
+        self._count("backoff/paused")
+        logger.info(
+            "%s answered %s%s: no request to it for %.1fs%s",
+            host,
+            response.status,
+            "" if asked is None else f" (Retry-After {asked:.0f}s)",
+            seconds,
+            " (capped by HOST_BACKOFF_MAX)" if asked is not None and asked > self.cap else "",
+        )
+
+    async def _strike(self, host: str) -> int:
+        strikes = await self._redis("strike", host) if self.shared else 0
+        self._strikes[host] = strikes or self._strikes.get(host, 0) + 1
+        return self._strikes[host]
+
+    async def _clear_strikes(self, host: str) -> None:
+        del self._strikes[host]
+        if self.shared:
+            try:
+                await self._redis("clear_strikes", host)
+            except redis.RedisError as exc:
+                logger.warning("Cannot clear the backoff count of %s now: %s", host, exc)

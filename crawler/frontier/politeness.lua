@@ -6,7 +6,7 @@
 -- until its lease ends (answered, failed, given back, expired). Hosts are Scrapy's download
 -- slot keys, computed by the worker that queues a request (in its meta, HOST_META).
 -- Keys (bound by name from each script's "-- KEYS:" line, see crawler/frontier/lua.py):
--- HOSTS, IN_FLIGHT, HOST_NEXT, HOST_BUSY, HOST_DELAY, documented in
+-- HOSTS, IN_FLIGHT, HOST_NEXT, HOST_BUSY, HOST_DELAY, HOST_PAUSED, documented in
 -- crawler/frontier/redis/layout.py; each helper names those it needs.
 -- The politeness rules passed in ARGV[i] to ARGV[i + 4]: queue entries one lease looks at,
 -- delay between two requests to a host (ms), requests of a host in flight at once, cap on a
@@ -176,4 +176,23 @@ local function hosts_waiting(now, rules)
     end
   end
   return waiting
+end
+
+-- Crawl-wide backoff: pause `host` for `ms` from `now` (a 429 or 503 asked for it), for
+-- every worker. The pause moves the host's next-allowed time (which leases and new turns
+-- obey) and is kept in HOST_PAUSED for requests that are not leased (robots.txt). Never
+-- shortens a longer pause already set. Returns the ms the host is paused for from now.
+-- Keys: HOST_NEXT HOST_PAUSED.
+local function pause_host(host, ms, now)
+  redis.call('ZADD', HOST_NEXT, 'GT', now + ms, host)
+  redis.call('ZADD', HOST_PAUSED, 'GT', now + ms, host)
+  return tonumber(redis.call('ZSCORE', HOST_PAUSED, host)) - now
+end
+
+-- ms `host` is still paused for by a backoff (0: not paused).
+-- Keys: HOST_PAUSED.
+local function pause_left(host, now)
+  redis.call('ZREMRANGEBYSCORE', HOST_PAUSED, '-inf', now)
+  local until_ms = redis.call('ZSCORE', HOST_PAUSED, host)
+  return until_ms and tonumber(until_ms) - now or 0
 end

@@ -33,6 +33,13 @@ its delay apart, less the jitter of the time a request takes from its lease to t
 (milliseconds; at most ``STALE_TURN``). ``DOWNLOAD_DELAY_JITTER`` does not apply to the
 shared delay. AutoThrottle, if enabled, still adjusts each worker's own slots on top.
 
+Crawl-wide backoff: a 429 or 503 answer with ``Retry-After`` (seconds or an HTTP date), or
+``BACKOFF_STRIKES`` of them in a row without one, pauses its host for every worker (its
+next-allowed time moves to the end of the pause, see ``pause_host`` in politeness.lua), for
+at most ``HOST_BACKOFF_MAX`` seconds; each worker's own downloader slot of that host pauses
+too (:func:`pause_slot`), which is all there is to it in embedded mode
+(:class:`middlewares.politeness.HostBackoffMiddleware`).
+
 Stats: ``frontier/politeness_skipped``, ``frontier/hosts_waiting`` (at the last lease),
 ``frontier/politeness_new_turns``, ``robotstxt/crawl_delay``, ``robotstxt/shared_fetch``,
 ``robotstxt/shared_copy``.
@@ -41,6 +48,8 @@ Stats: ``frontier/politeness_skipped``, ``frontier/hosts_waiting`` (at the last 
 from __future__ import annotations
 
 import base64
+import datetime
+import email.utils
 import json
 import logging
 import math
@@ -48,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
+from scrapy.utils.asyncio import call_later
 from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.frontier.lua import FrontierScripts
@@ -85,6 +95,69 @@ ROBOTS_TXT_SHARED_FOR = 3600
 #: Largest robots.txt shared, in bytes (Google reads the first 500 KiB); a larger one is
 #: fetched by each worker.
 ROBOTS_TXT_MAX_SHARED = 512 * 1024
+#: Answers that ask a crawler to back off (Too Many Requests, Service Unavailable).
+BACKOFF_STATUSES = frozenset({429, 503})
+#: Backoff answers without ``Retry-After`` in a row from one host before it is paused: one
+#: may be a glitch, and Scrapy's RetryMiddleware retries it anyway.
+BACKOFF_STRIKES = 2
+#: Seconds the host is paused at ``BACKOFF_STRIKES`` such answers, doubled at each more.
+BACKOFF_FIRST_PAUSE = 2.0
+
+
+def retry_after(value: bytes | str | None, now: float) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait, at Unix time ``now``; None when it is
+    absent or unreadable.
+
+    >>> retry_after(b"120", now=0)
+    120.0
+    >>> retry_after(b"Thu, 01 Jan 1970 00:01:00 GMT", now=30)
+    30.0
+    >>> retry_after(b"Thu, 01 Jan 1970 00:01:00 GMT", now=90)  # already past
+    0.0
+    >>> retry_after(b"soon", now=0) is None
+    True
+    """
+    if value is None:
+        return None
+    text = (value.decode("latin-1") if isinstance(value, bytes) else value).strip()
+    if text.isascii() and text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT; a date without a zone is read so too
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, when.timestamp() - now)
+
+
+def backoff_pause(asked: float | None, strikes: int, cap: float) -> float:
+    """Seconds to pause a host that answered 429 or 503: what its ``Retry-After`` asked
+    (``asked``), else nothing below ``BACKOFF_STRIKES`` answers in a row (``strikes``) and
+    ``BACKOFF_FIRST_PAUSE`` doubled at each one more; never more than ``cap``.
+
+    >>> backoff_pause(5.0, 0, cap=300), backoff_pause(3600.0, 0, cap=300)
+    (5.0, 300)
+    >>> [backoff_pause(None, strikes, cap=300) for strikes in (1, 2, 3, 4)]
+    [0.0, 2.0, 4.0, 8.0]
+    """
+    if asked is None:
+        if strikes < BACKOFF_STRIKES:
+            return 0.0
+        asked = BACKOFF_FIRST_PAUSE * 2.0 ** min(strikes - BACKOFF_STRIKES, 32)
+    return min(asked, cap)
+
+
+def pause_slot(downloader: Downloader, key: str, seconds: float) -> None:
+    """Hold this worker's downloader slot ``key`` for ``seconds``: requests already queued
+    in it wait too (a slot not made yet has none)."""
+    slot = downloader.slots.get(key)
+    if slot is None or seconds <= 0:
+        return
+    if slot.latercall:
+        slot.latercall.cancel()
+    # What the downloader itself does to hold a slot for its delay.
+    slot.latercall = call_later(seconds, downloader._latercall, slot)
 
 
 def politeness_key(request: Request) -> str:
@@ -178,7 +251,7 @@ class HostPoliteness:
         #: Seconds until the soonest host the last lease passed over is ready again (None:
         #: none was waiting on its delay).
         self.ready_in: float | None = None
-        self._scripts = FrontierScripts(client, keys, ("turn",))
+        self._scripts = FrontierScripts(client, keys, ("turn", "pause", "paused"))
 
     def leased(self, skipped: int, soonest_ms: int, waiting: int) -> None:
         """Note what the lease script reported about politeness."""
@@ -195,6 +268,24 @@ class HostPoliteness:
         """Take a new turn at ``host`` for a request already leased: 0 when taken, else
         the seconds to wait before asking again."""
         return int(self._scripts.run("turn", [host, *self.limits.script_args()])) / 1000
+
+    def strike(self, host: str) -> int:
+        """Count a 429/503 answer without ``Retry-After`` from ``host``: how many in a row,
+        across all workers, now."""
+        return int(self.client.hincrby(self.keys.host_strikes, host, 1))
+
+    def clear_strikes(self, host: str) -> None:
+        """``host`` answered something else: its next 429/503 starts a new count."""
+        self.client.hdel(self.keys.host_strikes, host)
+
+    def pause(self, host: str, seconds: float) -> float:
+        """Pause ``host`` for every worker for ``seconds`` (crawl-wide backoff): the
+        seconds it is paused for from now (longer if another pause already ends later)."""
+        return int(self._scripts.run("pause", [host, math.ceil(seconds * 1000)])) / 1000
+
+    def paused_for(self, host: str) -> float:
+        """Seconds ``host`` is still paused for by a backoff (0: not paused)."""
+        return int(self._scripts.run("paused", [host])) / 1000
 
     def record_crawl_delay(self, host: str, seconds: float | None) -> None:
         """Record the ``Crawl-delay`` ``host``'s robots.txt asks for (None: none), for every

@@ -26,6 +26,9 @@ in_flight           HASH    request id -> host, for the leases counted in ``host
 host_next           ZSET    host -> ms (Redis clock) before which it gets no new lease
 host_busy           HASH    host -> its requests leased now (absent: none)
 host_delay          HASH    host -> its robots.txt Crawl-delay in ms, as published
+host_paused         ZSET    host -> ms (Redis clock) until which it is paused after a 429/503
+                            (crawl-wide backoff; also in ``host_next``, which leases obey)
+host_strikes        HASH    host -> 429/503 answers without Retry-After since its last other one
 quarantine          HASH    request id -> JSON record of a stored request that could not be
                             decoded (or was too large): reason, time, worker, payload cut at
                             64 KiB (:mod:`.quarantine`)
@@ -85,6 +88,8 @@ KEY_TYPES = {
     "host_next": "zset",
     "host_busy": "hash",
     "host_delay": "hash",
+    "host_paused": "zset",
+    "host_strikes": "hash",
     "quarantine": "hash",
     "quarantine_order": "zset",
     "quarantine_dropped": "string",
@@ -110,6 +115,8 @@ class FrontierKeys:
     host_next: str
     host_busy: str
     host_delay: str
+    host_paused: str
+    host_strikes: str
     quarantine: str
     quarantine_order: str
     quarantine_dropped: str

@@ -1,0 +1,379 @@
+"""Requests per CPU-second on a clean site, and Redis bytes per queued request, against anchors.
+
+One run crawls the same local clean site (the Python docs installed by Debian's
+``python3.11-doc``, ~530 pages of ~290 links each, no URL variants, served by a private nginx
+on a loopback port) with, one after the other:
+
+- ``plain``: plain Scrapy, a ``CrawlSpider`` with the default ``LinkExtractor``
+  (``bench/anchor_scrapy.py``), outside this project;
+- ``scrapy-redis``: the same spider with scrapy-redis' documented ``SCHEDULER`` and
+  ``DUPEFILTER_CLASS`` on a private redis-server, 1 worker. scrapy-redis is installed in a
+  separate virtualenv (``bench/.venv-anchors``, created on demand), never a project
+  dependency;
+- ``embedded``: this project's ``site`` spider, embedded defaults;
+- ``shared``: the ``site`` spider on the shared frontier, 1 worker, a private redis-server
+  with RedisBloom;
+- ``addon``: the same ``CrawlSpider`` with this project's add-on (``crawler.addon``, when the
+  project has it; before that, run inside the project so that its settings apply).
+
+Each crawl is a ``scrapy`` process; its CPU (user + system, from ``wait4``) plus the CPU the
+redis-server spent meanwhile (``/proc/<pid>/stat``; work moved into Lua counts) divide the
+requests nginx answered during the crawl. Every crawl has 16 concurrent requests and
+``LOG_LEVEL=INFO``.
+
+Then bytes per queued request: ``scrapy seed`` of ``--seed-urls`` distinct 76-character URLs
+into an empty shared frontier, ``MEMORY USAGE key SAMPLES 0`` summed over every key of the
+crawl except the seen filter's, divided by the number queued; and the same URLs pushed as
+``Request`` objects into scrapy-redis' default queue (its pickled ``PriorityQueue``).
+
+    .venv/bin/python -m bench.throughput [--only plain,embedded] [--seed-urls 50000]
+
+Targets (issue 12): shared >= 0.85x embedded, embedded >= 2.5x plain, <= 160 bytes per queued
+request. Needs root or a free nginx (``apt-get install -y nginx python3.11-doc``).
+
+Last figures (2026-12-01, branch i12 = i8-engine's split frontier before issue 12's
+serialization work, Scrapy 2.19, the shared 2-CPU machine under heavy load from parallel
+test runs: CPU seconds are inflated against issue 12's, the ratios are what compare). Two
+runs, all five crawls in the second (528-532 requests each), req/CPU-s:
+
+==============  ===========================  ==========  ==========
+crawler         run 2: crawl + Redis CPU     run 2       run 1
+==============  ===========================  ==========  ==========
+plain           62.9 s                       8.4         9.9
+scrapy-redis    86.3 s + 6.6 s               5.7         6.4
+embedded        37.2 s                       14.2        19.0
+shared          70.9 s + 1.8 s               7.3         7.9
+addon           46.2 s                       11.5        -
+==============  ===========================  ==========  ==========
+
+shared / embedded 0.51x and 0.41x (target 0.85x), embedded / plain 1.70x and 1.93x (target
+2.5x), scrapy-redis / plain 0.68x and 0.65x, addon / plain 1.37x: issue 12's table (0.48x,
+1.68x, 0.59x) reproduced. ``addon`` is a CrawlSpider run inside the project (its settings),
+until ``crawler.addon`` lands. Bytes per queued request, 50,000 URLs of 76 characters: the
+project 807 B (``requests`` 562, ``queue`` 104, ``hosts`` 82, ``scores`` 58; target 160),
+scrapy-redis' pickled PriorityQueue 408 B.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from crawler.frontier.redis.layout import FrontierKeys
+from tests.servers import RedisServer, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = Path("/usr/share/doc/python3.11/html")
+ANCHORS_VENV = ROOT / "bench" / ".venv-anchors"
+#: The scrapy-redis release issue 12 measured.
+SCRAPY_REDIS = "scrapy-redis==0.9.1"
+ANCHOR_SPIDER = ROOT / "bench" / "anchor_scrapy.py"
+#: The add-on a user's own project lists in ADDONS (from issue 8 on).
+ADDON = "crawler.addon.BloomFrontierAddon"
+COMMON = ["-s", "LOG_LEVEL=INFO", "-s", "CONCURRENT_REQUESTS=16"]
+URL_LENGTH = 76
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+MODES = ("plain", "scrapy-redis", "embedded", "shared", "addon")
+
+
+@dataclass
+class Crawl:
+    """One crawl's figures."""
+
+    mode: str
+    requests: int
+    crawl_cpu: float
+    redis_cpu: float = 0.0
+    wall: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        """Requests per CPU-second, crawling process and Redis together."""
+        return self.requests / (self.crawl_cpu + self.redis_cpu)
+
+
+# --- the site --------------------------------------------------------------------------
+
+
+class Site:
+    """A private nginx serving ``root`` on a free loopback port, logging each request."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.dir = Path(tempfile.mkdtemp(prefix="bench-site-"))
+        self.port = free_port()
+        self.log = self.dir / "access.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/index.html"
+
+    def __enter__(self) -> Site:
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not Path(nginx).exists():
+            raise SystemExit("nginx not found: apt-get install -y nginx")
+        if not (self.root / "index.html").exists():
+            raise SystemExit(f"{self.root} not found: apt-get install -y python3.11-doc")
+        user = "user root;" if os.geteuid() == 0 else ""
+        config = self.dir / "nginx.conf"
+        config.write_text(
+            textwrap.dedent(f"""
+                {user}
+                worker_processes 1;
+                daemon off;
+                pid {self.dir}/nginx.pid;
+                error_log {self.dir}/error.log;
+                events {{ worker_connections 256; }}
+                http {{
+                    access_log {self.log};
+                    client_body_temp_path {self.dir};
+                    proxy_temp_path {self.dir};
+                    fastcgi_temp_path {self.dir};
+                    uwsgi_temp_path {self.dir};
+                    scgi_temp_path {self.dir};
+                    types {{ text/html html; text/css css; text/plain txt; }}
+                    server {{
+                        listen 127.0.0.1:{self.port};
+                        root {self.root};
+                    }}
+                }}
+            """)
+        )
+        self._process = subprocess.Popen([nginx, "-c", str(config), "-p", str(self.dir)])
+        deadline = time.monotonic() + 10
+        while not self.log.exists():
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"nginx did not start: {(self.dir / 'error.log').read_text()}")
+            time.sleep(0.1)
+        return self
+
+    def requests(self) -> int:
+        """Requests answered so far."""
+        with self.log.open("rb") as log:
+            return sum(1 for _ in log)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# --- measuring -------------------------------------------------------------------------
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat.rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def redis_pid(server: RedisServer) -> int:
+    with server.client() as client:
+        return int(client.info("server")["process_id"])
+
+
+def crawl(
+    mode: str,
+    command: list[str],
+    site: Site,
+    cwd: Path,
+    server: RedisServer | None = None,
+) -> Crawl:
+    """Run ``command`` in ``cwd`` to the end (its log in ``$TMPDIR``); its requests and CPU,
+    Redis' included."""
+    pid = redis_pid(server) if server else None
+    redis_before = process_cpu(pid) if pid else 0.0
+    before, started = site.requests(), time.monotonic()
+    log_path = Path(tempfile.gettempdir()) / f"bench-throughput-{mode}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise SystemExit(f"{mode} crawl failed ({process.returncode}); log: {log_path}")
+    return Crawl(
+        mode=mode,
+        requests=site.requests() - before,
+        crawl_cpu=usage.ru_utime + usage.ru_stime,
+        redis_cpu=(process_cpu(pid) - redis_before) if pid else 0.0,
+        wall=time.monotonic() - started,
+    )
+
+
+def anchors_python() -> Path:
+    """The anchors' virtualenv (scrapy-redis, the project's Scrapy), created on demand."""
+    python = ANCHORS_VENV / "bin" / "python"
+    probe = [str(python), "-c", "import scrapy_redis"]
+    if python.exists() and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+        return python
+    import scrapy
+
+    print(f"creating {ANCHORS_VENV} with {SCRAPY_REDIS} (once)", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "venv", str(ANCHORS_VENV)], check=True)
+    install = [str(python), "-m", "pip", "install", "-q", SCRAPY_REDIS]
+    subprocess.run([*install, f"scrapy=={scrapy.__version__}"], check=True)
+    return python
+
+
+def project_scrapy(*args: str) -> list[str]:
+    return [sys.executable, "-m", "scrapy.cmdline", *args, *COMMON]
+
+
+def run_mode(mode: str, site: Site, workdir: Path) -> Crawl:
+    start = site.url
+    anchor = ["runspider", str(ANCHOR_SPIDER), "-a", f"start_url={start}"]
+    outside = workdir / "outside"  # no scrapy.cfg: none of the project's settings apply
+    outside.mkdir(exist_ok=True)
+    if mode == "plain":
+        return crawl(mode, project_scrapy(*anchor), site, outside)
+    if mode == "scrapy-redis":
+        with RedisServer(bloom=False) as server:
+            command = [
+                str(anchors_python()), "-m", "scrapy.cmdline", *anchor, *COMMON,
+                "-s", "SCHEDULER=scrapy_redis.scheduler.Scheduler",
+                "-s", "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
+                "-s", f"REDIS_URL={server.url}",
+            ]  # fmt: skip
+            return crawl(mode, command, site, outside, server)
+    site_spider = ["crawl", "site", "-a", f"start_url={start}"]
+    store = ["-s", f"STORE_URL=sqlite:///{workdir / mode}.sqlite"]
+    if mode == "embedded":
+        return crawl(mode, project_scrapy(*site_spider, *store), site, ROOT)
+    if mode == "shared":
+        with RedisServer(bloom=True) as server:
+            command = project_scrapy(*site_spider, *store, "-s", f"REDIS_URL={server.url}")
+            return crawl(mode, command, site, ROOT, server)
+    if importlib.util.find_spec(ADDON.rpartition(".")[0]) is not None:
+        command = project_scrapy(*anchor, *store, "-s", f"ADDONS={json.dumps({ADDON: 0})}")
+        return crawl(mode, command, site, outside)
+    return crawl(mode, project_scrapy(*anchor, *store), site, ROOT)  # the project's settings
+
+
+# --- bytes per queued request ----------------------------------------------------------
+
+
+def seed_urls(count: int) -> list[str]:
+    """``count`` distinct URLs of exactly ``URL_LENGTH`` characters."""
+    urls = [
+        f"https://www.example-shop.com/catalog/electronic/section-{i % 97:02d}/item-{i:08d}.htm"
+        for i in range(count)
+    ]
+    assert all(len(url) == URL_LENGTH for url in urls), len(urls[0])
+    return urls
+
+
+def memory(client: redis.Redis, keys: list[bytes]) -> int:
+    return sum(int(client.memory_usage(key, samples=0) or 0) for key in keys)
+
+
+def project_bytes(urls_file: Path, count: int) -> tuple[float, dict[str, int]]:
+    """Bytes per request ``scrapy seed`` queues, over every key but the seen filter's."""
+    keys = FrontierKeys.for_prefix("{site}")
+    with RedisServer(bloom=True) as server:
+        seed = project_scrapy("seed", "site", "--file", str(urls_file))
+        subprocess.run([*seed, "-s", f"REDIS_URL={server.url}"], cwd=ROOT, check=True)
+        with server.client() as client:
+            queued = int(client.zcard(keys.queue))
+            if queued != count:
+                raise SystemExit(f"scrapy seed queued {queued} of {count} URLs")
+            held = [
+                key for key in client.scan_iter(count=1000) if not key.startswith(b"{site}:seen")
+            ]
+            sizes = {key.decode(): memory(client, [key]) for key in held}
+    return sum(sizes.values()) / queued, sizes
+
+
+SCRAPY_REDIS_PUSH = """
+import sys, redis
+from scrapy import Request, Spider
+from scrapy_redis.queue import PriorityQueue
+client = redis.Redis.from_url(sys.argv[1])
+queue = PriorityQueue(client, Spider("bench"), "bench:requests")
+with open(sys.argv[2]) as urls:
+    for url in urls:
+        queue.push(Request(url.strip()))
+print(len(queue), client.memory_usage("bench:requests", samples=0))
+"""
+
+
+def scrapy_redis_bytes(urls_file: Path, count: int) -> float:
+    """Bytes per request in scrapy-redis' default queue (pickled PriorityQueue)."""
+    with RedisServer(bloom=False) as server:
+        command = [str(anchors_python()), "-c", SCRAPY_REDIS_PUSH, server.url, str(urls_file)]
+        queued, size = map(
+            int, subprocess.run(command, capture_output=True, text=True, check=True).stdout.split()
+        )
+    if queued != count:
+        raise SystemExit(f"scrapy-redis queued {queued} of {count} URLs")
+    return size / queued
+
+
+# --- report ----------------------------------------------------------------------------
+
+
+def ratio(crawls: dict[str, Crawl], over: str, under: str) -> str:
+    if over not in crawls or under not in crawls:
+        return "not measured"
+    return f"{crawls[over].rate / crawls[under].rate:.2f}x"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(MODES), help=f"crawls to run, of {MODES}")
+    parser.add_argument("--seed-urls", type=int, default=50_000)
+    options = parser.parse_args()
+    modes = [mode for mode in options.only.split(",") if mode]
+    if unknown := set(modes) - set(MODES):
+        parser.error(f"unknown modes {sorted(unknown)}")
+    workdir = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
+    crawls: dict[str, Crawl] = {}
+    with Site(DOCS) as site:
+        for mode in modes:
+            crawls[mode] = run_mode(mode, site, workdir)
+            done = crawls[mode]
+            print(
+                f"{mode}: {done.requests} requests, CPU {done.crawl_cpu:.1f} s crawl + "
+                f"{done.redis_cpu:.1f} s Redis, {done.wall:.0f} s wall",
+                file=sys.stderr,
+            )
+    print(f"\nrequests per CPU-second (crawling process + Redis), site {DOCS}, one run")
+    print(f"{'crawler':<14}{'requests':>9}{'crawl CPU':>11}{'Redis CPU':>11}{'req/CPU-s':>11}")
+    for done in crawls.values():
+        print(
+            f"{done.mode:<14}{done.requests:>9}{done.crawl_cpu:>10.1f}s{done.redis_cpu:>10.1f}s"
+            f"{done.rate:>11.1f}"
+        )
+    print(f"shared / embedded: {ratio(crawls, 'shared', 'embedded')} (target >= 0.85x)")
+    print(f"embedded / plain: {ratio(crawls, 'embedded', 'plain')} (target >= 2.5x)")
+    print(f"addon / plain: {ratio(crawls, 'addon', 'plain')}")
+    print(f"scrapy-redis / plain: {ratio(crawls, 'scrapy-redis', 'plain')}")
+    if options.seed_urls:
+        urls_file = workdir / "urls.txt"
+        urls_file.write_text("\n".join(seed_urls(options.seed_urls)) + "\n")
+        per_request, sizes = project_bytes(urls_file, options.seed_urls)
+        anchor = scrapy_redis_bytes(urls_file, options.seed_urls)
+        print(f"\nbytes per queued request, {options.seed_urls} URLs of {URL_LENGTH} characters")
+        print(f"project (scrapy seed): {per_request:.0f} B (target <= 160)")
+        for key, size in sorted(sizes.items(), key=lambda item: -item[1]):
+            print(f"  {key}: {size / options.seed_urls:.0f} B")
+        print(f"scrapy-redis (PriorityQueue): {anchor:.0f} B")
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
