@@ -556,5 +556,11 @@ def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them()
         assert len(set(named)) == len(named) < len(every_key), name
     assert script_keys("heartbeat") == ("leases", "owners")
     assert "seen" not in script_keys("lease")
+    # Every script of the frontier, whoever runs it, has a type for each key it names (its
+    # type-check prelude is built from layout.KEY_TYPES).
+    scripts = Path(layout.__file__).parent.parent.glob("*.lua")
+    for path in (path for path in scripts if path.read_text().startswith("-- KEYS:")):
+        keys = script_keys(path.stem)
+        assert set(keys) <= set(layout.KEY_TYPES), path.name
     documented = layout.__doc__ or ""
     assert all(f"\n{key} " in documented for key in every_key)

@@ -93,6 +93,7 @@ KEY_TYPES = {
     "quarantine": "hash",
     "quarantine_order": "zset",
     "quarantine_dropped": "string",
+    "limits": "hash",
 }
 
 
