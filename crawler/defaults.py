@@ -79,6 +79,12 @@ REDIS_URL = os.environ.get("REDIS_URL") or None
 # Keep the {braces}: the hash tag puts every key of a crawl on one Redis Cluster slot, which
 # the frontier's atomic Lua scripts need. Use another prefix to start a separate crawl.
 FRONTIER_KEY_PREFIX = "{%(spider)s}"
+# Partitions one crawl's queue, leases and politeness state are split into, each under a hash
+# tag of its own spread over a Redis Cluster's masters (crawler/frontier/redis/partitions.py):
+# past one master's memory, set it to the number of masters (or a multiple). Every request of
+# one host stays in one partition. 1: the whole crawl on one slot, as it always was. Fixed for
+# the life of a crawl (a worker started with another number refuses to start).
+FRONTIER_PARTITIONS = 1
 # Seconds a worker holds a request it fetches before others may take it over (on the Redis
 # server's clock). A live worker extends its leases every third of this, so it only bounds
 # how long a killed worker's pages wait; keep it well above DOWNLOAD_TIMEOUT.

@@ -23,6 +23,7 @@ from crawler.frontier import frontier_for
 from crawler.frontier.politeness import HostLimits, hosts_waiting
 from crawler.frontier.redis import RedisFrontier, quarantine
 from crawler.frontier.redis.layout import FrontierKeys
+from crawler.frontier.redis.partitions import partition_keys
 from crawler.progress import RateWindow
 from crawler.seen.layers import current_seen_key
 from crawler.seen.redis import BloomInfo, bloom_info
@@ -84,6 +85,8 @@ class FrontierStatus:
     #: Stored requests in quarantine, and quarantine records dropped past its cap.
     quarantined: int = 0
     quarantine_dropped: int = 0
+    #: Requests queued in each partition of the queue (``FRONTIER_PARTITIONS``).
+    partitions_queued: list[int] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -92,7 +95,12 @@ class FrontierStatus:
         """The reading as a person reads it."""
         lines = [
             f"frontier {self.prefix}",
-            f"  queued:   {self.queued}",
+            f"  queued:   {self.queued}"
+            + (
+                f" (partitions: {', '.join(map(str, self.partitions_queued))})"
+                if len(self.partitions_queued) > 1
+                else ""
+            ),
             f"  leased:   {self.leased}",
             f"  failed:   {self.failed}",
             f"  quarantined: {self.quarantined}"
@@ -126,9 +134,17 @@ def read_status(
     between the queue and the leases: two separate reads could count it twice or not).
     ``limits`` are the crawl's politeness limits, to tell which hosts are waiting."""
     keys = FrontierKeys.for_prefix(prefix)
-    with client.pipeline(transaction=True) as pipe:
-        pipe.zcard(keys.queue).zcard(keys.leases).hlen(keys.failed)
-        queued, leased, failed = pipe.execute()
+    partitions = partition_keys(client, keys)
+    leased = failed = waiting = quarantined = quarantine_dropped = 0
+    partitions_queued = []
+    for part in partitions:  # each partition read in one transaction
+        with client.pipeline(transaction=True) as pipe:
+            sizes = pipe.zcard(part.queue).zcard(part.leases).hlen(part.failed).execute()
+        partitions_queued.append(sizes[0])
+        leased, failed = leased + sizes[1], failed + sizes[2]
+        waiting += hosts_waiting(client, part, limits)
+        held, dropped = quarantine.sizes(client, part)
+        quarantined, quarantine_dropped = quarantined + held, quarantine_dropped + dropped
     seen_key = current_seen_key(client, prefix, keys.seen)  # after `scrapy rebuild-filter`
     shards = int(client.get(f"{seen_key}:shards") or 1)
     infos = [info for key in shard_keys(seen_key, shards) if (info := bloom_info(client, key))]
@@ -140,15 +156,15 @@ def read_status(
             client.srem(keys.workers, owner)
         else:
             workers.append(json.loads(record))
-    quarantined, quarantine_dropped = quarantine.sizes(client, keys)
     return FrontierStatus(
         prefix=prefix,
         quarantined=quarantined,
         quarantine_dropped=quarantine_dropped,
-        queued=queued,
+        queued=sum(partitions_queued),
+        partitions_queued=partitions_queued,
         leased=leased,
         failed=failed,
-        hosts_waiting=hosts_waiting(client, keys, limits),
+        hosts_waiting=waiting,
         seen_keys=sum(info.items_inserted for info in infos) if infos else None,
         filter_bytes=sum(info.size_bytes for info in infos) if infos else None,
         filter_capacity=sum(info.capacity for info in infos) if infos else None,

@@ -15,6 +15,8 @@ Each step is one Lua script, so it is atomic (``crawler/frontier/*.lua``, each n
 keys it uses). One module per concern:
 
 - :mod:`.layout`: every Redis key of a crawl, documented;
+- :mod:`.partitions`: one crawl's queue split over the masters of a cluster
+  (``FRONTIER_PARTITIONS``), and which partition holds what;
 - :mod:`.admission`: admit a page's links and release its lease (crash-safe, also with a
   sharded filter);
 - :mod:`.leases`: lease, heartbeat, failure, release: the requests a worker holds;
@@ -49,6 +51,7 @@ from crawler.frontier.redis.admission import QUEUED_META, Admission
 from crawler.frontier.redis.layout import FrontierKeys
 from crawler.frontier.redis.leases import LEASE_META, Leases, worker_id
 from crawler.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
+from crawler.frontier.redis.partitions import Partitions, partition_count
 from crawler.frontier.redis.quarantine import QUARANTINE_MAX
 from crawler.redis_client import Client, describe, redis_from_url, require_bloom
 from crawler.seen.layers import OlderLayers, redis_layers
@@ -90,6 +93,8 @@ SCRIPTS = (
     "counts",
     "quarantine",
 )
+#: The scripts each partition's politeness runs (:class:`HostPoliteness`).
+POLITENESS_SCRIPTS = ("turn", "pause", "paused", "waiting")
 
 
 def _warn_about_setup(client: redis.Redis) -> None:
@@ -132,6 +137,7 @@ class RedisFrontier:
         decoder: RequestDecoder = DEFAULT_DECODER,
         quarantine_cap: int = QUARANTINE_MAX,
         older: OlderLayers | None = None,
+        partitions: int = 1,
     ) -> None:
         if lease_ttl <= 0:
             raise ValueError(f"FRONTIER_LEASE_TTL must be positive, got {lease_ttl}")
@@ -142,11 +148,16 @@ class RedisFrontier:
         self.seen = seen
         self.keyer = keyer
         self.stats = stats
-        self.politeness = HostPoliteness(client, keys, limits or HostLimits(), stats)
-        self.scripts = FrontierScripts(client, keys, SCRIPTS)
+        #: The queue's partitions (one by default: the crawl's own keys).
+        self.partitions = Partitions(
+            client, keys, partition_count(client, keys, partitions), SCRIPTS + POLITENESS_SCRIPTS
+        )
+        self.politeness = HostPoliteness(
+            client, keys, limits or HostLimits(), stats, self.partitions
+        )
         self.outbox = Outbox(stats)
         self.leases = Leases(
-            self.scripts,
+            self.partitions,
             self.outbox,
             self.politeness,
             stats,
@@ -159,7 +170,7 @@ class RedisFrontier:
         #: Read-only layers of the seen filter (after `scrapy rebuild-filter`).
         self.older = older or OlderLayers([])
         self.admission = Admission(
-            self.scripts, seen, keyer, self.leases, self.outbox, stats, self.older
+            self.partitions, seen, keyer, self.leases, self.outbox, stats, self.older
         )
         self.spider = spider
         #: Where Redis is called from in a crawl (:meth:`go_background`); None: the
@@ -186,6 +197,11 @@ class RedisFrontier:
     @spider.setter
     def spider(self, spider: Spider | None) -> None:
         self.leases.spider = self.admission.spider = spider
+
+    @property
+    def scripts(self) -> FrontierScripts:
+        """The scripts of the first partition (of the crawl's only one, by default)."""
+        return self.partitions.scripts[0]
 
     @property
     def owner(self) -> str:
@@ -232,6 +248,7 @@ class RedisFrontier:
                 decoder=RequestDecoder.from_settings(settings),
                 quarantine_cap=settings.getint("FRONTIER_QUARANTINE_MAX", QUARANTINE_MAX),
                 older=older,
+                partitions=settings.getint("FRONTIER_PARTITIONS", 1),
             )
         except BaseException:
             client.close()
@@ -314,7 +331,7 @@ class RedisFrontier:
         """Lease up to ``count`` requests from the background thread (in the caller's
         thread without one); errbacks with Redis' error. Afterwards :meth:`seems_drained`
         tells whether the crawl looked drained then."""
-        leasing = self.call(self.scripts.run, "lease", self.leases.lease_args(count))
+        leasing = self.call(self.leases.lease_replies, count)
         return leasing.addCallback(self.leases.take_delivery)
 
     def seems_drained(self) -> bool:
@@ -339,11 +356,11 @@ class RedisFrontier:
     def heartbeat(self) -> None:
         """Extend the leases of requests this worker is still working on (from the
         background thread when there is one)."""
-        args = self.leases.heartbeat_args()
-        if self.background is None or args is None:
+        leases = self.leases.to_extend()
+        if self.background is None or not leases:
             self.leases.heartbeat()
             return
-        extended = self.call(self.scripts.run, "heartbeat", args)
+        extended = self.call(self.leases.extend, leases)
         extended.addCallbacks(
             self.leases.note_lost, lambda f: self.leases.heartbeat_failed(f.value)
         )
@@ -375,16 +392,16 @@ class RedisFrontier:
         worker, no answer of this worker waiting. Raises ``REDIS_UNAVAILABLE`` errors."""
         if self.outbox or self.leases:
             return False
-        queued, leased, _failed = state.sizes(self.scripts)
+        queued, leased, _failed = state.sizes(self.partitions)
         return queued == 0 and leased == 0
 
     def counts(self) -> dict[str, int]:
         """Sizes of the shared state: queued, leased and failed requests, keys seen."""
-        return state.counts(self.scripts, self.seen)
+        return state.counts(self.partitions, self.seen)
 
     def failures(self) -> dict[str, dict[str, Any]]:
         """The failed requests' records, by URL."""
-        return state.failures(self.client, self.keys)
+        return state.failures(self.client, self.partitions.keys)
 
     def close(self) -> None:
         """Deliver what can be delivered, then release the connection."""

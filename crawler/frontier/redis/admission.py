@@ -11,6 +11,13 @@ request whose handling produced them (the parent), so a crash can never lose the
   next lease call queues the whole batch (``frontier/staged_recovered``): a key marked seen
   always has its request staged or queued, at the cost of a few pages fetched twice after a
   crash. A commit arriving after its lease expired does the same (see ``commit.lua``).
+- With a partitioned queue (``FRONTIER_PARTITIONS`` > 1, :mod:`.partitions`) the seen
+  filter is never beside the queue and a page's links may belong to several partitions:
+  every batch takes the three steps, each partition's part staged and committed in its own
+  partition. The parent's part is staged first (under its lease: refused there, nothing is
+  done) and committed last, so its lease is released only once every other part is queued; a
+  worker killed in between leaves staged parts that the partitions' next lease calls queue
+  whole (a page whose links span partitions may be fetched again after a crash, never lost).
 
 An answer from a worker whose lease expired is still accepted if nobody has leased the
 request again; if another worker holds it, it is refused and dropped
@@ -41,9 +48,9 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     from crawler.frontier.keys import RequestKeyer
-    from crawler.frontier.lua import FrontierScripts
     from crawler.frontier.redis.leases import Leases
     from crawler.frontier.redis.outbox import Outbox
+    from crawler.frontier.redis.partitions import Partitions
     from crawler.seen.sharded import ShardedBloomSeenFilter
 
 logger = logging.getLogger(__name__)
@@ -69,10 +76,11 @@ def stored_form(request: Request, key: str) -> Request:
 
 
 class StagedAdmission:
-    """Delivers one batch in the three steps a sharded filter needs (module docstring):
-    stage it, mark its checked keys in the shards, commit it. Called again after a
+    """Delivers one batch in the three steps a sharded filter or a partitioned queue needs
+    (module docstring): stage each partition's part of it (the parent's first), mark its
+    checked keys in the filter, commit each part (the parent's last). Called again after a
     ``REDIS_UNAVAILABLE`` error, it resumes at the step that failed; a retried step repeats
-    harmlessly (the stage and the shards' answers are kept under the batch's id).
+    harmlessly (the stages and the filter's answers are kept under the batch's id).
 
     Returns what the admit script returns: per request "1" if queued, else "0"; or
     "refused" when the parent's lease may not be released by this worker (nothing done).
@@ -92,20 +100,42 @@ class StagedAdmission:
         self.checks = checks
         self.rows = rows
         self.batch = uuid.uuid4().hex
-        #: The lease holding the staged batch, once step 1 is done.
-        self.lease: str | None = None
-        #: The shards' answers for ``checked_keys``, once step 2 is done.
+        #: Each partition's part: the positions of its requests, the lead's (the parent's
+        #: partition, else the first) first; once placed (step 1).
+        self.parts: dict[int, list[int]] | None = None
+        #: The lease holding each partition's staged part, once staged.
+        self.leases: dict[int, str] = {}
+        #: The filter's answers for ``checked_keys``, once step 2 is done.
         self.fresh: list[bool] | None = None
+        #: Each committed part's flags.
+        self.committed: dict[int, str] = {}
+
+    def _place(self) -> dict[int, list[int]]:
+        """Each partition's part of the batch (assigning hosts seen for the first time)."""
+        partitions = self.admission.partitions
+        parts: dict[int, list[int]] = {}
+        if self.parent is not None:
+            parts[partitions.split(self.parent)[0]] = []
+        for position, partition in enumerate(partitions.of_hosts(self.rows[1::ROW])):
+            parts.setdefault(partition, []).append(position)
+        return parts
 
     def __call__(self) -> str:
         admission = self.admission
-        scripts = admission.scripts
-        if self.lease is None:
-            args = [admission.owner, self.parent or "", self.batch, admission.lease_ttl_ms]
-            reply = text(scripts.run("stage", [*args, *self.rows]))
-            if reply == "refused":
+        partitions = admission.partitions
+        if self.parts is None:
+            self.parts = self._place()
+        lead = next(iter(self.parts), None)
+        for partition, positions in self.parts.items():
+            if partition in self.leases:
+                continue
+            parent = partitions.split(self.parent)[1] if self.parent and partition == lead else ""
+            args = [admission.owner, parent, self.batch, admission.lease_ttl_ms]
+            args += [cell for p in positions for cell in self.rows[ROW * p : ROW * p + ROW]]
+            reply = text(partitions.run(partition, "stage", args))
+            if reply == "refused":  # the lead's, staged first: nothing done
                 return reply
-            self.lease = reply
+            self.leases[partition] = reply
         if self.fresh is None:
             self.fresh = admission.seen.add_many(
                 self.checked_keys, batch_id=self.batch, reply_ttl=admission.seen_reply_ttl
@@ -113,17 +143,30 @@ class StagedAdmission:
         answers = iter(self.fresh)
         flags = "".join("1" if not check or next(answers) else "0" for check in self.checks)
         cap = admission.leases.quarantine_cap
-        status = text(scripts.run("commit", [self.lease, self.batch, flags, cap]))
-        if status == "late":
-            admission.stats.inc_value("frontier/staged_recovered", len(self.checks))
-            logger.warning(
-                "Batch %s committed after its lease expired: all its %d requests queued "
-                "(some may be fetched twice)",
-                self.batch,
-                len(self.checks),
-            )
-            return "1" * len(self.checks)
-        return flags if status == "ok" else status
+        for partition in reversed(self.parts):  # the lead's last: it releases the parent
+            if partition in self.committed:
+                continue
+            positions = self.parts[partition]
+            part_flags = "".join(flags[p] for p in positions)
+            args = [self.leases[partition], self.batch, part_flags, cap]
+            status = text(partitions.run(partition, "commit", args))
+            if status == "refused" and partition == lead:
+                return status
+            if status == "late":
+                admission.stats.inc_value("frontier/staged_recovered", len(positions))
+                logger.warning(
+                    "Batch %s committed after its lease expired: all its %d requests queued "
+                    "(some may be fetched twice)",
+                    self.batch,
+                    len(positions),
+                )
+            # Late, or refused: its lease expired and the part was queued whole.
+            self.committed[partition] = part_flags if status == "ok" else "1" * len(positions)
+        answer = [""] * len(self.checks)
+        for partition, positions in self.parts.items():
+            for position, flag in zip(positions, self.committed[partition], strict=True):
+                answer[position] = flag
+        return "".join(answer)
 
 
 class WithoutOlder:
@@ -180,7 +223,7 @@ class Admission:
 
     def __init__(
         self,
-        scripts: FrontierScripts,
+        partitions: Partitions,
         seen: ShardedBloomSeenFilter,
         keyer: RequestKeyer,
         leases: Leases,
@@ -188,7 +231,7 @@ class Admission:
         stats: StatsCollector,
         older: OlderLayers | None = None,
     ) -> None:
-        self.scripts = scripts
+        self.partitions = partitions
         self.seen = seen
         self.keyer = keyer
         self.leases = leases
@@ -297,16 +340,16 @@ class Admission:
     ) -> Callable[[], str]:
         """The call that admits the entries of ``keys`` (with their ``checks`` and queue
         ``rows``) and releases ``parent``: the admit script, or the three steps of a sharded
-        filter when some keys need checking. Raises ``REDIS_UNAVAILABLE`` errors, to be
-        called again."""
-        if len(self.seen.shards) > 1 and any(checks):
+        filter when some keys need checking, or of a partitioned queue. Raises
+        ``REDIS_UNAVAILABLE`` errors, to be called again."""
+        if self.partitions.count > 1 or (len(self.seen.shards) > 1 and any(checks)):
             checked_keys = [key for key, check in zip(keys, checks, strict=True) if check]
             return StagedAdmission(self, parent, checked_keys, checks, rows)
         bloom = self.seen.parameters  # to recreate a lost filter (admit.lua)
         args = [self.owner, parent or "", *(bloom[name] for name in BLOOM_ARGS)]
         for index, key in enumerate(keys):
             args += ["1" if checks[index] else "0", key, *rows[ROW * index : ROW * index + ROW]]
-        return partial(self.scripts.run, "admit", args)
+        return partial(self.partitions.run, 0, "admit", args)
 
     def _count_unserializable(self, request: Request, exc: RequestNotSerializable) -> None:
         self.stats.inc_value("frontier/unserializable")

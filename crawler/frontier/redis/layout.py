@@ -50,6 +50,22 @@ Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
   parameter rules and their version, so every worker keys with the same rules
   (:mod:`crawler.learning.state`).
 
+Partitions (``FRONTIER_PARTITIONS`` = N, :mod:`crawler.frontier.redis.partitions`): with N = 1
+(the default) every fixed key above is ``<prefix>:<field>``, as described. With N > 1 the
+queue, its leases and the hosts' politeness state (every fixed key but ``seen``) live N times,
+once per partition, under a partition prefix of their own instead of ``<prefix>``:
+``{<prefix without braces>:part:<i>/<N>:<salt>}``, whose hash tag the seen filter's
+slot-spreading helper (:func:`crawler.seen.sharded.shard_keys`) puts in the *i*-th N-th of the
+cluster's slots, so the partitions land on distinct masters. Each partition is one
+:class:`FrontierKeys` and the same scripts run against it. All requests of one host live in
+one partition; the crawl-wide keys that route them stay under ``<prefix>``:
+
+- ``<prefix>:partitions`` STRING: N, written by the first worker; a worker started with
+  another N refuses to start (hosts would move between partitions).
+- ``<prefix>:host_partition`` HASH: politeness host -> its partition (0 to N-1), assigned
+  once, when the host is first seen, to the partition with the fewest hosts (``assign.lua``).
+- ``<prefix>:partition_hosts`` HASH: partition -> hosts assigned to it.
+
 Keys of the seen filter (:mod:`crawler.seen.redis`, :mod:`crawler.seen.sharded`):
 ``<seen>:params`` (its parameters), ``<seen>:reply:<batch>`` (expiring answers to a batch,
 for a retry), ``<seen>:shards`` (the number of shards), and with shards each shard's own key
@@ -62,7 +78,8 @@ older, read-only ones with their rules (:mod:`crawler.seen.layers`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from functools import cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -94,6 +111,8 @@ KEY_TYPES = {
     "quarantine_order": "zset",
     "quarantine_dropped": "string",
     "limits": "hash",
+    "host_partition": "hash",
+    "partition_hosts": "hash",
 }
 
 
@@ -162,3 +181,47 @@ class FrontierKeys:
     def limits(self) -> str:
         """The crawl-wide counts for ``CLOSESPIDER_*`` limits."""
         return f"{self.prefix}:limits"
+
+    @property
+    def partitions(self) -> str:
+        """The number of partitions the crawl's queue is split into (absent: one)."""
+        return f"{self.prefix}:partitions"
+
+    @property
+    def host_partition(self) -> str:
+        """Each politeness host's partition."""
+        return f"{self.prefix}:host_partition"
+
+    @property
+    def partition_hosts(self) -> str:
+        """How many hosts each partition was assigned."""
+        return f"{self.prefix}:partition_hosts"
+
+    def partition(self, index: int, count: int) -> FrontierKeys:
+        """The keys of partition ``index`` of ``count`` (these keys themselves for one):
+        the same fields under a prefix whose hash tag lands in the ``index``-th ``count``-th
+        of the cluster's slots (see the module docstring). The seen filter stays the
+        crawl's (``seen`` is kept)."""
+        if count == 1:
+            return self
+        if not 0 <= index < count:
+            raise ValueError(f"partition {index} of {count} does not exist")
+        prefix = partition_prefixes(self.prefix, count)[index]
+        return replace(FrontierKeys.for_prefix(prefix), seen=self.seen)
+
+
+@cache
+def partition_prefixes(prefix: str, count: int) -> tuple[str, ...]:
+    """The prefixes of the ``count`` partitions of the crawl at ``prefix``: one hash tag
+    each, spread over the cluster's slots by the seen filter's helper.
+
+    >>> partition_prefixes("{site}", 1)
+    ('{site}',)
+    >>> [p.rsplit(":", 1)[0] for p in partition_prefixes("{site}", 3)]
+    ['{site:part:0/3', '{site:part:1/3', '{site:part:2/3']
+    """
+    from crawler.seen.sharded import shard_keys  # here: crawler.seen needs no frontier
+
+    if count == 1:
+        return (prefix,)
+    return tuple(shard_keys(f"{prefix}:part", count))

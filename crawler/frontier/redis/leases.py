@@ -58,9 +58,9 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
-    from crawler.frontier.lua import FrontierScripts
     from crawler.frontier.politeness import HostPoliteness
     from crawler.frontier.redis.outbox import Outbox
+    from crawler.frontier.redis.partitions import Partitions
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class Leases:
 
     def __init__(
         self,
-        scripts: FrontierScripts,
+        partitions: Partitions,
         outbox: Outbox,
         politeness: HostPoliteness,
         stats: StatsCollector,
@@ -110,7 +110,7 @@ class Leases:
         decoder: RequestDecoder = DEFAULT_DECODER,
         quarantine_cap: int = QUARANTINE_MAX,
     ) -> None:
-        self.scripts = scripts
+        self.partitions = partitions
         self.decoder = decoder
         self.quarantine_cap = quarantine_cap
         self.outbox = outbox
@@ -144,7 +144,26 @@ class Leases:
         """Lease up to ``count`` requests (best priority first, of hosts ready by
         politeness) to this worker, after putting expired leases back in the queue. Raises
         ``REDIS_UNAVAILABLE`` errors."""
-        return self.take_delivery(self.scripts.run("lease", self.lease_args(count)))
+        return self.take_delivery(self.lease_replies(count))
+
+    def lease_replies(self, count: int) -> list[tuple[int, list[Any]]]:
+        """Run the lease script for up to ``count`` requests: on the next partition in turn,
+        then on the following ones while fewer were leased than asked (every partition when
+        the crawl is short of ready requests). Each partition's reply, with its index. Raises
+        ``REDIS_UNAVAILABLE`` errors when no partition answered."""
+        replies: list[tuple[int, list[Any]]] = []
+        for partition in self.partitions.lease_order():
+            try:
+                reply = self.partitions.run(partition, "lease", self.lease_args(count))
+            except REDIS_UNAVAILABLE:
+                if not replies:
+                    raise
+                break  # keep what was leased: this partition is asked again next time
+            replies.append((partition, reply))
+            count -= (len(reply) - LEASE_REPLY_HEAD) // 3
+            if count <= 0:
+                break
+        return replies
 
     def lease_args(self, count: int) -> list[Any]:
         """The lease script's arguments for ``count`` requests."""
@@ -152,12 +171,22 @@ class Leases:
         args += [self.decoder.max_bytes, self.quarantine_cap]
         return [*args, *self.politeness.limits.script_args()]
 
-    def take_delivery(self, reply: list[Any]) -> list[Request]:
-        """Hold the requests the lease script's ``reply`` hands out; note the rest."""
-        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[LEASE_REPLY_HEAD:]
-        self.shared_sizes = int(reply[7]), int(reply[8])
-        recovered_batches, recovered = int(reply[2]), int(reply[3])
-        self.politeness.leased(int(reply[4]), int(reply[5]), int(reply[6]))
+    def take_delivery(self, replies: list[tuple[int, list[Any]]]) -> list[Request]:
+        """Hold the requests the lease script's ``replies`` (one per partition asked, see
+        :meth:`lease_replies`) hand out; note the rest."""
+        heads = [[int(value) for value in reply[:LEASE_REPLY_HEAD]] for _, reply in replies]
+        reclaimed, given_up, recovered_batches, recovered = (
+            sum(head[index] for head in heads) for index in range(4)
+        )
+        # Sizes of the partitions asked: all of them unless requests were leased (not drained).
+        self.shared_sizes = sum(head[7] for head in heads), sum(head[8] for head in heads)
+        soonest = [head[5] for head in heads if head[5] >= 0]
+        self.politeness.leased(
+            sum(head[4] for head in heads),
+            min(soonest, default=-1),
+            sum(head[6] for head in heads),
+        )
+        quarantined = sum(head[9] for head in heads)
         if recovered:
             self.stats.inc_value("frontier/staged_recovered", recovered)
         if recovered_batches:
@@ -170,11 +199,11 @@ class Leases:
         if reclaimed:
             self.stats.inc_value("frontier/reclaimed", reclaimed)
             logger.info("Requeued %d requests whose lease had expired", reclaimed)
-        if int(reply[9]):
-            self.stats.inc_value("frontier/quarantined", int(reply[9]))
+        if quarantined:
+            self.stats.inc_value("frontier/quarantined", quarantined)
             logger.warning(
                 "Quarantined %d stored requests longer than FRONTIER_MAX_REQUEST_BYTES",
-                int(reply[9]),
+                quarantined,
             )
         if given_up:
             self.stats.inc_value("frontier/given_up", given_up)
@@ -185,8 +214,8 @@ class Leases:
             )
         leased = []
         leased_at = time.monotonic()
-        for lease, stored, delay in zip(triples[::3], triples[1::3], triples[2::3], strict=True):
-            lease = text(lease)
+        for partition, request_id, stored, delay in self._triples(replies):
+            lease = self.partitions.lease_id(partition, request_id)
             try:
                 request = self.decoder.decode(stored, self.spider)
             except RequestNotLoadable as exc:
@@ -198,6 +227,15 @@ class Leases:
             leased.append(request)
         self.stats.inc_value("frontier/leased", len(leased))
         return leased
+
+    @staticmethod
+    def _triples(replies: list[tuple[int, list[Any]]]) -> list[tuple[int, Any, Any, Any]]:
+        """The leased requests of ``replies``: partition, request id, stored text, delay."""
+        return [
+            (partition, *triple)
+            for partition, reply in replies
+            for triple in zip(*[iter(reply[LEASE_REPLY_HEAD:])] * 3, strict=True)
+        ]
 
     # --- which request holds which lease -----------------------------------------------
 
@@ -269,22 +307,31 @@ class Leases:
 
     def heartbeat(self) -> None:
         """Extend the leases of requests this worker is still working on."""
-        args = self.heartbeat_args()
-        if args:
+        leases = self.to_extend()
+        if leases:
             try:
-                self.note_lost(self.scripts.run("heartbeat", args))
+                self.note_lost(self.extend(leases))
             except redis.RedisError as exc:
                 self.heartbeat_failed(exc)
 
-    def heartbeat_args(self) -> list[Any] | None:
-        """The heartbeat script's arguments (None: no lease to extend)."""
-        leases = [lease for lease in self._held if lease not in self._lost]
-        return [self.owner, self.lease_ttl_ms, *leases] if leases else None
+    def to_extend(self) -> list[str]:
+        """The leases the heartbeat extends: those held and not found lost."""
+        return [lease for lease in self._held if lease not in self._lost]
+
+    def extend(self, leases: list[str]) -> list[str]:
+        """Extend ``leases`` (the heartbeat script, once per partition); those this worker
+        no longer holds. Raises Redis' errors."""
+        lost = []
+        for partition, ids in self.partitions.by_partition(leases).items():
+            args = [self.owner, self.lease_ttl_ms, *ids]
+            replies = self.partitions.run(partition, "heartbeat", args)
+            lost += [self.partitions.lease_id(partition, request_id) for request_id in replies]
+        return lost
 
     def note_lost(self, lost: list[Any]) -> None:
         """Note the leases the heartbeat found taken over."""
         if lost:
-            self._lost.update(text(lease) for lease in lost)
+            self._lost.update(lost)
             self.stats.inc_value("frontier/lease_lost", len(lost))
             logger.warning(
                 "%d leases expired before their heartbeat (worker stalled or Redis away "
@@ -303,7 +350,10 @@ class Leases:
         if not leases:
             return 0
         try:
-            released = int(self.scripts.run("release", [self.owner, *leases]))
+            released = sum(
+                int(self.partitions.run(partition, "release", [self.owner, *ids]))
+                for partition, ids in self.partitions.by_partition(leases).items()
+            )
         except REDIS_UNAVAILABLE as exc:
             logger.warning("Cannot give back %d leases (they will expire): %s", len(leases), exc)
             return 0
@@ -358,7 +408,9 @@ class Leases:
             self.refused(lease)
             return False
 
-        deliver = partial(self.scripts.run, "fail", [self.owner, lease, url or lease, record])
+        partition, request_id = self.partitions.split(lease)
+        args = [self.owner, request_id, url or request_id, record]
+        deliver = partial(self.partitions.run, partition, "fail", args)
         self.outbox.send(Answer("fail", deliver, on_reply, after))
 
     def quarantine(self, lease: str, reason: str) -> None:
@@ -373,8 +425,9 @@ class Leases:
             self.refused(lease)
             return False
 
-        args = [self.owner, lease, reason, self.quarantine_cap]
-        deliver = partial(self.scripts.run, "quarantine", args)
+        partition, request_id = self.partitions.split(lease)
+        args = [self.owner, request_id, reason, self.quarantine_cap]
+        deliver = partial(self.partitions.run, partition, "quarantine", args)
         self.outbox.send(Answer("quarantine", deliver, on_reply))
 
     def refused(self, lease: str | None) -> None:
