@@ -14,10 +14,13 @@ request whose handling produced them (the parent), so a crash can never lose the
 - With a partitioned queue (``FRONTIER_PARTITIONS`` > 1, :mod:`.partitions`) the seen
   filter is never beside the queue and a page's links may belong to several partitions:
   every batch takes the three steps, each partition's part staged and committed in its own
-  partition. The parent's part is staged first (under its lease: refused there, nothing is
-  done) and committed last, so its lease is released only once every other part is queued; a
-  worker killed in between leaves staged parts that the partitions' next lease calls queue
-  whole (a page whose links span partitions may be fetched again after a crash, never lost).
+  partition. The parent's part (under its lease) is staged last and committed last: every
+  other part is staged before the parent's lease can be taken over by a recovery, and queued
+  before it is released. A worker killed in between leaves staged parts that the partitions'
+  next lease calls queue whole, and the parent's lease expires (fetched again) unless its
+  own part was staged: a page whose links span partitions may be fetched again after a
+  crash, never lost. When the parent's lease is refused, the parts staged already are
+  dropped again (committed with nothing to queue).
 
 An answer from a worker whose lease expired is still accepted if nobody has leased the
 request again; if another worker holds it, it is refused and dropped
@@ -77,7 +80,7 @@ def stored_form(request: Request, key: str) -> Request:
 
 class StagedAdmission:
     """Delivers one batch in the three steps a sharded filter or a partitioned queue needs
-    (module docstring): stage each partition's part of it (the parent's first), mark its
+    (module docstring): stage each partition's part of it (the parent's last), mark its
     checked keys in the filter, commit each part (the parent's last). Called again after a
     ``REDIS_UNAVAILABLE`` error, it resumes at the step that failed; a retried step repeats
     harmlessly (the stages and the filter's answers are kept under the batch's id).
@@ -126,14 +129,18 @@ class StagedAdmission:
         if self.parts is None:
             self.parts = self._place()
         lead = next(iter(self.parts), None)
-        for partition, positions in self.parts.items():
+        for partition in reversed(self.parts):  # the lead's last: it holds the parent
             if partition in self.leases:
                 continue
+            positions = self.parts[partition]
             parent = partitions.split(self.parent)[1] if self.parent and partition == lead else ""
             args = [admission.owner, parent, self.batch, admission.lease_ttl_ms]
             args += [cell for p in positions for cell in self.rows[ROW * p : ROW * p + ROW]]
             reply = text(partitions.run(partition, "stage", args))
-            if reply == "refused":  # the lead's, staged first: nothing done
+            if reply == "refused":  # only the lead's can be: drop the parts staged already
+                for staged, lease in self.leases.items():
+                    nothing = "0" * len(self.parts[staged])
+                    partitions.run(staged, "commit", [lease, self.batch, nothing, 0])
                 return reply
             self.leases[partition] = reply
         if self.fresh is None:
