@@ -26,6 +26,7 @@ from crawler.frontier.reset import crawl_keys, reset_crawl
 from crawler.frontier.status import read_status
 from crawler.redis_client import RedisSetupError
 from tests.cluster import RedisClusterServers
+from tests.test_crash import ROOT
 from tests.test_frontier_redis import stat, urls
 from tests.test_frontier_sharded import MakeWorker, WorkerKilled, make_worker, worker_factory
 
@@ -329,3 +330,32 @@ def test_status_reset_and_failures_see_every_partition(
         assert part.queue in found
     assert reset_crawl(redis_client, keys) == len(found)
     assert not list(redis_client.scan_iter("*example*"))
+
+
+def test_the_documented_acl_lets_a_partitioned_worker_crawl(redis_url: str) -> None:
+    """The ACL line of docs/security.md names the partitions' keys too."""
+    line = next(
+        text.strip()
+        for text in (ROOT / "docs" / "security.md").read_text().splitlines()
+        if text.strip().startswith("ACL SETUSER crawl-site")
+    )
+    with redis.Redis.from_url(redis_url) as admin:
+        admin.flushall()
+        admin.execute_command(*line.split())
+    try:
+        user_url = redis_url.replace("redis://", "redis://crawl-site:a-long-random-password@")
+        worker = make_worker(
+            user_url, 1, 60.0, FRONTIER_PARTITIONS=PARTITIONS, FRONTIER_KEY_PREFIX="{site}"
+        )
+        try:
+            worker.admit(None, [page for host in HOSTS[:PARTITIONS] for page in pages(host, "")])
+            leased = worker.lease(10)
+            assert len(leased) == PARTITIONS
+            for page in leased:
+                worker.admit(page, pages(host_of(page), "next"))
+            assert worker.counts()["queued"] == PARTITIONS
+        finally:
+            worker.close()
+    finally:
+        with redis.Redis.from_url(redis_url) as admin:
+            admin.acl_deluser("crawl-site")
