@@ -25,6 +25,7 @@ from crawler.frontier.redis.partitions import partition_keys
 from crawler.frontier.reset import crawl_keys, reset_crawl
 from crawler.frontier.status import read_status
 from crawler.redis_client import RedisSetupError
+from crawler.seen.rebuild import redis_frontier_urls
 from tests.cluster import RedisClusterServers
 from tests.test_crash import ROOT
 from tests.test_frontier_redis import stat, urls
@@ -359,3 +360,12 @@ def test_the_documented_acl_lets_a_partitioned_worker_crawl(redis_url: str) -> N
     finally:
         with redis.Redis.from_url(redis_url) as admin:
             admin.acl_deluser("crawl-site")
+
+
+def test_rebuild_filter_reads_the_requests_of_every_partition(workers: MakeWorker) -> None:
+    worker = workers()
+    queued = [page for host in HOSTS[:6] for page in pages(host, "", "a")]
+    worker.admit(None, queued)
+    [leased] = worker.lease(1)
+    worker.fail(leased, "gone")
+    assert sorted(redis_frontier_urls(worker.client, "{example}")) == sorted(urls(queued))

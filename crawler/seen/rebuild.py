@@ -24,6 +24,7 @@ from queuelib import queue
 
 from crawler.canonical import InvalidURL, dedupe_key
 from crawler.frontier.redis.layout import FrontierKeys
+from crawler.frontier.redis.partitions import partition_keys
 from crawler.seen.layers import (
     OLDER_DIR,
     filter_parameters,
@@ -133,18 +134,18 @@ def jobdir_queued_urls(jobdir: Path) -> Iterator[str]:
 
 
 def redis_frontier_urls(client: Client, prefix: str) -> Iterator[str]:
-    """URLs of the requests in a shared frontier: queued or leased, staged (a batch being
-    admitted through a sharded filter) or failed for good."""
-    keys = FrontierKeys.for_prefix(prefix)
-    for _id, text in client.hscan_iter(keys.requests):
-        if url := _url_of(text):
-            yield url
-    for _lease, text in client.hscan_iter(keys.staged):
-        for request_json in _staged_requests(text):
-            if isinstance(request_json, str) and (url := _url_of(request_json)):
+    """URLs of the requests in a shared frontier (every partition of its queue): queued or
+    leased, staged (a batch being admitted through a sharded filter) or failed for good."""
+    for keys in partition_keys(client, FrontierKeys.for_prefix(prefix)):
+        for _id, text in client.hscan_iter(keys.requests):
+            if url := _url_of(text):
                 yield url
-    for url, _record in client.hscan_iter(keys.failed):
-        yield url.decode() if isinstance(url, bytes) else url
+        for _lease, text in client.hscan_iter(keys.staged):
+            for request_json in _staged_requests(text):
+                if isinstance(request_json, str) and (url := _url_of(request_json)):
+                    yield url
+        for url, _record in client.hscan_iter(keys.failed):
+            yield url.decode() if isinstance(url, bytes) else url
 
 
 def _batches(keys: Iterable[str]) -> Iterator[list[str]]:
