@@ -6,6 +6,7 @@ the default of one partition leaving the layout as it was."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -30,6 +31,7 @@ from tests.cluster import RedisClusterServers
 from tests.test_crash import ROOT
 from tests.test_frontier_redis import stat, urls
 from tests.test_frontier_sharded import MakeWorker, WorkerKilled, make_worker, worker_factory
+from tests.test_quarantine import inject, scrapy
 
 PARTITIONS = 3
 SHORT_TTL = 0.4
@@ -369,3 +371,35 @@ def test_rebuild_filter_reads_the_requests_of_every_partition(workers: MakeWorke
     [leased] = worker.lease(1)
     worker.fail(leased, "gone")
     assert sorted(redis_frontier_urls(worker.client, "{example}")) == sorted(urls(queued))
+
+
+def test_backoff_pauses_a_host_in_its_partition_for_every_worker(workers: MakeWorker) -> None:
+    first, second = workers(), workers()
+    paused, other = HOSTS[0], HOSTS[1]
+    first.admit(None, pages(paused, "a") + pages(other, "a"))
+    assert first.politeness.pause(paused, 30) > 29
+    part = second.partitions.keys_of(paused)
+    assert second.client.zscore(part.host_paused, paused) is not None
+    assert second.politeness.paused_for(paused) > 29
+    assert [host_of(page) for page in second.lease(10)] == [other]
+    assert second.politeness.strike(paused) == 1
+    assert second.client.hget(part.host_strikes, paused) == b"1"
+
+
+def test_frontier_command_shows_and_takes_partition_qualified_quarantine_ids(
+    redis_url: str, workers: MakeWorker
+) -> None:
+    worker = workers(FRONTIER_KEY_PREFIX="{site}")
+    for index in (1, 2):
+        inject(worker.client, worker.partitions.keys[index], b"{not json")
+    assert worker.lease(10) == []
+    settings = ("-s", f"REDIS_URL={redis_url}")
+    status = scrapy("frontier", "site", *settings)
+    assert "quarantined: 2 (see --quarantine)" in status.stdout, status.stderr
+    listed = scrapy("frontier", "site", "--quarantine", "--json", *settings)
+    ids = [json.loads(line)["id"] for line in listed.stdout.splitlines()]
+    assert ids == ["00000000000001@1", "00000000000001@2"]
+    dropped = scrapy("frontier", "site", "--drop-quarantined", ids[1], *settings)
+    assert dropped.stdout.strip() == "1 dropped"
+    assert worker.client.hlen(worker.partitions.keys[1].quarantine) == 1
+    assert worker.client.hlen(worker.partitions.keys[2].quarantine) == 0
