@@ -22,7 +22,7 @@ from scrapy import Request
 from crawler.frontier.politeness import HostLimits
 from crawler.frontier.redis import RedisFrontier
 from crawler.frontier.redis.layout import FrontierKeys, partition_prefixes
-from crawler.frontier.redis.partitions import partition_keys
+from crawler.frontier.redis.partitions import partition_count, partition_keys
 from crawler.frontier.reset import crawl_keys, reset_crawl
 from crawler.frontier.status import read_status
 from crawler.redis_client import RedisSetupError
@@ -403,3 +403,26 @@ def test_frontier_command_shows_and_takes_partition_qualified_quarantine_ids(
     assert dropped.stdout.strip() == "1 dropped"
     assert worker.client.hlen(worker.partitions.keys[1].quarantine) == 1
     assert worker.client.hlen(worker.partitions.keys[2].quarantine) == 0
+
+
+def test_no_warning_when_partitions_land_on_every_master(
+    cluster_workers: MakeWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The suite's cluster splits its slots evenly (``redis-cli --cluster create``)."""
+    cluster_workers(FRONTIER_PARTITIONS=6)
+    assert "land on" not in caplog.text
+
+
+def test_a_warning_names_partitions_crowded_on_one_master(
+    redis_cluster: RedisClusterServers,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Slots split unevenly (here: every partition's slot answered by one master)."""
+    redis_cluster.flushall()
+    client = redis_cluster.cluster_client()
+    first = client.get_primaries()[0]
+    monkeypatch.setattr(client, "get_node_from_key", lambda key: first)
+    partition_count(client, FrontierKeys.for_prefix("{example}"), PARTITIONS)
+    assert f"land on 1 of the cluster's 3 masters ({first.name}: 3)" in caplog.text
+    client.close()

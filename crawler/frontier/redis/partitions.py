@@ -24,9 +24,12 @@ call are as without partitions.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import logging
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
+
+import redis as redis_py
 
 from crawler.frontier.lua import FrontierScripts
 from crawler.frontier.redis.leases import text
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     import redis
 
     from crawler.frontier.redis.layout import FrontierKeys
+
+logger = logging.getLogger(__name__)
 
 #: Joins a request id and its partition in a lease id held by a worker.
 PARTITION_MARK = "@"
@@ -59,14 +64,39 @@ def partition_count(client: redis.Redis, keys: FrontierKeys, count: int) -> int:
             f"partitions, but FRONTIER_PARTITIONS is {count}: set FRONTIER_PARTITIONS="
             f"{int(recorded)}, or reset the crawl (scrapy frontier --reset) to start over."
         )
+    _warn_if_sharing_masters(client, keys, count)
     return count
+
+
+def _warn_if_sharing_masters(client: redis.Redis, keys: FrontierKeys, count: int) -> None:
+    """On a cluster, warn when partitions share a master while others have none (a cluster
+    whose slots are not split evenly, as ``redis-cli --cluster create`` splits them): the
+    tags are fixed, so every worker agrees on them whatever the cluster's current shape."""
+    if count == 1 or not isinstance(client, redis_py.RedisCluster):
+        return
+    masters = {node.name for node in client.get_primaries()}
+    used = Counter(client.get_node_from_key(part.queue).name for part in _all(keys, count))
+    if len(used) < min(count, len(masters)):
+        logger.warning(
+            "The %d queue partitions of %s land on %d of the cluster's %d masters (%s): "
+            "its slots are not split evenly. Rebalance the slots (redis-cli --cluster "
+            "rebalance) to spread the queue over every master.",
+            count,
+            keys.prefix,
+            len(used),
+            len(masters),
+            ", ".join(f"{name}: {parts}" for name, parts in sorted(used.items())),
+        )
+
+
+def _all(keys: FrontierKeys, count: int) -> list[FrontierKeys]:
+    return [keys.partition(index, count) for index in range(count)]
 
 
 def partition_keys(client: redis.Redis, keys: FrontierKeys) -> list[FrontierKeys]:
     """The keys of every partition of the crawl at ``keys``, as recorded (for commands
     that read a crawl: status, quarantine, reset)."""
-    count = int(client.get(keys.partitions) or 1)
-    return [keys.partition(index, count) for index in range(count)]
+    return _all(keys, int(client.get(keys.partitions) or 1))
 
 
 class Partitions:
@@ -78,7 +108,7 @@ class Partitions:
     ) -> None:
         names = tuple(scripts)
         self.count = count
-        self.keys = [keys.partition(index, count) for index in range(count)]
+        self.keys = _all(keys, count)
         self.scripts = [FrontierScripts(client, part_keys, names) for part_keys in self.keys]
         self._assign = FrontierScripts(client, keys, ("assign",)) if count > 1 else None
         #: Hosts whose partition this worker knows (an assignment never changes).
