@@ -426,3 +426,15 @@ def test_a_warning_names_partitions_crowded_on_one_master(
     partition_count(client, FrontierKeys.for_prefix("{example}"), PARTITIONS)
     assert f"land on 1 of the cluster's 3 masters ({first.name}: 3)" in caplog.text
     client.close()
+
+
+def test_a_mangled_partition_count_is_a_clear_error(workers: MakeWorker) -> None:
+    worker = workers()
+    worker.client.set(worker.keys.partitions, "three")
+    with pytest.raises(RedisSetupError, match="holds 'three', not a number of partitions"):
+        workers()
+    with pytest.raises(RedisSetupError, match="not a number of partitions"):
+        partition_keys(worker.client, worker.keys)
+    worker.admit(None, pages(HOSTS[0], ""))
+    assert reset_crawl(worker.client, worker.keys) > 0  # the way out the error names
+    assert not list(worker.client.scan_iter("*example*"))

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 import redis
 
 from crawler.frontier.redis.layout import FrontierKeys
-from crawler.frontier.redis.partitions import partition_keys
 from crawler.seen.sharded import shard_keys
 
 #: Keys deleted per command.
@@ -60,9 +59,9 @@ def reporting_workers(client: redis.Redis, keys: FrontierKeys) -> list[str]:
 
 def crawl_keys(client: redis.Redis, keys: FrontierKeys) -> Iterator[str]:
     """Every Redis key holding the crawl's shared state (see the module docstring)."""
-    patterns = [f"{glob_escape(part.prefix)}:*" for part in partition_keys(client, keys)]
-    if patterns[0] != f"{glob_escape(keys.prefix)}:*":  # partitions: the crawl's own keys too
-        patterns.append(f"{glob_escape(keys.prefix)}:*")
+    # Every partition's keys whatever their number (even if its record was overwritten).
+    stem = keys.prefix.replace("{", "").replace("}", "")
+    patterns = [f"{glob_escape(keys.prefix)}:*", f"{{{glob_escape(stem)}:part:*/*:*}}:*"]
     shards = int(client.get(f"{keys.seen}:shards") or 1)
     if shards > 1:
         patterns += [f"{glob_escape(shard)}*" for shard in shard_keys(keys.seen, shards)]

@@ -29,15 +29,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import redis as redis_py
+import redis
 
 from crawler.frontier.lua import FrontierScripts
 from crawler.frontier.redis.leases import text
 from crawler.redis_client import RedisSetupError, describe
 
 if TYPE_CHECKING:
-    import redis
-
     from crawler.frontier.redis.layout import FrontierKeys
 
 logger = logging.getLogger(__name__)
@@ -58,7 +56,7 @@ def partition_count(client: redis.Redis, keys: FrontierKeys, count: int) -> int:
         recorded = client.get(keys.partitions)
     else:
         recorded = client.set(keys.partitions, count, nx=True, get=True)
-    if recorded is not None and int(recorded) != count:
+    if recorded is not None and _recorded(client, keys, recorded) != count:
         raise RedisSetupError(
             f"the crawl {keys.prefix} at {describe(client)} is split into {int(recorded)} "
             f"partitions, but FRONTIER_PARTITIONS is {count}: set FRONTIER_PARTITIONS="
@@ -72,7 +70,7 @@ def _warn_if_sharing_masters(client: redis.Redis, keys: FrontierKeys, count: int
     """On a cluster, warn when partitions share a master while others have none (a cluster
     whose slots are not split evenly, as ``redis-cli --cluster create`` splits them): the
     tags are fixed, so every worker agrees on them whatever the cluster's current shape."""
-    if count == 1 or not isinstance(client, redis_py.RedisCluster):
+    if count == 1 or not isinstance(client, redis.RedisCluster):
         return
     masters = {node.name for node in client.get_primaries()}
     used = Counter(client.get_node_from_key(part.queue).name for part in _all(keys, count))
@@ -89,6 +87,16 @@ def _warn_if_sharing_masters(client: redis.Redis, keys: FrontierKeys, count: int
         )
 
 
+def _recorded(client: redis.Redis, keys: FrontierKeys, value: bytes | str) -> int:
+    """The number of partitions recorded as ``value``; a clear error if it is not one."""
+    if not text(value).isdigit() or not 1 <= int(value) <= MAX_PARTITIONS:
+        raise RedisSetupError(
+            f"{keys.partitions} at {describe(client)} holds {text(value)[:40]!r}, not a number "
+            "of partitions: reset the crawl (scrapy frontier --reset), or set it right"
+        )
+    return int(value)
+
+
 def _all(keys: FrontierKeys, count: int) -> list[FrontierKeys]:
     return [keys.partition(index, count) for index in range(count)]
 
@@ -96,7 +104,8 @@ def _all(keys: FrontierKeys, count: int) -> list[FrontierKeys]:
 def partition_keys(client: redis.Redis, keys: FrontierKeys) -> list[FrontierKeys]:
     """The keys of every partition of the crawl at ``keys``, as recorded (for commands
     that read a crawl: status, quarantine, reset)."""
-    return _all(keys, int(client.get(keys.partitions) or 1))
+    recorded = client.get(keys.partitions)
+    return _all(keys, 1 if recorded is None else _recorded(client, keys, recorded))
 
 
 class Partitions:
