@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from crawler.frontier import META_CHECKED, META_KEY
 from crawler.frontier.keys import was_checked
 from crawler.frontier.politeness import HOST_META, politeness_key
-from crawler.frontier.redis.leases import text, without_lease
+from crawler.frontier.redis.leases import refused_batch, text, without_lease
 from crawler.frontier.redis.outbox import Answer
 from crawler.frontier.serialize import RequestNotSerializable, request_to_json
 from crawler.seen.layers import OlderLayers
@@ -256,14 +256,10 @@ class Admission:
         admitted: list[Request] = []
         late = False
 
-        def on_reply(reply: bytes | str) -> bool:
-            flags = text(reply)
-            if flags == "refused":
-                self.leases.refused(parent)
-                return False
+        def on_accepted(reply: bytes | str) -> None:
             if parent is not None:
                 self.stats.inc_value("frontier/acked")
-            fresh = [flag == "1" for flag in flags]
+            fresh = [flag == "1" for flag in text(reply)]
             self.stats.inc_value("frontier/enqueued", sum(fresh))
             new_ones = self.keyer.verdicts(entries, fresh)
             admitted.extend(new_ones)
@@ -274,8 +270,8 @@ class Admission:
                 self.on_verdict(new_ones, duplicates if late or not dropped_by_caller else [])
             if late and duplicates and on_late_duplicates is not None:
                 on_late_duplicates(duplicates)
-            return True
 
+        on_reply = self.leases.reply_handler(parent, refused=refused_batch, accepted=on_accepted)
         keys = [key for _, key in entries]
         if self.older and any(checks):
             deliver: Callable[[], Any] = WithoutOlder(self, parent, entries, checks, rows)

@@ -54,6 +54,8 @@ from crawler.frontier.redis.quarantine import QUARANTINE_MAX
 from crawler.frontier.serialize import RequestNotSerializable, request_to_json
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy import Request, Spider
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
@@ -75,6 +77,18 @@ LEASE_REPLY_HEAD = 10
 def text(value: bytes | str) -> str:
     """A Redis reply as text, whether or not the client decodes responses."""
     return value.decode() if isinstance(value, bytes) else value
+
+
+def none_done(reply: int | bytes | str) -> bool:
+    """Whether a script answering how many requests it updated (fail, quarantine) refused
+    this worker's answer: 0, the lease was not this worker's to answer."""
+    return not int(reply)
+
+
+def refused_batch(reply: bytes | str) -> bool:
+    """Whether a script answering a batch's flags (admit, stage and commit) refused this
+    worker's answer: "refused", the parent's lease was not this worker's to release."""
+    return text(reply) == "refused"
 
 
 def without_lease(meta: dict[str, Any]) -> dict[str, Any]:
@@ -350,13 +364,11 @@ class Leases:
             }
         )
 
-        def on_reply(reply: int) -> bool:
-            if int(reply):
-                self.stats.inc_value("frontier/failed")
-                logger.info("Request %s failed for good: %s", url or lease, reason)
-                return True
-            self.refused(lease)
-            return False
+        def counted(_: int) -> None:
+            self.stats.inc_value("frontier/failed")
+            logger.info("Request %s failed for good: %s", url or lease, reason)
+
+        on_reply = self.reply_handler(lease, refused=none_done, accepted=counted)
 
         deliver = partial(self.scripts.run, "fail", [self.owner, lease, url or lease, record])
         self.outbox.send(Answer("fail", deliver, on_reply, after))
@@ -367,15 +379,32 @@ class Leases:
         self.stats.inc_value("frontier/quarantined")
         logger.warning("Quarantined stored request %s: %s", lease, reason)
 
-        def on_reply(reply: int) -> bool:
-            if int(reply):
-                return True
-            self.refused(lease)
-            return False
+        on_reply = self.reply_handler(lease, refused=none_done)
 
         args = [self.owner, lease, reason, self.quarantine_cap]
         deliver = partial(self.scripts.run, "quarantine", args)
         self.outbox.send(Answer("quarantine", deliver, on_reply))
+
+    def reply_handler(
+        self,
+        lease: str | None,
+        *,
+        refused: Callable[[Any], bool],
+        accepted: Callable[[Any], None] | None = None,
+    ) -> Callable[[Any], bool]:
+        """The ``on_reply`` of an :class:`Answer` for ``lease``: a reply that ``refused``
+        says is a refusal is noted (:meth:`refused`) and dropped (False); any other goes to
+        ``accepted`` (True)."""
+
+        def on_reply(reply: Any) -> bool:
+            if refused(reply):
+                self.refused(lease)
+                return False
+            if accepted is not None:
+                accepted(reply)
+            return True
+
+        return on_reply
 
     def refused(self, lease: str | None) -> None:
         """Redis refused this worker's answer for ``lease``."""
