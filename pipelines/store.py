@@ -217,6 +217,20 @@ def _shortener_answer(row: dict[str, Any]) -> ShortenerAnswer:
     return ShortenerAnswer(row["short_url"], row["status"], row["location"], row["answered_at"])
 
 
+def _page_row(page: PageRecord) -> dict[str, Any]:
+    """``page``'s row in ``pages`` (its content fingerprint columns aside)."""
+    return {
+        "id": record_id(page.fetch_url),
+        "fetch_url": page.fetch_url,
+        "final_url": page.final_url,
+        "key": page.key,
+        "status": page.status,
+        "chain_id": page.chain_id,
+        "flag": page.flag,
+        "fetched_at": page.at,
+    }
+
+
 def record_id(*parts: str | None) -> str:
     """Stable primary key for a natural key of (possibly very long) URLs."""
     text = "\x1f".join(part or "" for part in parts)
@@ -484,19 +498,7 @@ class SqlRecordStore:
                 self._flush_failed(exc)
 
     def add_page(self, page: PageRecord) -> None:
-        self._buffer(
-            "pages",
-            {
-                "id": record_id(page.fetch_url),
-                "fetch_url": page.fetch_url,
-                "final_url": page.final_url,
-                "key": page.key,
-                "status": page.status,
-                "chain_id": page.chain_id,
-                "flag": page.flag,
-                "fetched_at": page.at,
-            },
-        )
+        self._buffer("pages", _page_row(page))
 
     def add_chain(self, chain: Chain) -> None:
         if chain.outcome is None:
@@ -585,14 +587,7 @@ class SqlRecordStore:
         self._buffer(
             "fingerprints",
             {
-                "id": record_id(page.fetch_url),
-                "fetch_url": page.fetch_url,
-                "final_url": page.final_url,
-                "key": page.key,
-                "status": page.status,
-                "chain_id": page.chain_id,
-                "flag": page.flag,
-                "fetched_at": page.at,
+                **_page_row(page),
                 "content_hash": content.exact,
                 "content_minhash": content.minhash,
                 "content_norm": content.norm,
