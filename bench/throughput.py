@@ -72,7 +72,7 @@ from pathlib import Path
 import redis
 
 from crawler.frontier.redis.layout import FrontierKeys
-from tests.servers import RedisServer, free_port
+from tests.servers import ProcessService, RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = Path("/usr/share/doc/python3.11/html")
@@ -107,21 +107,20 @@ class Crawl:
 # --- the site --------------------------------------------------------------------------
 
 
-class Site:
+class Site(ProcessService):
     """A private nginx serving ``root`` on a free loopback port, logging each request."""
 
     def __init__(self, root: Path) -> None:
+        super().__init__("bench-site-")
         self.root = root
-        self.dir = Path(tempfile.mkdtemp(prefix="bench-site-"))
         self.port = free_port()
         self.log = self.dir / "access.log"
-        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/index.html"
 
-    def __enter__(self) -> Site:
+    def start(self) -> Site:
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         if not Path(nginx).exists():
             raise SystemExit("nginx not found: apt-get install -y nginx")
@@ -152,24 +151,15 @@ class Site:
                 }}
             """)
         )
-        self._process = subprocess.Popen([nginx, "-c", str(config), "-p", str(self.dir)])
-        deadline = time.monotonic() + 10
-        while not self.log.exists():
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"nginx did not start: {(self.dir / 'error.log').read_text()}")
-            time.sleep(0.1)
+        self._spawn([nginx, "-c", str(config), "-p", str(self.dir)])
+        if not self._wait_until(self.log.exists, 10, pause=0.1):
+            raise SystemExit(f"nginx did not start: {(self.dir / 'error.log').read_text()}")
         return self
 
     def requests(self) -> int:
         """Requests answered so far."""
         with self.log.open("rb") as log:
             return sum(1 for _ in log)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            self._process.wait(timeout=10)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # --- measuring -------------------------------------------------------------------------
