@@ -765,17 +765,16 @@ class SqlRecordStore:
     def close(self) -> Deferred[None] | None:
         """Write everything buffered (:meth:`commit_all`), then release connections. In a
         crawl, off Twisted's loop: the returned Deferred fires once done (``spider_closed``
-        receivers may return one; Scrapy waits for it before the process exits)."""
+        receivers may return one; Scrapy waits for it before the process exits). The thread
+        stays, idle, for writes that come later (a fingerprint computed while the spider
+        closes), in order; it ends with the process. Shutting it down here would wait on
+        the loop for such a write."""
         if self.background is None:
             self.flush()
             self.engine.dispose()
             return None
         background = self.background
-        closing = self.commit_all()
-        closing.addCallback(lambda _: background.run(self.engine.dispose))
-        # The thread is idle by now: shutting it down returns at once.
-        closing.addBoth(lambda result: (background.close(), result)[1])
-        return closing
+        return self.commit_all().addCallback(lambda _: background.run(self.engine.dispose))
 
     # --- reading -------------------------------------------------------------------------
 
