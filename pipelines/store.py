@@ -731,14 +731,23 @@ class SqlRecordStore:
         ``flush_interval`` seconds, logged, for up to ``close_timeout`` seconds): what the
         crawl recorded last must outlive the process. In a crawl the writes run in the
         background thread, after the flushes handed over before (a failed one's rows are back
-        in the buffer by then), and the Deferred fires on the loop once they are committed."""
+        in the buffer by then), and the Deferred fires on the loop once they are committed.
+        Given up on, the rows are buffered again and the Deferred fails."""
         if self.background is None:
-            return maybeDeferred(self._write_until_committed, self._take())
-        background = self.background
-        earlier = background.run(lambda: None)
-        return earlier.addCallback(
-            lambda _: background.run(self._write_until_committed, self._take())
-        )
+            return self._commit(self._take())
+        earlier = self.background.run(lambda: None)
+        return earlier.addCallback(lambda _: self._commit(self._take()))
+
+    def _commit(self, rows: Rows) -> Deferred[None]:
+        if self.background is None:
+            writing = maybeDeferred(self._write_until_committed, rows)
+        else:
+            writing = self.background.run(self._write_until_committed, rows)
+        return writing.addErrback(self._given_up, rows)
+
+    def _given_up(self, failure: Failure, rows: Rows) -> Failure:
+        self._restore(rows)
+        return failure
 
     def _write_until_committed(self, rows: Rows) -> None:
         """:meth:`_write`, tried again while the database stays away, up to
