@@ -77,4 +77,5 @@ class LoopStallMeter:
         if self._timer.running:
             self._timer.stop()
         self.report()
-        logger.info("Twisted's loop: longest stall %d ms, closing included", self.longest * 1000)
+        longest_ms = round(self.longest * 1000)
+        logger.info("Twisted's loop: longest stall %d ms, closing included", longest_ms)

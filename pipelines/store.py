@@ -11,8 +11,9 @@ the flush is retried every ``STORE_FLUSH_INTERVAL`` seconds; the crawl goes on.
 Writes run in the store's background thread, never on Twisted's loop, one transaction per
 batch: about 17,000 records/s into SQLite and 9,000/s into a local PostgreSQL, against the 3-5
 records a fetched page produces. The last flush, when the spider closes, is retried while the
-database stays away (a locked file, a restarting server) and Scrapy waits for it: the process
-exits once every record is written.
+database stays away (a locked file, a restarting server), up to ``DEFAULT_CLOSE_TIMEOUT``
+seconds, and Scrapy waits for it: the process exits once every record is written (or, past
+that, with an error saying how many were not).
 """
 
 from __future__ import annotations
@@ -731,8 +732,9 @@ class SqlRecordStore:
         ``flush_interval`` seconds, logged, for up to ``close_timeout`` seconds): what the
         crawl recorded last must outlive the process. In a crawl the writes run in the
         background thread, after the flushes handed over before (a failed one's rows are back
-        in the buffer by then), and the Deferred fires on the loop once they are committed.
-        Given up on, the rows are buffered again and the Deferred fails."""
+        in the buffer by then), and the Deferred fires on the loop once they are committed,
+        or once given up on (logged, a line with the count: no traceback at the user; the
+        rows are buffered again)."""
         if self.background is None:
             return self._commit(self._take())
         earlier = self.background.run(lambda: None)
@@ -745,9 +747,9 @@ class SqlRecordStore:
             writing = self.background.run(self._write_until_committed, rows)
         return writing.addErrback(self._given_up, rows)
 
-    def _given_up(self, failure: Failure, rows: Rows) -> Failure:
+    def _given_up(self, failure: Failure, rows: Rows) -> None:
         self._restore(rows)
-        return failure
+        failure.trap(OperationalError)  # logged by _write_until_committed
 
     def _write_until_committed(self, rows: Rows) -> None:
         """:meth:`_write`, tried again while the database stays away, up to
