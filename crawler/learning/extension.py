@@ -36,6 +36,7 @@ from crawler.canonical import InvalidURL, dedupe_key
 from crawler.content.extension import content_fingerprinted
 from crawler.content.fingerprint import OK
 from crawler.frontier import frontier_for
+from crawler.frontier.keys import carried_key, key_host
 from crawler.learning.evidence import CounterExample, Page, ParamEvidence, Proposal, split_key
 from crawler.learning.state import (
     Learned,
@@ -149,9 +150,7 @@ class ParamRuleLearning:
         """Compare a freshly fingerprinted page with the pages it differs from by one
         parameter; propose, apply or revoke rules accordingly."""
         try:
-            # Evidence is about the parameters as written: keys without the learned rules,
-            # or a page merged by a wrong rule would be blamed on another parameter.
-            key = dedupe_key(page.final_url, self.live.without_learned())
+            key = self._plain_key(page.final_url, request)
         except InvalidURL:
             return
         fetched = Page(page.final_url, key, content.exact, content.kind, page.status)
@@ -165,6 +164,18 @@ class ParamRuleLearning:
         for host, name in sorted(touched):
             for proposal in self.evidence.proposals(host, name):
                 self._propose(proposal)
+
+    def _plain_key(self, url: str, request: Request) -> str:
+        """The key of the fetched ``url`` without the learned rules: evidence is about the
+        parameters as written, or a page merged by a wrong rule would be blamed on another
+        parameter. The key the request carries when it is that one (no learned rule touches
+        its host), so a page is not keyed twice; else made anew."""
+        plain = self.live.without_learned()
+        if url == request.url and request.method == "GET":
+            carried = carried_key(request, plain)
+            if carried is not None and not self.live.touches(key_host(carried)):
+                return carried
+        return dedupe_key(url, plain)
 
     def _recheck(self, fetched: Page, recheck: dict[str, Any]) -> None:
         """A URL an applied rule merged, fetched anyway: same content as its key's page?"""

@@ -186,6 +186,19 @@ class LiveRules:
         """The crawl's rules without the learned ones, under the same key prefix."""
         return self._plain
 
+    def touches(self, host: str | None) -> bool:
+        """True if a learned rule may change the keys of ``host`` (as stage 1 spells it):
+        a rule of that host or of a domain above it. A key of a host no learned rule
+        touches is the same with and without them, so it need not be made again.
+
+        Reads the rules as of the last :meth:`current`."""
+        if host is None:
+            return False
+        return any(
+            host == scope_host or host.endswith("." + scope_host)
+            for scope_host in (scope.partition("/")[0] for scope in self.learned)
+        )
+
     def reload(self) -> None:
         self.version, self.learned = self.state.load()
         full = DEFAULT_RULES.with_host_rules(combined_host_rules(self.user_rules, self.learned))

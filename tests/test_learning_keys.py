@@ -1,0 +1,89 @@
+"""Learning keys a page again only when a learned rule may change its key: otherwise it
+reuses the key the request carries (issue 8: each URL keyed once)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from scrapy import Request
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+import crawler.learning.extension
+from crawler.canonical import dedupe_key
+from crawler.frontier.keys import carry_key
+from crawler.learning.extension import ParamRuleLearning
+from crawler.learning.state import LiveRules, MemoryRuleState
+from crawler.spiders.site import SiteSpider
+
+
+def live_with(learned: dict[str, list[str]]) -> LiveRules:
+    state = MemoryRuleState()
+    assert state.publish(0, learned)
+    live = LiveRules(Settings(), state)
+    live.current()
+    return live
+
+
+def test_a_learned_rule_touches_its_host_and_subdomains_only() -> None:
+    live = live_with({"e.org/docs/*": ["from"]})
+    assert live.touches("e.org") and live.touches("www.e.org")
+    assert not live.touches("ee.org") and not live.touches("org") and not live.touches(None)
+    assert not live_with({}).touches("e.org")
+
+
+@pytest.fixture
+def learning(monkeypatch: pytest.MonkeyPatch) -> tuple[ParamRuleLearning, list[str]]:
+    """A learner whose own keying is counted (URLs it keys)."""
+    keyed: list[str] = []
+    original = crawler.learning.extension.dedupe_key
+
+    def counted(url: str, *args: Any) -> str:
+        keyed.append(url)
+        return original(url, *args)
+
+    monkeypatch.setattr(crawler.learning.extension, "dedupe_key", counted)
+    learner = ParamRuleLearning(get_crawler(SiteSpider), "apply", 3)
+    learner.live.current()
+    return learner, keyed
+
+
+def carrying(url: str) -> Request:
+    request = Request(url)
+    carry_key(request, dedupe_key(url))
+    return request
+
+
+def test_evidence_keys_reuse_the_carried_key_when_no_learned_rule_applies(
+    learning: tuple[ParamRuleLearning, list[str]],
+) -> None:
+    learner, keyed = learning
+    url = "https://e.org/a?from=nav&utm_source=x"
+    assert learner._plain_key(url, carrying(url)) == dedupe_key(url)
+    assert keyed == []
+    # A rule learned for another host changes nothing here: still the carried key.
+    learner._change_rules(lambda learned: {"other.org": ["from"]})
+    learner.live.current()
+    assert learner._plain_key(url, carrying(url)) == dedupe_key(url)
+    assert keyed == []
+    # A URL other than the request's (or no key carried) is keyed: once.
+    assert learner._plain_key("https://e.org/b", carrying(url)) == dedupe_key("https://e.org/b")
+    assert learner._plain_key(url, Request(url)) == dedupe_key(url)
+    assert keyed == ["https://e.org/b", url]
+
+
+def test_on_a_host_with_a_learned_rule_evidence_keys_keep_the_parameter(
+    learning: tuple[ParamRuleLearning, list[str]],
+) -> None:
+    learner, keyed = learning
+    learner._change_rules(lambda learned: {"e.org": ["from"]})
+    rules = learner.live.current()
+    url = "https://e.org/a?from=nav"
+    request = Request(url)
+    carry_key(request, dedupe_key(url, rules))  # as the frontier keyed it: without from
+    assert request.meta["dedupe_key"].endswith("e.org/a")
+    # Evidence is about the parameters as written: keyed again, without the learned rule.
+    key = learner._plain_key(url, request)
+    assert key == dedupe_key(url, learner.live.without_learned()) and key.endswith("?from=nav")
+    assert keyed == [url]
