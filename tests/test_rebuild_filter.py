@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ from crawler.frontier.memory import MemoryFrontier
 from crawler.frontier.redis import RedisFrontier
 from crawler.frontier.serialize import request_to_json
 from crawler.redis_client import redis_from_url
+from crawler.seen.joblock import LOCK_FILE, JobdirBusy, JobdirLock
 from crawler.seen.layers import (
     RulesMismatch,
     read_manifest,
@@ -32,7 +37,7 @@ from crawler.spiders.site import SiteSpider
 from pipelines.records import UrlAlias
 from pipelines.store import SqlRecordStore
 from tests.httpserver import Page, TestServer, html
-from tests.redirect_server import scrapy
+from tests.redirect_server import ROOT, SCRAPY, scrapy
 
 #: The rule change under test: ``ref`` becomes a tracking parameter on the test host.
 STRIP_REF = {"127.0.0.1": {"strip": ["ref"]}}
@@ -117,6 +122,7 @@ def test_embedded_rebuild_on_jobdir(tmp_path: Path) -> None:
     frontier = memory_frontier(settings)
     # Only the old filter knew /private/x (refused by robots.txt, never recorded): still seen.
     assert urls_admitted(frontier, server.url, "/private/x", "/a?ref=9", "/new") == {"/new"}
+    frontier.close()
 
     # The old rules no longer fit the filter: refused with the fix, not a silent recrawl.
     with pytest.raises(RulesMismatch, match="rebuild-filter"):
@@ -246,3 +252,69 @@ def test_jobdir_queue_is_read_without_being_consumed(tmp_path: Path) -> None:
         f"{BASE}/lifo/2",
     ]
     assert {path: path.stat().st_size for path in root.rglob("*") if path.is_file()} == sizes
+
+
+def test_rebuild_refuses_while_a_crawl_runs_on_the_jobdir(tmp_path: Path) -> None:
+    jobdir, store = tmp_path / "job", f"sqlite:///{tmp_path / 'store.sqlite'}"
+    routes = {"/": html(*(f"/p{i}?ref=1" for i in range(40))), "/robots.txt": ROBOTS}
+    routes |= {f"/p{i}?ref=1": html() for i in range(40)}
+    common = ("-s", f"JOBDIR={jobdir}", "-s", f"STORE_URL={store}")
+    command = ("rebuild-filter", "site", *common, "-s", f"CANON_HOST_RULES={json.dumps(STRIP_REF)}")
+    with TestServer(routes, delay=0.3) as server:
+        running = subprocess.Popen(
+            [*SCRAPY, "crawl", "site", "-a", f"start_url={server.url}/", *common,
+             "-s", "CONCURRENT_REQUESTS=1"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while "scrapy crawl" not in _read(jobdir / LOCK_FILE):
+                assert running.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+            while len(server.paths()) < 3:  # the crawl is under way: its filter exists
+                assert running.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+            refused = scrapy(*command, "--allow-merges")
+            assert refused.returncode == 2, refused.stdout + refused.stderr
+            (line,) = refused.stderr.strip().splitlines()
+            assert line.startswith(f"error: {jobdir} is in use by scrapy crawl (pid {running.pid})")
+            assert "Rebuilt" not in refused.stdout
+            assert not (jobdir / "seen-older").exists() and not (jobdir / "seen.rebuild").exists()
+            assert running.poll() is None  # the crawl goes on
+        finally:
+            running.send_signal(signal.SIGINT)  # pauses the crawl, as Ctrl-C does
+            _, errors = running.communicate(timeout=120)
+        assert running.returncode == 0, errors[-3000:]
+        # Stopped: the rebuild runs.
+        done = scrapy(*command, "--allow-merges")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Rebuilt the seen filter" in done.stdout
+
+
+def test_a_process_holding_the_jobdir_lock_is_named_and_released_by_its_death(
+    tmp_path: Path,
+) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import time; from crawler.seen.joblock import JobdirLock; "
+         f"lock = JobdirLock({str(tmp_path)!r}); lock.acquire('a test'); print('held', flush=1); "
+         "time.sleep(60)"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(JobdirBusy, match=rf"in use by a test \(pid {holder.pid}\)"):
+            JobdirLock(tmp_path).acquire("another")
+    finally:
+        holder.kill()  # kill -9: the kernel releases the lock
+        holder.wait()
+    with JobdirLock(tmp_path) as lock:
+        lock.acquire("the next one")
+        assert "the next one" in _read(tmp_path / LOCK_FILE)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""

@@ -10,7 +10,9 @@ First prints what ``scrapy audit-rules`` reports for the change, and refuses (ex
 when it finds a merge, unless ``--allow-merges``: a false merge is a page never fetched.
 
 - Embedded crawl (``-s JOBDIR=DIR``): run it while the crawl is stopped (paused with
-  Ctrl-C); resume the crawl with the new rules.
+  Ctrl-C); resume the crawl with the new rules. A crawl running on that ``JOBDIR`` holds
+  its lock (:mod:`crawler.seen.joblock`): the rebuild refuses with one line (exit status 2)
+  and changes nothing; a crawl started during the rebuild refuses the same way.
 - Shared crawl (``-s REDIS_URL=...``): workers may keep running. The new filter is a new
   generation, switched to in one atomic write of the crawl's layer manifest; keys workers
   add to the old generation meanwhile stay seen (it becomes the newest older layer). Then
@@ -34,9 +36,11 @@ from scrapy.utils.job import job_dir
 
 from crawler.canonical import dedupe_key
 from crawler.canonical.rules import DEFAULT_RULES, rules_from_settings
+from crawler.commands._failures import fails_cleanly
 from crawler.commands._records import reading_store
 from crawler.commands.audit_rules import audit, write_text
 from crawler.redis_client import redis_from_url, require_bloom
+from crawler.seen.joblock import JobdirLock
 from crawler.seen.layers import (
     ensure_manifest,
     filter_parameters,
@@ -83,6 +87,7 @@ class Command(ScrapyCommand):
             "record them (default: none, the built-in rules)",
         )
 
+    @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         if len(args) != 1:
@@ -137,6 +142,11 @@ class Command(ScrapyCommand):
             raise UsageError(
                 f"no seen filter in {jobdir}: crawl with this JOBDIR first", print_help=False
             )
+        with JobdirLock(jobdir) as lock:
+            lock.acquire("scrapy rebuild-filter")
+            self._rebuild_jobdir(jobdir, settings)
+
+    def _rebuild_jobdir(self, jobdir: Path, settings: Any) -> None:
         record = self.record
         old = read_rules_file(jobdir / "seen") or self.default_old
         if old["version"] == record["version"]:
