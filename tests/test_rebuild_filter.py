@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from crawler.seen.layers import (
 )
 from crawler.seen.rebuild import jobdir_queued_urls, rebuild_redis
 from crawler.spiders.site import SiteSpider
-from pipelines.records import UrlAlias
+from pipelines.records import PROPOSED, REVOKED, ParamRule, UrlAlias
 from pipelines.store import SqlRecordStore
 from tests.httpserver import Page, TestServer, html
 from tests.redirect_server import ROOT, SCRAPY, scrapy
@@ -183,7 +184,7 @@ def test_shared_rebuild_while_a_worker_adds_keys(
         assert urls_admitted(old, BASE, "/during") == {"/during"}
 
     record = settings_rules_record(settings, new_rules)
-    new_key = rebuild_redis(
+    new_key, _ = rebuild_redis(
         client, "{site}", manifest, keys_while_the_old_worker_runs(), record, settings
     )
     store.close()
@@ -318,3 +319,68 @@ def _read(path: Path) -> str:
         return path.read_text()
     except FileNotFoundError:
         return ""
+
+
+def test_an_applied_learned_rule_is_rebuilt_into_the_filter_and_its_revocation_undone(
+    tmp_path: Path,
+) -> None:
+    """The user applies a learned rule (``from`` changes nothing): the rebuild keys under it,
+    so the variants it merges count as seen. Revoked later, the next rebuild retires the
+    layer keyed under it: the pages it merged are fetched again."""
+    jobdir, store = tmp_path / "job", f"sqlite:///{tmp_path / 'store.sqlite'}"
+    routes = {
+        "/": html("/a?from=1", "/a?from=2"),
+        "/hub": html("/a?from=3", "/a", "/fresh"),
+        "/hub2": html("/a?from=4", "/a?from=1", "/a", "/a?from=3"),
+        "/robots.txt": ROBOTS,
+    }
+    routes |= {path: html() for path in ("/a", "/a?from=1", "/a?from=2", "/a?from=3")}
+    routes |= {"/a?from=4": html(), "/fresh": html()}
+    common = ("-s", f"JOBDIR={jobdir}", "-s", f"STORE_URL={store}")
+    rebuild = ("rebuild-filter", "site", *common)
+    with TestServer(routes) as server:
+        crawl(f"{server.url}/", *common)
+        proposed = ParamRule("127.0.0.1", "from", PROPOSED, ((f"{server.url}/a", "x"),))
+        write_rule(store, proposed)
+        applied = scrapy("audit-rules", "-s", f"STORE_URL={store}", "--apply", proposed.name)
+        assert "0 proposed, 1 applied" in applied.stdout, applied.stdout + applied.stderr
+
+        refused = scrapy(*rebuild)
+        assert refused.returncode == 1, refused.stderr[-3000:]
+        assert "MERGE into" in refused.stdout and "APPLIED 127.0.0.1?from" in refused.stdout
+        assert "Refusing to rebuild" in refused.stderr
+        done = scrapy(*rebuild, "--allow-merges")
+        assert done.returncode == 0, done.stderr[-3000:]
+        recorded = json.loads((jobdir / "seen" / "rules.json").read_text())
+        assert recorded["learned"] == {"127.0.0.1": ["from"]}
+
+        # Resumed (CANON_LEARN="propose" keys with applied rules): /a and its variants are
+        # one page, fetched already.
+        before = len(server.paths())
+        crawl(f"{server.url}/hub", *common)
+        assert pages_since(server, before) == ["/fresh", "/hub"]
+
+        counter = {"url_a": f"{server.url}/a", "url_b": f"{server.url}/a?from=4"}
+        counter["reason"] = "re-check differs"
+        write_rule(store, replace(proposed, state=REVOKED, counter_example=counter))
+        undone = scrapy(*rebuild)
+        assert undone.returncode == 0, undone.stderr[-3000:]
+        assert "Retired" in undone.stdout and "127.0.0.1?from" in undone.stdout
+        assert (jobdir / "seen-retired" / "0" / "rules.json").exists()
+        assert [p.name for p in (jobdir / "seen-older").iterdir()] == ["0"]  # the first one
+
+        before = len(server.paths())
+        crawl(f"{server.url}/hub2", *common)
+        fetched = pages_since(server, before)
+    # The pages the revoked rule merged are fetched; the ones fetched before are not.
+    assert fetched == ["/a", "/a?from=3", "/a?from=4", "/hub2"]
+
+
+def pages_since(server: TestServer, before: int) -> list[str]:
+    return sorted(path for path in server.paths()[before:] if path != "/robots.txt")
+
+
+def write_rule(store_url: str, rule: ParamRule) -> None:
+    store = SqlRecordStore.from_url(store_url)
+    store.add_param_rule(rule)
+    store.close()

@@ -11,7 +11,7 @@ from scrapy.utils.job import job_dir
 
 from crawler.frontier.keys import RequestKeyer
 from crawler.seen.joblock import JobdirLock
-from crawler.seen.layers import OlderLayers, prepare_jobdir, settings_rules_record
+from crawler.seen.layers import OlderLayers, prepare_jobdir
 from crawler.seen.memory import MemoryBloomSeenFilter
 
 if TYPE_CHECKING:
@@ -58,8 +58,8 @@ class MemoryFrontier:
             keyer = RequestKeyer.from_settings(crawler.stats, settings).for_crawler(crawler)
             older = None
             if jobdir:
-                record = settings_rules_record(settings, keyer.rules)
-                older = prepare_jobdir(Path(jobdir, "seen"), record)
+                host_rules = settings.getdict("CANON_HOST_RULES")
+                older = prepare_jobdir(Path(jobdir, "seen"), keyer, host_rules)
         except BaseException:
             if lock is not None:
                 lock.release()
