@@ -20,14 +20,39 @@ evidence from at least two sections of the site (top-level directories, or pages
 root) and the host has no counter-example; otherwise for each path prefix (``/docs/``) that
 has ``min_pairs`` and none, the shallowest first. A rule reaches no further than its
 evidence: pairs seen only under ``/articles/`` say nothing about ``/products/``.
+
+**Bounded memory** (``CANON_LEARN_MEMORY``): the learner remembers at most ``max_pages``
+fetched pages with their families and evidence. Past that it forgets the host it heard from
+least recently, whole, and keeps only what can veto, in a fixed-size Bloom filter: every
+parameter the forgotten pages carried is **barred** on that host for the rest of the crawl
+(a comparison it can no longer make might have been a counter-example), a forgotten page's
+content never counts as evidence again (it may be a generic page whose other copies were
+forgotten), and a page or family base met again is not compared but bars its parameters.
+The filter's false positives only bar more. So forgetting may delay or prevent a proposal,
+never make one that unbounded memory would not have made (a test checks this against an
+unbounded learner on random crawls).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import logging
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
+from rbloom import Bloom
+
 from crawler.content.fingerprint import OK
+
+#: Default of ``CANON_LEARN_MEMORY``: fetched pages the learner remembers.
+MAX_PAGES = 200_000
+#: Entries of the forgotten-facts filter per remembered page (about 2 are added per page
+#: forgotten, so it fills once some 8 times ``max_pages`` pages were forgotten; about 2 bytes
+#: each), and its false-positive rate. Past its capacity it answers "forgotten" more and more
+#: often: more bars, learning slows down, never a wrong proposal (a warning is logged).
+FORGOTTEN_PER_PAGE = 16
+FORGOTTEN_ERROR_RATE = 0.001
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -78,6 +103,17 @@ class _Tally:
     )
 
 
+@dataclass
+class _HostMemory:
+    """What the learner remembers of one host: its pages (key -> first page fetched with
+    it), families ((name, key without it) -> a page) and tallies (by parameter name)."""
+
+    pages: dict[str, Page] = field(default_factory=dict)
+    families: dict[tuple[str, str], Page] = field(default_factory=dict)
+    names_by_base: defaultdict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    tallies: defaultdict[str, _Tally] = field(default_factory=lambda: defaultdict(_Tally))
+
+
 def split_key(key: str) -> tuple[str, str, str] | None:
     """(host without port, path, query) of a key's URL; None for identity keys.
 
@@ -123,39 +159,99 @@ class ParamEvidence:
     """Evidence and counter-examples for dropping parameters, from the pages fed to
     :meth:`observe` (see the module docstring)."""
 
-    def __init__(self, min_pairs: int = 3) -> None:
+    def __init__(self, min_pairs: int = 3, max_pages: int = MAX_PAGES) -> None:
         self.min_pairs = max(1, min_pairs)
-        self._pages: dict[str, Page] = {}  # key -> first page fetched with it
-        self._families: dict[tuple[str, str], Page] = {}  # (name, key without it) -> a page
-        self._names_by_base: defaultdict[str, set[str]] = defaultdict(set)
+        self.max_pages = max(1, max_pages)
+        self._hosts: OrderedDict[str, _HostMemory] = OrderedDict()  # least recent first
         self._paths_by_content: defaultdict[str, set[str]] = defaultdict(set)
-        self._tallies: defaultdict[tuple[str, str], _Tally] = defaultdict(_Tally)
+        self._forgotten_capacity = self.max_pages * FORGOTTEN_PER_PAGE
+        self._forgotten = Bloom(self._forgotten_capacity, FORGOTTEN_ERROR_RATE)
+        self._forgotten_entries = 0
+        #: Pages remembered now, and forgotten so far (with their hosts).
+        self.remembered = 0
+        self.forgotten_pages = 0
 
     def observe(self, page: Page) -> tuple[set[tuple[str, str]], list[CounterExample]]:
         """Record ``page``; return the (host, parameter) whose evidence changed and the new
         counter-examples."""
-        if split_key(page.key) is None or page.key in self._pages:
+        parts = split_key(page.key)
+        if parts is None:
             return set(), []
-        self._pages[page.key] = page
+        host, path, query = parts
+        memory = self._hosts.get(host)
+        if memory is not None and page.key in memory.pages:
+            return set(), []
+        names = {p.partition("=")[0].lower() for p in query.split("&")} if query else set()
+        if f"b\t{page.key}" in self._forgotten:  # met before, forgotten (or a false positive)
+            known = memory.names_by_base.get(page.key, set()) if memory else set()
+            self._unknown(page, host, names | known)
+            return set(), []
+        if memory is None:
+            memory = self._hosts[host] = _HostMemory()
+        self._hosts.move_to_end(host)
+        memory.pages[page.key] = page
+        self.remembered += 1
         paths = self._paths_by_content[page.exact]
         if len(paths) < 2:  # one path or more: all that matters
-            paths.add(split_key(page.key)[1])  # type: ignore[index]
+            paths.add(path)
         touched: set[tuple[str, str]] = set()
         counters: list[CounterExample] = []
-        query = page.key.partition("?")[2]
-        names = {p.partition("=")[0].lower() for p in query.split("&")} if query else set()
         for name in sorted(names):
             base = without_param(page.key, name)
-            other = self._pages.get(base) or self._families.get((name, base))
-            self._families.setdefault((name, base), page)
-            self._names_by_base[base].add(name)
+            if f"b\t{base}" in self._forgotten:  # its family was forgotten: cannot compare
+                self._bar(host, name)
+                continue
+            other = memory.pages.get(base) or memory.families.get((name, base))
+            memory.families.setdefault((name, base), page)
+            memory.names_by_base[base].add(name)
             if other is not None:
                 self._compare(name, base, other, page, touched, counters)
-        for name in sorted(self._names_by_base.get(page.key, ())):
-            member = self._families.get((name, page.key))
+        for name in sorted(memory.names_by_base.get(page.key, ())):
+            member = memory.families.get((name, page.key))
             if member is not None:
                 self._compare(name, page.key, member, page, touched, counters)
+        while self.remembered > self.max_pages:
+            self._forget(next(iter(self._hosts)))
         return touched, counters
+
+    def _bar(self, host: str, name: str) -> None:
+        """No rule for ``name`` on ``host``, at any scope: a comparison was lost."""
+        self._add_forgotten(f"x\t{host}\t{name}")
+
+    def _unknown(self, page: Page, host: str, names: set[str]) -> None:
+        """``page`` cannot be compared as unbounded memory would (it was forgotten): bar
+        the parameters it carries or is a base for, and never count its content or compare
+        with it as a base."""
+        for name in names:
+            self._bar(host, name)
+        self._add_forgotten(f"c\t{page.exact}")
+        self._add_forgotten(f"b\t{page.key}")
+
+    def _add_forgotten(self, fact: str) -> None:
+        self._forgotten.add(fact)
+        self._forgotten_entries += 1
+        if self._forgotten_entries == self._forgotten_capacity:
+            logger.warning(
+                "Parameter-rule learning has forgotten more than its memory holds: it will "
+                "learn less and less from now on (raise CANON_LEARN_MEMORY)"
+            )
+
+    def _forget(self, host: str) -> None:
+        """Forget ``host`` whole, keeping what can veto (see the module docstring)."""
+        memory = self._hosts.pop(host)
+        names = set(memory.tallies)
+        for page in memory.pages.values():
+            self._add_forgotten(f"b\t{page.key}")  # met again: not compared, nor compared with
+            self._add_forgotten(f"c\t{page.exact}")
+            self._paths_by_content.pop(page.exact, None)
+        for base, family_names in memory.names_by_base.items():
+            if base not in memory.pages:
+                self._add_forgotten(f"b\t{base}")
+            names |= family_names
+        for name in names:
+            self._bar(host, name)
+        self.remembered -= len(memory.pages)
+        self.forgotten_pages += len(memory.pages)
 
     def _compare(
         self,
@@ -169,7 +265,7 @@ class ParamEvidence:
         parts = split_key(base)
         assert parts is not None
         host, path, _ = parts
-        tally = self._tallies[host, name]
+        tally = self._hosts[host].tallies[name]
         if a.kind == OK and b.kind == OK:
             if a.exact == b.exact:
                 tally.evidence.setdefault(base, (a.url, b.url, a.exact, path))
@@ -189,21 +285,36 @@ class ParamEvidence:
     def _proves(self, tally: _Tally, exact: str) -> bool:
         """True if the content belongs to one document (not a generic page)."""
         return (
-            len(self._paths_by_content[exact]) == 1 and len(tally.families_by_content[exact]) == 1
+            len(self._paths_by_content.get(exact, ())) == 1
+            and len(tally.families_by_content[exact]) == 1
+            and f"c\t{exact}" not in self._forgotten
         )
 
     def page(self, key: str) -> Page | None:
-        """The first page fetched with ``key``."""
-        return self._pages.get(key)
+        """The first page fetched with ``key``, if remembered."""
+        parts = split_key(key)
+        memory = self._hosts.get(parts[0]) if parts else None
+        return memory.pages.get(key) if memory else None
+
+    def counters(self, host: str, name: str) -> list[CounterExample]:
+        """The counter-examples to dropping ``name`` on ``host`` remembered now."""
+        memory = self._hosts.get(host)
+        tally = memory.tallies.get(name) if memory else None
+        return list(tally.counters) if tally else []
 
     def add_counter(self, counter: CounterExample) -> None:
         """A counter-example found elsewhere (a re-check): no scope covering it is proposed."""
-        self._tallies[counter.host, counter.param].counters.append(counter)
+        memory = self._hosts.get(counter.host)
+        if memory is None:  # forgotten: what it said is kept as a bar
+            self._bar(counter.host, counter.param)
+        else:
+            memory.tallies[counter.param].counters.append(counter)
 
     def proposals(self, host: str, name: str) -> list[Proposal]:
         """The scopes where dropping ``name`` on ``host`` is proven now (possibly none)."""
-        tally = self._tallies.get((host, name))
-        if tally is None:
+        memory = self._hosts.get(host)
+        tally = memory.tallies.get(name) if memory else None
+        if tally is None or f"x\t{host}\t{name}" in self._forgotten:
             return []
         valid = [
             (path, (url_a, url_b))

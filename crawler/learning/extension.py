@@ -15,7 +15,7 @@ a worker opens. A counter-example found later, by the crawl or by the sampled re
 (:mod:`crawler.learning.recheck`), revokes a proposed or applied rule for good: recorded with
 the counter-example, removed from the active rules, logged as a warning. Stats:
 ``learn/proposed``, ``learn/applied``, ``learn/revoked``, ``learn/rechecked``,
-``learn/recheck_confirmed``.
+``learn/recheck_confirmed``, ``learn/forgotten_pages`` (``CANON_LEARN_MEMORY``).
 
 Each worker learns from the pages it fetched itself; the rules it proposes or applies, and
 revocations, are shared with all.
@@ -37,7 +37,14 @@ from crawler.content.extension import content_fingerprinted
 from crawler.content.fingerprint import OK
 from crawler.frontier import frontier_for
 from crawler.frontier.keys import carried_key, key_host
-from crawler.learning.evidence import CounterExample, Page, ParamEvidence, Proposal, split_key
+from crawler.learning.evidence import (
+    MAX_PAGES,
+    CounterExample,
+    Page,
+    ParamEvidence,
+    Proposal,
+    split_key,
+)
 from crawler.learning.state import (
     Learned,
     LiveRules,
@@ -81,10 +88,12 @@ def covers(scope: str, host: str, path: str) -> bool:
 class ParamRuleLearning:
     """See the module docstring."""
 
-    def __init__(self, crawler: Crawler, mode: str, min_pairs: int) -> None:
+    def __init__(
+        self, crawler: Crawler, mode: str, min_pairs: int, max_pages: int = MAX_PAGES
+    ) -> None:
         self.crawler = crawler
         self.mode = mode
-        self.evidence = ParamEvidence(min_pairs)
+        self.evidence = ParamEvidence(min_pairs, max_pages)
         self.known: dict[tuple[str, str], ParamRule] = {}
         self.state: RuleState = MemoryRuleState()
         self.live = LiveRules(crawler.settings, self.state, on_change=self._rules_changed)
@@ -97,7 +106,12 @@ class ParamRuleLearning:
             raise ValueError(f"CANON_LEARN must be one of {MODES}, not {mode!r}")
         if mode == "off":
             raise NotConfigured
-        learning = cls(crawler, mode, settings.getint("CANON_LEARN_MIN_PAIRS", 3))
+        learning = cls(
+            crawler,
+            mode,
+            settings.getint("CANON_LEARN_MIN_PAIRS", 3),
+            settings.getint("CANON_LEARN_MEMORY", MAX_PAGES),
+        )
         crawler.signals.connect(learning.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(learning.observe, signal=content_fingerprinted)
         _learners[crawler] = learning
@@ -121,6 +135,7 @@ class ParamRuleLearning:
         applied = applied_rules(self.known.values())
         if applied:
             self._change_rules(lambda learned: _merged(learned, applied))
+        self.live.key_version = frontier.keyer.rules.version  # the seen filter's prefix
         self.live.reload()
         frontier.keyer.use_rules(self.live.current)  # type: ignore[attr-defined]
 
@@ -159,6 +174,9 @@ class ParamRuleLearning:
             self._recheck(fetched, recheck)
             return
         touched, counters = self.evidence.observe(fetched)
+        if self.evidence.forgotten_pages:
+            assert self.crawler.stats is not None
+            self.crawler.stats.set_value("learn/forgotten_pages", self.evidence.forgotten_pages)
         for counter in counters:
             self._revoke_covering(counter)
         for host, name in sorted(touched):
