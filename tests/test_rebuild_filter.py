@@ -26,6 +26,7 @@ from crawler.defaults import with_defaults
 from crawler.frontier.memory import MemoryFrontier
 from crawler.frontier.redis import RedisFrontier
 from crawler.frontier.serialize import request_to_json
+from crawler.learning.state import LiveRules, RedisRuleState
 from crawler.redis_client import redis_from_url
 from crawler.seen.joblock import LOCK_FILE, JobdirBusy, JobdirLock
 from crawler.seen.layers import (
@@ -384,3 +385,36 @@ def write_rule(store_url: str, rule: ParamRule) -> None:
     store = SqlRecordStore.from_url(store_url)
     store.add_param_rule(rule)
     store.close()
+
+
+def test_shared_rebuild_keys_under_the_rules_learned_in_redis(
+    redis_url: str, sqlite_url: str
+) -> None:
+    """``CANON_LEARN="apply"`` put ``from`` in the crawl's shared rules: the rebuild keys
+    under it, and a worker started afterwards keys under the rebuilt filter's version with
+    the learned rules (as the learning extension sets it up), so the variants are seen."""
+    worker = redis_worker(redis_url, sqlite_url)
+    assert len(urls_admitted(worker, BASE, "/a?from=1", "/a?from=2", "/b")) == 3
+    worker.close()
+    fetched_aliases(sqlite_url, "/a?from=1", "/a?from=2", "/b")
+    client = redis_from_url(redis_url)
+    assert RedisRuleState(client, "{site}").publish(0, {"127.0.0.1": ["from"]})
+    command = (
+        "rebuild-filter", "site", "-s", f"REDIS_URL={redis_url}", "-s", f"STORE_URL={sqlite_url}"
+    )  # fmt: skip
+    refused = scrapy(*command, env=env_without_services())
+    assert refused.returncode == 1 and "MERGE into" in refused.stdout, refused.stdout
+    assert "Learned rules in force: 127.0.0.1?from" in refused.stdout
+    done = scrapy(*command, "--allow-merges", env=env_without_services())
+    assert done.returncode == 0, done.stderr[-3000:]
+    current = read_manifest(client, "{site}")["current"]
+    assert current["rules"]["learned"] == {"127.0.0.1": ["from"]}
+
+    new = redis_worker(redis_url, sqlite_url)  # the same CANON_HOST_RULES: accepted
+    assert new.keyer.rules.version == current["rules"]["version"]
+    live = LiveRules(Settings(), RedisRuleState(client, "{site}"))
+    live.key_version = new.keyer.rules.version
+    new.keyer.use_rules(live.current)
+    assert urls_admitted(new, BASE, "/a?from=7", "/a", "/b?from=2", "/c") == {"/c"}
+    new.close()
+    client.close()

@@ -154,6 +154,10 @@ class Command(ScrapyCommand):
         if self.param_rules:
             previews = proposal_previews(store, self.param_rules, aliases, rules)
             write_learned(self.param_rules, previews, sys.stdout)
+        in_force = [
+            f"{scope}?{name}" for scope, names in self.record["learned"].items() for name in names
+        ]
+        print(f"\nLearned rules in force: {', '.join(in_force) or 'none'}")
         if result.merges and not self.allow_merges:
             print(
                 f"Refusing to rebuild: the new rules merge {len(result.merges)} groups "
