@@ -18,7 +18,8 @@ filters whose keys merged those pages: the next rebuild **retires** every layer 
 a revoked rule (``JOBDIR/seen-retired/<n>``, or out of the Redis manifest) instead of keeping
 it as an older layer, so the URLs the rule merged count as new again. Only URLs the crawl
 never recorded (refused by robots.txt, off the site) are forgotten with it: they are met
-and judged again.
+and judged again; on a shared crawl, so are the keys workers add to a retired generation
+while the rebuild runs (stop them first to save those fetches).
 
 - Embedded crawl (``-s JOBDIR=DIR``): run it while the crawl is stopped (paused with
   Ctrl-C); resume the crawl with the new rules. A crawl running on that ``JOBDIR`` holds
