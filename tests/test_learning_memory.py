@@ -6,10 +6,14 @@ from __future__ import annotations
 import random
 
 import pytest
+from scrapy.utils.test import get_crawler
 
 from crawler.canonical import dedupe_key
 from crawler.content.fingerprint import ERROR, OK, SOFT_404
+from crawler.defaults import CANON_LEARN_MEMORY
 from crawler.learning.evidence import Page, ParamEvidence
+from crawler.learning.extension import ParamRuleLearning
+from crawler.spiders.site import SiteSpider
 
 
 def page(url: str, content: str, kind: str = OK, status: int = 200) -> Page:
@@ -164,3 +168,11 @@ def test_the_random_crawls_do_teach_something() -> None:
         ]
         learned[max_pages or 0] = {name for name in proposals if name.endswith("?from")}
     assert learned[0] and learned[200]
+
+
+def test_the_setting_bounds_a_crawls_learner() -> None:
+    crawler = get_crawler(SiteSpider, {"CANON_LEARN_MEMORY": 7})
+    assert ParamRuleLearning.from_crawler(crawler).evidence.max_pages == 7
+    assert ParamRuleLearning.from_crawler(get_crawler(SiteSpider)).evidence.max_pages == (
+        CANON_LEARN_MEMORY
+    )

@@ -42,9 +42,8 @@ from dataclasses import dataclass, field
 from rbloom import Bloom
 
 from crawler.content.fingerprint import OK
+from crawler.defaults import CANON_LEARN_MEMORY
 
-#: Default of ``CANON_LEARN_MEMORY``: fetched pages the learner remembers.
-MAX_PAGES = 200_000
 #: Entries of the forgotten-facts filter per remembered page (about 2 are added per page
 #: forgotten, so it fills once some 8 times ``max_pages`` pages were forgotten; about 2 bytes
 #: each), and its false-positive rate. Past its capacity it answers "forgotten" more and more
@@ -159,7 +158,7 @@ class ParamEvidence:
     """Evidence and counter-examples for dropping parameters, from the pages fed to
     :meth:`observe` (see the module docstring)."""
 
-    def __init__(self, min_pairs: int = 3, max_pages: int = MAX_PAGES) -> None:
+    def __init__(self, min_pairs: int = 3, max_pages: int = CANON_LEARN_MEMORY) -> None:
         self.min_pairs = max(1, min_pairs)
         self.max_pages = max(1, max_pages)
         self._hosts: OrderedDict[str, _HostMemory] = OrderedDict()  # least recent first

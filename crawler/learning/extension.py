@@ -35,10 +35,10 @@ from scrapy.exceptions import NotConfigured
 from crawler.canonical import InvalidURL, dedupe_key
 from crawler.content.extension import content_fingerprinted
 from crawler.content.fingerprint import OK
+from crawler.defaults import CANON_LEARN_MEMORY
 from crawler.frontier import frontier_for
 from crawler.frontier.keys import carried_key, key_host
 from crawler.learning.evidence import (
-    MAX_PAGES,
     CounterExample,
     Page,
     ParamEvidence,
@@ -89,7 +89,7 @@ class ParamRuleLearning:
     """See the module docstring."""
 
     def __init__(
-        self, crawler: Crawler, mode: str, min_pairs: int, max_pages: int = MAX_PAGES
+        self, crawler: Crawler, mode: str, min_pairs: int, max_pages: int = CANON_LEARN_MEMORY
     ) -> None:
         self.crawler = crawler
         self.mode = mode
@@ -110,7 +110,7 @@ class ParamRuleLearning:
             crawler,
             mode,
             settings.getint("CANON_LEARN_MIN_PAIRS", 3),
-            settings.getint("CANON_LEARN_MEMORY", MAX_PAGES),
+            settings.getint("CANON_LEARN_MEMORY", CANON_LEARN_MEMORY),
         )
         crawler.signals.connect(learning.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(learning.observe, signal=content_fingerprinted)
