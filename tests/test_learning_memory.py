@@ -65,16 +65,31 @@ def test_evidence_that_does_not_fit_is_a_proposal_delayed() -> None:
     assert names(tight, ["e.org"], ["from"]) == set()
 
 
-def test_a_counter_example_of_a_forgotten_host_still_vetoes() -> None:
+def test_a_counter_example_forgotten_still_vetoes_where_it_applied() -> None:
+    counter = [page("https://e.org/a/9", "nine"), page("https://e.org/a/9?from=nav", "x")]
+    later = pairs("e.org", "a", 3) + pairs("e.org", "b", 3)
     evidence = ParamEvidence(min_pairs=3, max_pages=30)
-    feed(evidence, [page("https://e.org/a/9", "nine"), page("https://e.org/a/9?from=nav", "x")])
-    feed(evidence, other_hosts(10))  # e.org, heard from least recently, is forgotten
+    feed(evidence, counter)
+    feed(evidence, other_hosts(10))  # e.org's /a/, fed least recently, is forgotten
     assert evidence.page(dedupe_key("https://e.org/a/9")) is None
-    feed(evidence, pairs("e.org", "a", 3) + pairs("e.org", "b", 3))
-    assert names(evidence, ["e.org"], ["from"]) == set()
-    # A parameter the forgotten pages never carried is learned as before.
+    feed(evidence, later)
+    # Not for the host nor /a/, where the counter-example was; /b/ is learned, as unbounded
+    # memory learns it.
+    assert names(evidence, ["e.org"], ["from"]) == {"e.org/b/*?from"}
+    unbounded = ParamEvidence(min_pairs=3)
+    feed(unbounded, counter + later)
+    assert names(unbounded, ["e.org"], ["from"]) == {"e.org/b/*?from"}
+    # A parameter the forgotten pages never carried is learned for the host as before.
     feed(evidence, pairs("e.org", "c", 2, "src=x") + pairs("e.org", "d", 2, "src=x"))
     assert names(evidence, ["e.org"], ["src"]) == {"e.org?src"}
+
+
+def test_forgetting_one_section_keeps_learning_in_the_others() -> None:
+    """One big site: the sections crawled first are forgotten, later ones still learn."""
+    evidence = ParamEvidence(min_pairs=3, max_pages=12)
+    feed(evidence, pairs("e.org", "old", 5) + pairs("e.org", "new", 3))
+    assert evidence.forgotten_pages == 10
+    assert names(evidence, ["e.org"], ["from"]) == {"e.org/new/*?from"}
 
 
 def test_a_generic_page_whose_copies_were_forgotten_proves_nothing() -> None:
