@@ -11,9 +11,11 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 import crawler.learning.extension
+import crawler.learning.gate
 from crawler.canonical import dedupe_key
 from crawler.frontier.keys import carry_key
 from crawler.learning.extension import ParamRuleLearning
+from crawler.learning.gate import LearnedRuleGate
 from crawler.learning.state import LiveRules, MemoryRuleState
 from crawler.spiders.site import SiteSpider
 
@@ -87,3 +89,27 @@ def test_on_a_host_with_a_learned_rule_evidence_keys_keep_the_parameter(
     key = learner._plain_key(url, request)
     assert key == dedupe_key(url, learner.live.without_learned()) and key.endswith("?from=nav")
     assert keyed == [url]
+
+
+def test_the_gate_keys_again_only_requests_of_hosts_a_learned_rule_touches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    keyed: list[str] = []
+    original = crawler.learning.gate.dedupe_key
+
+    def counted(url: str, *args: Any) -> str:
+        keyed.append(url)
+        return original(url, *args)
+
+    monkeypatch.setattr(crawler.learning.gate, "dedupe_key", counted)
+    spider_crawler = get_crawler(SiteSpider)
+    learner = ParamRuleLearning.from_crawler(spider_crawler)
+    gate = LearnedRuleGate(spider_crawler)
+    learner.live.current()  # keys keep the prefix the crawl started with
+    learner._change_rules(lambda learned: {"other.org": ["from"]})
+    # No rule touches e.org: the carried key stands, nothing is keyed again.
+    gate.process_request(carrying("https://e.org/a?x=1"))
+    assert keyed == []
+    # On other.org the request is keyed under the learned rules (its key did not change).
+    gate.process_request(carrying("https://other.org/a?x=1"))
+    assert keyed == ["https://other.org/a?x=1"]
