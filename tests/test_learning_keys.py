@@ -35,17 +35,23 @@ def test_a_learned_rule_touches_its_host_and_subdomains_only() -> None:
     assert not live_with({}).touches("e.org")
 
 
-@pytest.fixture
-def learning(monkeypatch: pytest.MonkeyPatch) -> tuple[ParamRuleLearning, list[str]]:
-    """A learner whose own keying is counted (URLs it keys)."""
+def keyed_by(module: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The URLs ``module`` keys from now on (its ``dedupe_key`` wrapped)."""
     keyed: list[str] = []
-    original = crawler.learning.extension.dedupe_key
+    original = module.dedupe_key
 
     def counted(url: str, *args: Any) -> str:
         keyed.append(url)
         return original(url, *args)
 
-    monkeypatch.setattr(crawler.learning.extension, "dedupe_key", counted)
+    monkeypatch.setattr(module, "dedupe_key", counted)
+    return keyed
+
+
+@pytest.fixture
+def learning(monkeypatch: pytest.MonkeyPatch) -> tuple[ParamRuleLearning, list[str]]:
+    """A learner whose own keying is counted (URLs it keys)."""
+    keyed = keyed_by(crawler.learning.extension, monkeypatch)
     learner = ParamRuleLearning(get_crawler(SiteSpider), "apply", 3)
     learner.live.current()
     return learner, keyed
@@ -94,14 +100,7 @@ def test_on_a_host_with_a_learned_rule_evidence_keys_keep_the_parameter(
 def test_the_gate_keys_again_only_requests_of_hosts_a_learned_rule_touches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    keyed: list[str] = []
-    original = crawler.learning.gate.dedupe_key
-
-    def counted(url: str, *args: Any) -> str:
-        keyed.append(url)
-        return original(url, *args)
-
-    monkeypatch.setattr(crawler.learning.gate, "dedupe_key", counted)
+    keyed = keyed_by(crawler.learning.gate, monkeypatch)
     spider_crawler = get_crawler(SiteSpider)
     learner = ParamRuleLearning.from_crawler(spider_crawler)
     gate = LearnedRuleGate(spider_crawler)
