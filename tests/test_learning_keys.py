@@ -3,6 +3,7 @@ reuses the key the request carries (issue 8: each URL keyed once)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,11 +14,14 @@ from scrapy.utils.test import get_crawler
 import crawler.learning.extension
 import crawler.learning.gate
 from crawler.canonical import dedupe_key
+from crawler.content.fingerprint import OK
 from crawler.frontier.keys import carry_key
+from crawler.learning.evidence import Page
 from crawler.learning.extension import ParamRuleLearning
 from crawler.learning.gate import LearnedRuleGate
 from crawler.learning.state import LiveRules, MemoryRuleState
 from crawler.spiders.site import SiteSpider
+from pipelines.records import APPLIED, REVOKED, ParamRule
 
 
 def live_with(learned: dict[str, list[str]]) -> LiveRules:
@@ -112,3 +116,29 @@ def test_the_gate_keys_again_only_requests_of_hosts_a_learned_rule_touches(
     # On other.org the request is keyed under the learned rules (its key did not change).
     gate.process_request(carrying("https://other.org/a?x=1"))
     assert keyed == ["https://other.org/a?x=1"]
+
+
+def test_a_recheck_compares_with_the_variant_fetched_when_the_bare_url_was_not(
+    tmp_path: Path,
+) -> None:
+    """Only ``/a?from=nav`` was fetched before ``from`` was applied; the re-check fetches
+    ``/a?from=footer`` (merged into ``/a`` too): different content revokes the rule."""
+    spider_crawler = get_crawler(SiteSpider, {"STORE_URL": f"sqlite:///{tmp_path / 's.db'}"})
+    learner = ParamRuleLearning.from_crawler(spider_crawler)
+    plain = learner.live.current()
+    nav = "https://e.org/a?from=nav"
+    learner.evidence.observe(Page(nav, dedupe_key(nav, plain), "the article", OK, 200))
+    rule = ParamRule("e.org", "from", APPLIED, ((nav, "https://e.org/b?from=nav"),))
+    learner.known["e.org", "from"] = rule
+    learner._change_rules(lambda learned: {"e.org": ["from"]})
+    merged_key = dedupe_key(nav, learner.live.current())
+    footer = "https://e.org/a?from=footer"
+    fetched = Page(footer, dedupe_key(footer, plain), "another text", OK, 200)
+    learner._recheck(fetched, {"key": merged_key, "params": ["from"]})
+    assert learner.known["e.org", "from"].state == REVOKED
+    assert learner.known["e.org", "from"].counter_example == {
+        "url_a": nav,
+        "url_b": footer,
+        "reason": "re-check differs",
+    }
+    assert learner.live.learned == {}

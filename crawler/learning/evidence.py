@@ -316,6 +316,19 @@ class ParamEvidence:
         memory = self._sections.get((parts[0], section_of(parts[1]))) if parts else None
         return memory.pages.get(key) if memory else None
 
+    def merged_into(self, key: str, names: list[str]) -> Page | None:
+        """A page fetched that a rule dropping ``names`` keys as ``key``: the one fetched
+        with ``key`` itself, else one differing from it by one of ``names`` alone (the
+        first of its family), if remembered."""
+        found = self.page(key)
+        parts = split_key(key)
+        memory = self._sections.get((parts[0], section_of(parts[1]))) if parts else None
+        for name in names:
+            if found is not None or memory is None:
+                break
+            found = memory.families.get((name, key))
+        return found
+
     def counters(self, host: str, name: str) -> list[CounterExample]:
         """The counter-examples to dropping ``name`` on ``host`` remembered now."""
         if host not in self._sections_of_host:

@@ -15,7 +15,8 @@ a worker opens. A counter-example found later, by the crawl or by the sampled re
 (:mod:`crawler.learning.recheck`), revokes a proposed or applied rule for good: recorded with
 the counter-example, removed from the active rules, logged as a warning. Stats:
 ``learn/proposed``, ``learn/applied``, ``learn/revoked``, ``learn/rechecked``,
-``learn/recheck_confirmed``, ``learn/forgotten_pages`` (``CANON_LEARN_MEMORY``).
+``learn/recheck_confirmed``, ``learn/recheck_unmatched`` (no page the URL was merged into is
+remembered to compare with), ``learn/forgotten_pages`` (``CANON_LEARN_MEMORY``).
 
 Each worker learns from the pages it fetched itself; the rules it proposes or applies, and
 revocations, are shared with all.
@@ -200,9 +201,12 @@ class ParamRuleLearning:
         stats = self.crawler.stats
         assert stats is not None
         stats.inc_value("learn/rechecked")
-        merged = self.evidence.page(recheck["key"])
+        merged = self.evidence.merged_into(recheck["key"], recheck["params"])
         parts = split_key(recheck["key"])
-        if merged is None or parts is None or merged.kind != OK or fetched.kind != OK:
+        if merged is None or parts is None:
+            stats.inc_value("learn/recheck_unmatched")  # no page it merged is remembered
+            return
+        if merged.kind != OK or fetched.kind != OK:
             return
         if merged.exact == fetched.exact:
             stats.inc_value("learn/recheck_confirmed")
