@@ -307,6 +307,22 @@ def test_a_process_holding_the_jobdir_lock_is_named_and_released_by_its_death(
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         with pytest.raises(JobdirBusy, match=rf"in use by a test \(pid {holder.pid}\)"):
             JobdirLock(tmp_path).acquire("another")
+        # A crawl on that JOBDIR stops before it starts, with one line.
+        second = scrapy(
+            "crawl",
+            "site",
+            "-a",
+            "start_url=http://127.0.0.1:9/",
+            "-s",
+            f"JOBDIR={tmp_path}",
+            "-s",
+            f"STORE_URL=sqlite:///{tmp_path}/s.db",
+        )
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert second.stderr.strip().splitlines() == [
+            f"error: {tmp_path} is in use by a test (pid {holder.pid}): stop it first (Ctrl-C "
+            "pauses a crawl), then run again"
+        ]
     finally:
         holder.kill()  # kill -9: the kernel releases the lock
         holder.wait()
