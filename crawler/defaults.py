@@ -65,6 +65,12 @@ CONTENT_FINGERPRINTS_ENABLED = True
 # Error pages, empty pages and soft-404s are never evidence; one counter-example vetoes.
 CANON_LEARN = "propose"
 CANON_LEARN_MIN_PAIRS = 3
+# Fetched pages the learner remembers (with their evidence), per worker: about 1 KiB each.
+# Past it, the section of a host (top-level directory) fed least recently is forgotten whole;
+# what it had seen can then only veto (its parameters get no rule for that host, nor in that
+# section, for the rest of the crawl; other sections still learn), so a bounded memory may
+# delay a proposal, never make one (crawler.learning.evidence).
+CANON_LEARN_MEMORY = 200_000
 # Share of the links an applied learned rule merged that are fetched anyway (each URL once) to
 # re-check the rule: different content revokes it (logged, and recorded with the counter-example).
 CANON_LEARN_RECHECK = 0.02

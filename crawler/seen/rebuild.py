@@ -30,6 +30,7 @@ from crawler.seen.layers import (
     manifest_key,
     older_dirs,
     read_rules_file,
+    revoked_in,
     write_rules_file,
 )
 from crawler.seen.memory import MemoryBloomSeenFilter
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
     from pipelines.store import RecordStore
 
 logger = logging.getLogger(__name__)
+
+#: Directory (in ``JOBDIR``) of layers retired by a revoked learned rule.
+RETIRED_DIR = "seen-retired"
 
 #: Keys added to the new filter per call.
 BATCH = 1000
@@ -167,11 +171,14 @@ def rebuild_jobdir(
     record: dict[str, Any],
     old_record: dict[str, Any],
     settings: BaseSettings,
-) -> Path | None:
+    revoked: set[str] = frozenset(),  # type: ignore[assignment]
+) -> tuple[Path | None, list[Path]]:
     """Replace ``JOBDIR/seen`` by a filter of ``keys`` (made under the rules of ``record``),
     the old one moving to ``JOBDIR/seen-older/<n>`` with ``old_record`` if it had no rules
-    file. The crawl must be stopped. Returns the older layer's directory (None if there was
-    no filter)."""
+    file. A layer keyed under a learned rule now ``revoked`` (``scope?param``) is retired
+    instead, to ``JOBDIR/seen-retired/<n>``, never consulted again: its keys merge pages no
+    longer proven equal. The crawl must be stopped. Returns the older layer's directory
+    (None if there was no filter, or it was retired) and the retired ones."""
     seen_dir = jobdir / "seen"
     building = jobdir / "seen.rebuild"
     shutil.rmtree(building, ignore_errors=True)
@@ -180,16 +187,30 @@ def rebuild_jobdir(
         new.add_many(batch)
     new.close()
     write_rules_file(building, record)
+    retired = [
+        _move_to(directory, jobdir / RETIRED_DIR)
+        for directory in older_dirs(jobdir)
+        if revoked_in(read_rules_file(directory) or {}, revoked)
+    ]
     older = None
     if seen_dir.exists():
-        existing = older_dirs(jobdir)
-        older = jobdir / OLDER_DIR / str(int(existing[-1].name) + 1 if existing else 0)
-        older.parent.mkdir(exist_ok=True)
         if read_rules_file(seen_dir) is None:
             write_rules_file(seen_dir, old_record)
-        seen_dir.rename(older)
+        if revoked_in(old_record, revoked):
+            retired.append(_move_to(seen_dir, jobdir / RETIRED_DIR))
+        else:
+            older = _move_to(seen_dir, jobdir / OLDER_DIR)
     building.rename(seen_dir)
-    return older
+    return older, retired
+
+
+def _move_to(directory: Path, parent: Path) -> Path:
+    """Move ``directory`` to the next numbered directory in ``parent``."""
+    parent.mkdir(exist_ok=True)
+    numbers = [int(p.name) for p in parent.iterdir() if p.name.isdigit()]
+    target = parent / str(max(numbers) + 1 if numbers else 0)
+    directory.rename(target)
+    return target
 
 
 # --- shared crawls ----------------------------------------------------------------------------
@@ -223,11 +244,15 @@ def rebuild_redis(
     keys: Iterable[str],
     record: dict[str, Any],
     settings: BaseSettings,
-) -> str:
+    revoked: set[str] = frozenset(),  # type: ignore[assignment]
+) -> tuple[str, list[str]]:
     """Fill the next generation of the shared crawl's filter with ``keys`` (made under the
     rules of ``record``), then switch to it in one atomic step: the manifest names it as
     current and the previous generation as the newest older layer. Workers may run
-    meanwhile: what they add to the previous generation stays seen. Returns the new key.
+    meanwhile: what they add to the previous generation stays seen. A generation keyed
+    under a learned rule now ``revoked`` is retired instead: left out of the manifest (its
+    Redis keys are left in place), never consulted again. Returns the new key and the
+    retired ones.
 
     :class:`RebuildConflict` if the manifest changed meanwhile (another rebuild)."""
     parameters = filter_parameters(settings)
@@ -238,9 +263,11 @@ def rebuild_redis(
     for batch in _batches(keys):
         new.add_many(batch)
     older_entry = {**current["parameters"], "key": current["key"], "rules": current["rules"]}
+    older = [older_entry, *manifest["older"]]
+    retired = [entry["key"] for entry in older if revoked_in(entry["rules"], revoked)]
     switched = {
         "current": {"key": new_key, "rules": record, "parameters": parameters},
-        "older": [older_entry, *manifest["older"]],
+        "older": [entry for entry in older if entry["key"] not in retired],
     }
     name = manifest_key(prefix)
     with client.pipeline(transaction=True) as pipe:
@@ -253,4 +280,4 @@ def rebuild_redis(
             pipe.execute()
         except redis.WatchError:
             raise RebuildConflict(f"{name} changed while rebuilding: run it again") from None
-    return new_key
+    return new_key, retired

@@ -217,7 +217,7 @@ class RedisFrontier:
             keys = FrontierKeys.for_prefix(prefix)
             keyer = RequestKeyer.from_settings(stats, settings)
             # After `scrapy rebuild-filter`: the current generation and the older layers.
-            keys, older = redis_layers(client, keys, settings, keyer.rules)
+            keys, older = redis_layers(client, keys, settings, keyer)
             seen = seen_filter_from_settings(client, keys.seen, settings)
             frontier = cls(
                 client,
