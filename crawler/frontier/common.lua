@@ -175,7 +175,7 @@ end
 -- without a host are always ready. Looks at the first rules.scan lanes at most. A lane taken
 -- from goes to the back of its level (hosts of one level take turns), or out when empty.
 -- Returns the picks ({lane, host, item, delay}: the ms the host observes between two
--- requests), how many lanes were passed over, and ms until the soonest passed-over host is
+-- requests), how many requests were passed over (those of lanes passed over), and ms until the soonest passed-over host is
 -- ready again by time (-1: none waits on time, only on its requests in flight).
 -- Keys: QUEUE SEQ QUEUED HOST_NEXT HOST_BUSY HOST_DELAY.
 local function pick_ready(n, now, rules)
@@ -193,7 +193,7 @@ local function pick_ready(n, now, rules)
       if not level then
         taken[#taken + 1] = lane -- not a lane's name (written by someone else): dropped
       elseif s and not host_ready(s, now) then
-        skipped = skipped + 1
+        skipped = skipped + on_lane('LLEN', lane)
         if s.next_at > now and (soonest < 0 or s.next_at - now < soonest) then
           soonest = s.next_at - now
         end

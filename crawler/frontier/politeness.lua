@@ -8,7 +8,7 @@
 -- Keys (bound by name from each script's "-- KEYS:" line, see crawler/frontier/lua.py):
 -- IN_FLIGHT, HOST_NEXT, HOST_BUSY, HOST_DELAY, HOST_PAUSED, documented in
 -- crawler/frontier/redis/layout.py; each helper names those it needs.
--- The politeness rules passed in ARGV[i] to ARGV[i + 4]: queue entries one lease looks at,
+-- The politeness rules passed in ARGV[i] to ARGV[i + 4]: queue lanes one lease looks at,
 -- delay between two requests to a host (ms), requests of a host in flight at once, cap on a
 -- robots.txt Crawl-delay (ms), per-host overrides as JSON {host: {"delay": ms,
 -- "concurrency": n}} (Scrapy's DOWNLOAD_SLOTS).
