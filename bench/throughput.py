@@ -52,6 +52,11 @@ shared / embedded 0.51x and 0.41x (target 0.85x), embedded / plain 1.70x and 1.9
 until ``crawler.addon`` lands. Bytes per queued request, 50,000 URLs of 76 characters: the
 project 807 B (``requests`` 562, ``queue`` 104, ``hosts`` 82, ``scores`` 58; target 160),
 scrapy-redis' pickled PriorityQueue 408 B.
+
+Bytes per queued request after the compact storage (branch i12-format, 2026-12-01,
+``--only ""``): the project **84 B** (all of it the host's lane, a Redis list of format-2
+records; the lane index, shapes table and counters a few hundred bytes in all), scrapy-redis
+408 B in the same run.
 """
 
 from __future__ import annotations
@@ -71,6 +76,8 @@ from pathlib import Path
 
 import redis
 
+from crawler.frontier.lua import FrontierScripts
+from crawler.frontier.redis import state
 from crawler.frontier.redis.layout import FrontierKeys
 from tests.servers import RedisServer, free_port
 
@@ -288,7 +295,7 @@ def project_bytes(urls_file: Path, count: int) -> tuple[float, dict[str, int]]:
         seed = project_scrapy("seed", "site", "--file", str(urls_file))
         subprocess.run([*seed, "-s", f"REDIS_URL={server.url}"], cwd=ROOT, check=True)
         with server.client() as client:
-            queued = int(client.zcard(keys.queue))
+            queued = state.sizes(FrontierScripts(client, keys, ("counts",)))[0]
             if queued != count:
                 raise SystemExit(f"scrapy seed queued {queued} of {count} URLs")
             held = [
@@ -370,7 +377,7 @@ def main() -> None:
         print(f"\nbytes per queued request, {options.seed_urls} URLs of {URL_LENGTH} characters")
         print(f"project (scrapy seed): {per_request:.0f} B (target <= 160)")
         for key, size in sorted(sizes.items(), key=lambda item: -item[1]):
-            print(f"  {key}: {size / options.seed_urls:.0f} B")
+            print(f"  {key}: {size / options.seed_urls:.1f} B ({size} B in all)")
         print(f"scrapy-redis (PriorityQueue): {anchor:.0f} B")
     shutil.rmtree(workdir, ignore_errors=True)
 

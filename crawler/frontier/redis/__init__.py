@@ -3,7 +3,9 @@
 Every worker of one crawl (``scrapy crawl SPIDER -s REDIS_URL=...``) shares, under one key
 prefix (``FRONTIER_KEY_PREFIX``, one Redis Cluster hash tag):
 
-- a queue of serialized requests (JSON) ordered by priority, then first in, first out;
+- a queue of compact stored requests in lanes, one Redis list per priority level and host:
+  best level first, each host's requests first in, first out, hosts of a level taking turns
+  (:mod:`.layout`, "The queue");
 - the RedisBloom seen filter of their dedupe keys: one key beside the queue, or
   ``SEEN_FILTER_SHARDS`` keys spread over the cluster's masters (past one key's 512 MiB);
 - leases: a request handed to a worker stays in Redis, owned by that worker until its
