@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 from scrapy import Request
 from scrapy.http import FormRequest, JsonRequest
 
@@ -322,3 +323,51 @@ def test_rebuild_and_status_read_the_lanes(worker: RedisFrontier) -> None:
     assert [record_url(record) for _, record in queued] == [
         f"https://example.com/{i}" for i in range(3)
     ]
+
+
+def test_a_queue_of_the_older_layout_is_moved_to_lanes_when_a_worker_starts(
+    redis_url: str,
+) -> None:
+    """As the older release stored a crawl: ids ranked by -priority in ``queue``, records
+    (format 1) in ``requests``, score and host in ``scores`` and ``hosts``; one request
+    leased by a worker that died. A new worker leases them all, in the old order."""
+    first = make_worker(redis_url)
+    keys = first.keys
+    first.close()
+    client = redis.Redis.from_url(redis_url)
+    old = [  # (id, -priority, host, url)
+        ("00000000000001", 0, "a.example", "https://a.example/1"),
+        ("00000000000002", -3, "b.example", "https://b.example/first"),
+        ("00000000000003", 0, "a.example", "https://a.example/2"),
+        ("00000000000004", 0, "", "https://c.example/no-host"),
+    ]
+    for request_id, score, host, url in old:
+        client.zadd(keys.queue, {request_id: score})
+        client.hset(keys.requests, request_id, json.dumps({"v": 1, "url": url}))
+        client.hset(f"{keys.prefix}:scores", request_id, score)
+        if host:
+            client.hset(f"{keys.prefix}:hosts", request_id, host)
+    dead = "00000000000005"  # leased by a worker that died: its lease expired
+    client.hset(keys.requests, dead, json.dumps({"v": 1, "url": "https://a.example/leased"}))
+    client.hset(f"{keys.prefix}:scores", dead, 0)
+    client.hset(f"{keys.prefix}:hosts", dead, "a.example")
+    client.zadd(keys.leases, {dead: 1})
+    client.hset(keys.owners, dead, "dead-worker")
+    client.hset(keys.in_flight, dead, "a.example")
+    client.hset(keys.host_busy, "a.example", 1)
+
+    worker = make_worker(redis_url)
+    try:
+        assert not client.exists(f"{keys.prefix}:scores", f"{keys.prefix}:hosts")
+        assert worker.counts()["queued"] == 4
+        leased = [request.url for request in worker.lease(10)]
+        assert leased == [
+            "https://b.example/first",
+            "https://a.example/leased",  # requeued to the front of its lane
+            "https://a.example/1",
+            "https://a.example/2",
+            "https://c.example/no-host",
+        ]
+    finally:
+        worker.close()
+        client.close()

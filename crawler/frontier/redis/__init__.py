@@ -21,7 +21,8 @@ keys it uses). One module per concern:
   sharded filter);
 - :mod:`.leases`: lease, heartbeat, failure, release: the requests a worker holds;
 - :mod:`.outbox`: answers delivered in order, waiting while Redis is away;
-- :mod:`.state`: sizes and failure records.
+- :mod:`.state`: sizes and failure records;
+- :mod:`.upgrade`: a crawl queued by an older release moved to lanes when a worker starts.
 
 So each page is fetched at least once, and twice only when its lease expired while it was
 being fetched (worker killed, or stalled longer than the lease). Redis being unreachable or
@@ -52,6 +53,7 @@ from crawler.frontier.redis.layout import FrontierKeys
 from crawler.frontier.redis.leases import LEASE_META, Leases, worker_id
 from crawler.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
 from crawler.frontier.redis.quarantine import QUARANTINE_MAX
+from crawler.frontier.redis.upgrade import upgrade_layout
 from crawler.redis_client import Client, describe, redis_from_url, require_bloom
 from crawler.seen.layers import OlderLayers, redis_layers
 from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
@@ -220,6 +222,8 @@ class RedisFrontier:
             keyer = RequestKeyer.from_settings(stats, settings)
             # After `scrapy rebuild-filter`: the current generation and the older layers.
             keys, older = redis_layers(client, keys, settings, keyer.rules)
+            if moved := upgrade_layout(client, keys):
+                logger.warning("Moved %d requests of an older release's queue to lanes", moved)
             seen = seen_filter_from_settings(client, keys.seen, settings)
             frontier = cls(
                 client,
