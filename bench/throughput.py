@@ -54,9 +54,10 @@ project 807 B (``requests`` 562, ``queue`` 104, ``hosts`` 82, ``scores`` 58; tar
 scrapy-redis' pickled PriorityQueue 408 B.
 
 Bytes per queued request after the compact storage (branch i12-format, 2026-12-01,
-``--only ""``): the project **84 B** (all of it the host's lane, a Redis list of format-2
-records; the lane index, shapes table and counters a few hundred bytes in all), scrapy-redis
-408 B in the same run.
+``--only ""``, load average 5-7): the project **84 B** (all of it the host's lane, a Redis
+list of format-2 records; the lane index, shapes table and counters 776 bytes in all),
+crawled links (their depth in ``meta``, a callback) 106 B, scrapy-redis 408 B in the same
+run.
 """
 
 from __future__ import annotations
@@ -305,6 +306,41 @@ def project_bytes(urls_file: Path, count: int) -> tuple[float, dict[str, int]]:
     return sum(sizes.values()) / queued, sizes
 
 
+def crawled_link_bytes(urls: list[str], depth: int = 3) -> float:
+    """Bytes per request queued as a crawl queues its links (``meta["depth"]`` set by
+    Scrapy's DepthMiddleware, the ``site`` spider's callback), through ``RedisFrontier``."""
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.settings import Settings
+    from scrapy.statscollectors import MemoryStatsCollector
+
+    from crawler.frontier.redis import RedisFrontier
+    from crawler.spiders.site import SiteSpider
+
+    with RedisServer(bloom=True) as server:
+        settings = Settings()
+        settings.setmodule("crawler.defaults")
+        settings.set("REDIS_URL", server.url)
+        stats = MemoryStatsCollector(Crawler(SiteSpider, settings))
+        spider = SiteSpider(start_url="https://www.example-shop.com/")
+        frontier = RedisFrontier.from_settings(settings, "site", stats, spider)
+        for start in range(0, len(urls), 1000):
+            links = [
+                Request(url, callback=spider.parse, meta={"depth": depth})
+                for url in urls[start : start + 1000]
+            ]
+            frontier.admit(None, links)
+        client = frontier.client
+        held = [
+            key
+            for key in client.scan_iter(count=1000)
+            if not key.decode().startswith(frontier.keys.seen)
+        ]
+        per_request = memory(client, held) / frontier.counts()["queued"]
+        frontier.close()
+    return per_request
+
+
 SCRAPY_REDIS_PUSH = """
 import sys, redis
 from scrapy import Request, Spider
@@ -378,6 +414,8 @@ def main() -> None:
         print(f"project (scrapy seed): {per_request:.0f} B (target <= 160)")
         for key, size in sorted(sizes.items(), key=lambda item: -item[1]):
             print(f"  {key}: {size / options.seed_urls:.1f} B ({size} B in all)")
+        crawled = crawled_link_bytes(seed_urls(options.seed_urls))
+        print(f"project, crawled links (meta depth, a callback): {crawled:.0f} B")
         print(f"scrapy-redis (PriorityQueue): {anchor:.0f} B")
     shutil.rmtree(workdir, ignore_errors=True)
 
