@@ -103,9 +103,10 @@ FRONTIER_HOST_CONCURRENCY = 0
 # Longest robots.txt Crawl-delay honoured, in seconds (a longer one is capped to this). A host's
 # gap is its Crawl-delay when that is longer than DOWNLOAD_DELAY.
 FRONTIER_MAX_CRAWL_DELAY = 30.0
-# Queue entries one lease looks at for requests of hosts that are ready (not waiting on their
-# delay, nor at their concurrency limit). Bounds the work of one lease; a worker finds nothing
-# to do only when the first this-many queued requests all belong to waiting hosts.
+# Lanes (one per host and priority level) one lease looks at for requests of hosts that are
+# ready (not waiting on their delay, nor at their concurrency limit). Bounds the work of one
+# lease; a worker finds nothing to do only when the first this-many lanes all belong to
+# waiting hosts (a lane taken from goes to the back of its level, so hosts take turns).
 FRONTIER_POLITENESS_SCAN = 500
 # Crawl-wide backoff (middlewares.politeness.HostBackoffMiddleware, both modes): a host that
 # answers 429 or 503 with Retry-After (seconds or a date), or twice in a row without one, gets

@@ -152,23 +152,32 @@ def test_ready_hosts_are_served_while_another_host_waits(workers: Any) -> None:
         None,
         [*pages("slow.example", "1", "2", "3"), *pages("b.example", "1"), *pages("c.example", "1")],
     )
-    held = first.lease(1)
-    held += second.lease(1)  # slow.example/2 and /3 passed over
-    held += second.lease(5)
+    held = first.lease(1)  # slow.example had its turn: its lane goes behind b's and c's
+    held += second.lease(1)
+    held += second.lease(5)  # slow.example/2 and /3 passed over
     assert urls(held) == ["http://slow.example/1", "http://b.example/1", "http://c.example/1"]
-    assert first.lease(5) == []
+    assert first.lease(5) == []  # slow.example/2 and /3 passed over again
     assert second.politeness.hosts_waiting() == 3
-    assert stat(second, "frontier/politeness_skipped") == 4
+    assert stat(second, "frontier/politeness_skipped") == 2
+    assert stat(first, "frontier/politeness_skipped") == 2
     assert stat(first, "frontier/hosts_waiting") == 3
 
 
-def test_a_lease_looks_only_at_the_first_entries_of_the_queue(workers: Any) -> None:
-    worker = workers(DOWNLOAD_DELAY=10, FRONTIER_POLITENESS_SCAN=3)
-    worker.admit(None, [*pages("slow.example", "1", "2", "3", "4"), *pages("b.example", "1")])
+def test_a_lease_looks_only_at_the_first_lanes_of_the_queue(workers: Any) -> None:
+    """A lease looks at FRONTIER_POLITENESS_SCAN lanes (one per host and priority level);
+    a lane taken from goes to the back of its level, so the next lease reaches the next."""
+    worker = workers(DOWNLOAD_DELAY=10, FRONTIER_POLITENESS_SCAN=2)
+    worker.admit(
+        None,
+        [*pages("slow.example", "1", "2", "3", "4"), *pages("b.example", "1", "2")],
+    )
+    worker.admit(None, pages("c.example", "1"))
     held = worker.lease(5)
-    assert urls(held) == ["http://slow.example/1"]
-    # b.example/1 is ready, but behind three requests of a waiting host: out of reach.
-    assert worker.lease(5) == []
+    # c.example/1 is ready, but its lane is the third: out of reach.
+    assert urls(held) == ["http://slow.example/1", "http://b.example/1"]
+    assert worker.counts()["queued"] == 5
+    # slow.example and b.example had their turn: c.example's lane is now within reach.
+    assert urls(worker.lease(5)) == ["http://c.example/1"]
     assert worker.counts()["queued"] == 4
 
 

@@ -14,10 +14,11 @@ to the queue and enforced atomically by the lease script (``politeness.lua``):
   the limit is ``FRONTIER_HOST_CONCURRENCY`` (default ``CONCURRENT_REQUESTS_PER_DOMAIN``, or
   the host's ``DOWNLOAD_SLOTS`` ``concurrency``);
 - requests of hosts that are not ready are passed over (``frontier/politeness_skipped``)
-  among the first ``FRONTIER_POLITENESS_SCAN`` queue entries, so a worker never idles behind
+  among the first ``FRONTIER_POLITENESS_SCAN`` lanes of the queue (one lane per host and
+  priority level, see :mod:`crawler.frontier.redis.layout`), so a worker never idles behind
   one slow host while others are ready; a worker that finds nothing ready asks again when
-  the soonest waiting host is due. Only when those first entries all belong to waiting
-  hosts does a worker wait although a later request's host is ready.
+  the soonest waiting host is due. Only when those first lanes all belong to waiting hosts
+  does a worker wait although a later lane's host is ready.
 
 The worker's side (:class:`middlewares.politeness.GlobalPolitenessMiddleware`) keeps each
 download on its turn: a request is sent right after its lease (the scheduler leases no more

@@ -20,8 +20,9 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
 from crawler.frontier import frontier_for
+from crawler.frontier.lua import FrontierScripts
 from crawler.frontier.politeness import HostLimits, hosts_waiting
-from crawler.frontier.redis import RedisFrontier, quarantine
+from crawler.frontier.redis import RedisFrontier, quarantine, state
 from crawler.frontier.redis.layout import FrontierKeys
 from crawler.progress import RateWindow
 from crawler.seen.layers import current_seen_key
@@ -122,13 +123,11 @@ class FrontierStatus:
 def read_status(
     client: redis.Redis, prefix: str, error_rate: float, limits: HostLimits
 ) -> FrontierStatus:
-    """Read the frontier under ``prefix``; sizes in one transaction (a lease moves a request
+    """Read the frontier under ``prefix``; sizes in one script (a lease moves a request
     between the queue and the leases: two separate reads could count it twice or not).
     ``limits`` are the crawl's politeness limits, to tell which hosts are waiting."""
     keys = FrontierKeys.for_prefix(prefix)
-    with client.pipeline(transaction=True) as pipe:
-        pipe.zcard(keys.queue).zcard(keys.leases).hlen(keys.failed)
-        queued, leased, failed = pipe.execute()
+    queued, leased, failed = state.sizes(FrontierScripts(client, keys, ("counts",)))
     seen_key = current_seen_key(client, prefix, keys.seen)  # after `scrapy rebuild-filter`
     shards = int(client.get(f"{seen_key}:shards") or 1)
     infos = [info for key in shard_keys(seen_key, shards) if (info := bloom_info(client, key))]

@@ -23,7 +23,9 @@ import redis
 from queuelib import queue
 
 from crawler.canonical import InvalidURL, dedupe_key
+from crawler.frontier.decode import COMPACT_PREFIX, record_url
 from crawler.frontier.redis.layout import FrontierKeys
+from crawler.frontier.redis.state import queued_records
 from crawler.seen.layers import (
     OLDER_DIR,
     filter_parameters,
@@ -93,24 +95,21 @@ def store_urls(store: RecordStore) -> Iterator[str]:
             yield hint["canonical_url"]
 
 
-def _url_of(text: bytes | str) -> str | None:
-    """The ``url`` of a stored request; None when the text (untrusted, written by anyone
-    with access to the crawl's keys) is not one."""
-    try:
-        url = json.loads(text).get("url")
-    except (ValueError, AttributeError, RecursionError):
-        return None
-    return url if isinstance(url, str) else None
-
-
-def _staged_requests(text: bytes | str) -> list[Any]:
-    """The stored requests of a staged batch (entries ``[score, host, JSON]``, or
-    ``[score, JSON]`` from before politeness hosts): the last item of each."""
+def _staged_entries(text: bytes | str) -> list[Any]:
+    """The entries of a staged batch (``[score, host, shape, rest of the record]``, or from
+    older workers ``[score, host, JSON]`` and ``[score, JSON]``)."""
     try:
         entries = json.loads(text)["entries"]
-        return [entry[-1] for entry in entries]
-    except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+        return [entry for entry in entries if isinstance(entry, list) and entry]
+    except (ValueError, TypeError, KeyError, RecursionError):
         return []
+
+
+def _staged_record(entry: list[Any]) -> str:
+    """A staged entry's record as a lane would hold it (the shape id is not needed here)."""
+    if len(entry) == 4 and entry[2]:
+        return f"{COMPACT_PREFIX}0\t{entry[3]}"
+    return entry[-1]
 
 
 def jobdir_queued_urls(jobdir: Path) -> Iterator[str]:
@@ -131,7 +130,7 @@ def jobdir_queued_urls(jobdir: Path) -> Iterator[str]:
         ]
         for disk_queue in queues:
             while (data := disk_queue.pop()) is not None:
-                if url := _url_of(data):
+                if url := record_url(data):
                     yield url
             disk_queue.close()
 
@@ -140,12 +139,15 @@ def redis_frontier_urls(client: Client, prefix: str) -> Iterator[str]:
     """URLs of the requests in a shared frontier: queued or leased, staged (a batch being
     admitted through a sharded filter) or failed for good."""
     keys = FrontierKeys.for_prefix(prefix)
+    for _lane, item in queued_records(client, keys):
+        if url := record_url(item):  # requeued ones ("#<id>") are found in `requests`
+            yield url
     for _id, text in client.hscan_iter(keys.requests):
-        if url := _url_of(text):
+        if url := record_url(text):
             yield url
     for _lease, text in client.hscan_iter(keys.staged):
-        for request_json in _staged_requests(text):
-            if isinstance(request_json, str) and (url := _url_of(request_json)):
+        for entry in _staged_entries(text):
+            if isinstance(entry[-1], str) and (url := record_url(_staged_record(entry))):
                 yield url
     for url, _record in client.hscan_iter(keys.failed):
         yield url.decode() if isinstance(url, bytes) else url

@@ -72,6 +72,8 @@ LEASE_META = "frontier_lease"
 RECLAIM_BATCH = 1000
 #: Items before the leased requests in the lease script's reply (lease.lua).
 LEASE_REPLY_HEAD = 10
+#: Items per leased request there: lease id, record, delay, host, shape JSON.
+LEASE_ROW = 5
 
 
 def text(value: bytes | str) -> str:
@@ -168,7 +170,7 @@ class Leases:
 
     def take_delivery(self, reply: list[Any]) -> list[Request]:
         """Hold the requests the lease script's ``reply`` hands out; note the rest."""
-        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[LEASE_REPLY_HEAD:]
+        reclaimed, given_up, leased_rows = int(reply[0]), int(reply[1]), reply[LEASE_REPLY_HEAD:]
         self.shared_sizes = int(reply[7]), int(reply[8])
         recovered_batches, recovered = int(reply[2]), int(reply[3])
         self.politeness.leased(int(reply[4]), int(reply[5]), int(reply[6]))
@@ -199,10 +201,11 @@ class Leases:
             )
         leased = []
         leased_at = time.monotonic()
-        for lease, stored, delay in zip(triples[::3], triples[1::3], triples[2::3], strict=True):
+        for row in range(0, len(leased_rows), LEASE_ROW):
+            lease, stored, delay, host, shape = leased_rows[row : row + LEASE_ROW]
             lease = text(lease)
             try:
-                request = self.decoder.decode(stored, self.spider)
+                request = self.decoder.decode(stored, self.spider, shape=shape, host=text(host))
             except RequestNotLoadable as exc:
                 self.quarantine(lease, exc.reason)
                 continue

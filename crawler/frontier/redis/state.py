@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from crawler.frontier.decode import DEFAULT_DECODER, RequestNotLoadable
 from crawler.frontier.redis.leases import text
 
 if TYPE_CHECKING:
@@ -37,6 +39,21 @@ def counts(scripts: FrontierScripts, seen: ShardedBloomSeenFilter) -> dict[str, 
     }
 
 
+def queued_records(
+    client: redis.Redis, keys: FrontierKeys, chunk: int = 1000
+) -> Iterator[tuple[str, bytes | str]]:
+    """Every queued item, lane by lane in the queue's order: ``(lane, item)``, where an item
+    is a stored record, or ``#<lease id>`` for a request requeued after its lease expired
+    (its record is in ``requests``). Read a chunk at a time: not a snapshot."""
+    for lane in client.zrange(keys.queue, 0, -1):
+        lane = text(lane)
+        start = 0
+        while items := client.lrange(keys.lane(lane), start, start + chunk - 1):
+            for item in items:
+                yield lane, item
+            start += chunk
+
+
 def failures(client: redis.Redis, keys: FrontierKeys) -> dict[str, dict[str, Any]]:
     """The failed requests' records, by URL. The lease script keeps the stored request of
     a request it gave up as text (it never decodes one): it is parsed here when it can be."""
@@ -50,6 +67,12 @@ def _failure(raw: bytes | str) -> dict[str, Any]:
         return {"reason": "not a failure record", "raw": text(raw)[:300]}
     request = record.get("request") if isinstance(record, dict) else None
     if isinstance(request, str):
-        with contextlib.suppress(ValueError, RecursionError):
-            record["request"] = json.loads(request)
+        with contextlib.suppress(RequestNotLoadable):
+            # A compact record (with its shape and host) or a JSON object, as JSON fields.
+            fields, named = DEFAULT_DECODER.parse(
+                request, record.pop("shape", None), record.get("host")
+            )
+            if named:
+                fields["meta"] = {**(fields.get("meta") or {}), **named}
+            record["request"] = fields
     return record if isinstance(record, dict) else {"raw": record}
