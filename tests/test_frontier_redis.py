@@ -26,7 +26,9 @@ import crawler.defaults as project_defaults
 import crawler.settings as project_settings
 from crawler.commands.seed import Command as SeedCommand
 from crawler.frontier import META_KEY
+from crawler.frontier.decode import record_url
 from crawler.frontier.redis import LEASE_META, QUEUED_META, FrontierKeys, RedisFrontier
+from crawler.frontier.redis.state import queued_records
 from crawler.frontier.scheduler import LeaseMiddleware, RedisScheduler
 from tests.cluster import RedisClusterServers
 from tests.httpserver import Page, TestServer, html, redirect
@@ -426,9 +428,9 @@ def test_seed_command_queues_each_url_once(redis_url: str, tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     assert "2 queued, 2 already seen, 2 invalid" in result.stdout
     with redis.Redis.from_url(redis_url) as client:
-        queued = client.zrange("{site}:queue", 0, -1)
-        stored = [json.loads(client.hget("{site}:requests", id_)) for id_ in queued]
-    assert [request["url"] for request in stored] == [
+        queued = queued_records(client, FrontierKeys.for_prefix("{site}"))
+        stored = [record_url(record) for _lane, record in queued]
+    assert stored == [
         "https://example.com/a",
         "https://example.com/b",
     ]

@@ -176,3 +176,24 @@ def test_fingerprints_are_stored_and_same_content_lists_the_variants(tmp_path: P
         and any(u.endswith("/products/1") for u in g["urls"])
         for g in groups
     )
+
+
+def test_a_worker_joining_after_rules_were_learned_keys_like_the_others(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The learned rules change the key version (``r2+<hash>``), not the prefix the crawl's
+    keys carry: a worker that starts once rules are learned finds every key the first one
+    stored, and fetches nothing again."""
+    site = LearnSite(pages=10)
+    store = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    with site.server() as server:
+        common = ["-a", f"start_url={server.url}/", "-s", f"STORE_URL={store}"]
+        common += ["-s", f"REDIS_URL={redis_url}", "-s", "CANON_LEARN=apply"]
+        first = scrapy("crawl", "site", *common)
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert any(state == APPLIED for state in rules_in(store).values()), first.stderr[-3000:]
+        fetched = len(server.paths())
+        second = scrapy("crawl", "site", *common)
+        assert second.returncode == 0, second.stderr[-3000:]
+        again = [path for path in server.paths()[fetched:] if path != "/robots.txt"]
+    assert again == [], second.stderr[-3000:]

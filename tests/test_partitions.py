@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
 import zlib
@@ -60,9 +61,14 @@ def host_of(request: Request) -> str:
 
 
 def hosts_by_partition(worker: RedisFrontier) -> list[set[str]]:
-    """The hosts of the requests each partition holds (queued or leased), read from Redis."""
+    """The hosts of the requests each partition holds (queued or leased), read from Redis:
+    the lanes (``<level>|<host>``) its queue ranks and its leased requests came from."""
+    client = worker.client
     return [
-        {value.decode() for value in worker.client.hvals(keys.hosts)}
+        {
+            lane.decode().split("|", 1)[1]
+            for lane in [*client.zrange(keys.queue, 0, -1), *client.hvals(keys.lanes)]
+        }
         for keys in worker.partitions.keys
     ]
 
@@ -279,7 +285,8 @@ def test_one_partition_is_the_plain_layout(workers: MakeWorker) -> None:
     assert worker.scripts is worker.partitions.scripts[0]
     worker.admit(None, pages(HOSTS[0], "", "a"))
     [home] = worker.lease(1)
-    assert home.meta["frontier_lease"] == "00000000000001"  # a plain request id
+    # A plain request id, as the lease script makes it (no partition after it).
+    assert re.fullmatch("[0-9a-f]{14}", home.meta["frontier_lease"])
     worker.admit(home, pages(HOSTS[1], "b"))
     stored = {key.decode() for key in worker.client.scan_iter("*")}
     assert all(key.startswith("{example}:") for key in stored)

@@ -1,4 +1,4 @@
--- KEYS: queue requests scores leases owners seq expiries staged hosts in_flight host_busy quarantine quarantine_order quarantine_dropped
+-- KEYS: queue requests lanes leases owners seq queued expiries staged in_flight host_busy quarantine quarantine_order quarantine_dropped shapes shape_ids
 -- Step 3 of 3 of admitting a batch staged by stage.lua, once step 2 marked its keys in the
 -- sharded seen filter: queue the requests that step flagged new (and those never checked),
 -- then drop the batch and its lease (releasing the parent), atomically.
@@ -25,7 +25,7 @@ if (tonumber(redis.call('ZSCORE', LEASES, lease)) or 0) <= now then
 end
 for i, entry in ipairs(decoded.entries) do
   if string.sub(flags, i, i) == '1' then
-    enqueue(entry[1], entry[#entry], #entry == 3 and entry[2] or '')
+    enqueue_staged(entry)
   end
 end
 redis.call('HDEL', STAGED, lease)

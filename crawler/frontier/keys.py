@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -138,6 +139,12 @@ class RequestKeyer:
         """This keyer, keeping links off the crawl's site out (:class:`OffsiteFilter`)."""
         self.offsite = OffsiteFilter(crawler)
         return self
+
+    def use_version(self, version: str) -> None:
+        """Key under the version prefix ``version`` (that of the seen filter, when it was
+        rebuilt with learned rules on top of these, :mod:`crawler.seen.layers`)."""
+        if version != self.rules.version:
+            self.rules = replace(self.rules, version=version)
 
     def use_rules(self, source: Callable[[], RuleSet]) -> None:
         """Key each batch with ``source()`` from now on: rules that change while the crawl

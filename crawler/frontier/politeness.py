@@ -14,10 +14,11 @@ to the queue and enforced atomically by the lease script (``politeness.lua``):
   the limit is ``FRONTIER_HOST_CONCURRENCY`` (default ``CONCURRENT_REQUESTS_PER_DOMAIN``, or
   the host's ``DOWNLOAD_SLOTS`` ``concurrency``);
 - requests of hosts that are not ready are passed over (``frontier/politeness_skipped``)
-  among the first ``FRONTIER_POLITENESS_SCAN`` queue entries, so a worker never idles behind
+  among the first ``FRONTIER_POLITENESS_SCAN`` lanes of the queue (one lane per host and
+  priority level, see :mod:`crawler.frontier.redis.layout`), so a worker never idles behind
   one slow host while others are ready; a worker that finds nothing ready asks again when
-  the soonest waiting host is due. Only when those first entries all belong to waiting
-  hosts does a worker wait although a later request's host is ready.
+  the soonest waiting host is due. Only when those first lanes all belong to waiting hosts
+  does a worker wait although a later lane's host is ready.
 
 The worker's side (:class:`middlewares.politeness.GlobalPolitenessMiddleware`) keeps each
 download on its turn: a request is sent right after its lease (the scheduler leases no more
@@ -29,9 +30,13 @@ the others through Redis; its ``Crawl-delay`` is recorded for all.
 
 A host is Scrapy's download slot key (``meta["download_slot"]``, else the host name), stored
 with each queued request as ``meta["frontier_host"]``. Two requests to a host are at least
-its delay apart, less the jitter of the time a request takes from its lease to the wire
-(milliseconds; at most ``STALE_TURN``). ``DOWNLOAD_DELAY_JITTER`` does not apply to the
-shared delay. AutoThrottle, if enabled, still adjusts each worker's own slots on top.
+its delay apart, less the jitter of the time a request takes from its turn to the wire:
+milliseconds on an idle machine. A request that waits in its worker longer than
+``STALE_TURN`` takes a new turn, but a stall of the worker's loop before the lease's reply is
+handled (the wait is counted from then) or after that check adds to the jitter: the
+politeness test allows the longest loop stall the workers measured.
+``DOWNLOAD_DELAY_JITTER`` does not apply to the shared delay. AutoThrottle, if enabled, still
+adjusts each worker's own slots on top.
 
 Crawl-wide backoff: a 429 or 503 answer with ``Retry-After`` (seconds or an HTTP date), or
 ``BACKOFF_STRIKES`` of them in a row without one, pauses its host for every worker (its
@@ -86,8 +91,7 @@ HOST_META = "frontier_host"
 #: leased, seconds its host observes between two requests]``. Never stored in Redis.
 TURN_META = "frontier_turn"
 #: Seconds a leased request may wait in the worker (e.g. for its host's robots.txt) and
-#: still be sent on the turn of its lease; later, it takes a new turn first. Two requests
-#: to a host are at most this much closer than its delay.
+#: still be sent on the turn of its lease; later, it takes a new turn first.
 STALE_TURN = 0.05
 #: Seconds a robots.txt fetched by one worker is shared with the others (Redis keys
 #: ``<prefix>:robots_txt:<url>``, expiring). Longer would keep more of them in Redis; a

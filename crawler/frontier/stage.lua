@@ -1,4 +1,4 @@
--- KEYS: queue leases owners staged
+-- KEYS: queue lanes leases owners seq queued staged
 -- Step 1 of 3 of admitting a batch whose keys go to a sharded seen filter (its shards are on
 -- other slots, out of reach of a script here): keep the batch in the frontier, under a lease
 -- of this worker, BEFORE any of its keys is marked seen. Step 2 marks the keys in the shards;
@@ -6,9 +6,9 @@
 -- 3, the lease expires and lease.lua queues the whole batch (recover_staged): a key marked
 -- seen always has its request staged or queued, never nowhere.
 -- ARGV: owner, parent id ('' for none), batch id, lease TTL in ms, then per request: score,
--- politeness host, JSON. The batch is held under the parent's lease, which this owner must be allowed to
--- answer (claim(), as admit's finish()), or without a parent under a lease of its own,
--- 'batch:<batch id>'. Either lease gets a full TTL for steps 2 and 3 (no heartbeat extends it).
+-- politeness host, shape JSON, the rest of its record (as admit.lua). The batch is held
+-- under the parent's lease, which this owner must be allowed to answer (claim(), as admit's
+-- finish()), or without a parent under a lease of its own, 'batch:<batch id>'. Either lease gets a full TTL for steps 2 and 3 (no heartbeat extends it).
 -- Returns that lease id, or 'refused' (nothing done).
 local owner, parent, batch, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local lease = parent ~= '' and parent or ('batch:' .. batch)
@@ -25,8 +25,8 @@ end
 redis.call('ZADD', LEASES, now_ms() + ttl, lease)
 redis.call('HSET', OWNERS, lease, owner)
 local entries = {}
-for i = 5, #ARGV, 3 do
-  entries[#entries + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2]}
+for i = 5, #ARGV, 4 do
+  entries[#entries + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]}
 end
 redis.call('HSET', STAGED, lease, cjson.encode({batch = batch, entries = entries}))
 return lease

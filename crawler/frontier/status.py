@@ -20,8 +20,9 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
 from crawler.frontier import frontier_for
+from crawler.frontier.lua import FrontierScripts
 from crawler.frontier.politeness import HostLimits, hosts_waiting
-from crawler.frontier.redis import RedisFrontier, quarantine
+from crawler.frontier.redis import RedisFrontier, quarantine, state
 from crawler.frontier.redis.layout import FrontierKeys
 from crawler.frontier.redis.partitions import partition_keys
 from crawler.progress import RateWindow
@@ -130,21 +131,23 @@ class FrontierStatus:
 def read_status(
     client: redis.Redis, prefix: str, error_rate: float, limits: HostLimits
 ) -> FrontierStatus:
-    """Read the frontier under ``prefix``; sizes in one transaction (a lease moves a request
-    between the queue and the leases: two separate reads could count it twice or not).
+    """Read the frontier under ``prefix``; sizes in one script per partition (a lease moves
+    a request between the queue and the leases: two separate reads could count it twice or
+    not).
     ``limits`` are the crawl's politeness limits, to tell which hosts are waiting."""
     keys = FrontierKeys.for_prefix(prefix)
     partitions = partition_keys(client, keys)
-    leased = failed = waiting = quarantined = quarantine_dropped = 0
-    partitions_queued = []
-    for part in partitions:  # each partition read in one transaction
-        with client.pipeline(transaction=True) as pipe:
-            sizes = pipe.zcard(part.queue).zcard(part.leases).hlen(part.failed).execute()
-        partitions_queued.append(sizes[0])
-        leased, failed = leased + sizes[1], failed + sizes[2]
-        waiting += hosts_waiting(client, part, limits)
-        held, dropped = quarantine.sizes(client, part)
-        quarantined, quarantine_dropped = quarantined + held, quarantine_dropped + dropped
+    # Each partition's sizes in one script (the counts script); summed across partitions.
+    per_partition = state.partition_sizes(
+        FrontierScripts(client, part, ("counts",)) for part in partitions
+    )
+    partitions_queued = [queued for queued, _leased, _failed in per_partition]
+    leased = sum(leased for _queued, leased, _failed in per_partition)
+    failed = sum(failed for _queued, _leased, failed in per_partition)
+    waiting = sum(hosts_waiting(client, part, limits) for part in partitions)
+    held = [quarantine.sizes(client, part) for part in partitions]
+    quarantined = sum(count for count, _dropped in held)
+    quarantine_dropped = sum(dropped for _count, dropped in held)
     seen_key = current_seen_key(client, prefix, keys.seen)  # after `scrapy rebuild-filter`
     shards = int(client.get(f"{seen_key}:shards") or 1)
     infos = [info for key in shard_keys(seen_key, shards) if (info := bloom_info(client, key))]

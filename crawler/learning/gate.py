@@ -2,9 +2,10 @@
 
 A link is keyed when its page is handled; a rule learned later (``CANON_LEARN="apply"``)
 would not stop the variants already queued. This downloader middleware keys each request
-again before it is downloaded, when learned rules are active: if its key changed and the new
-key is already in the seen filter, the request is dropped (``learn/dropped_queued``), its
-lease (shared frontier) released; otherwise the new key is marked seen and it goes on.
+again before it is downloaded, when a learned rule is active on its host (any other request
+keeps the key the frontier made and it carries): if its key changed and the new key is
+already in the seen filter, the request is dropped (``learn/dropped_queued``), its lease
+(shared frontier) released; otherwise the new key is marked seen and it goes on.
 Re-check fetches (:mod:`crawler.learning.recheck`) and ``dont_filter`` requests pass.
 """
 
@@ -17,6 +18,7 @@ from scrapy.http.request import NO_CALLBACK
 
 from crawler.canonical import InvalidURL, dedupe_key
 from crawler.frontier import META_KEY, frontier_for
+from crawler.frontier.keys import key_host
 from crawler.learning.extension import RECHECK_META, learning_for
 
 if TYPE_CHECKING:
@@ -43,15 +45,17 @@ class LearnedRuleGate:
         old = request.meta.get(META_KEY)
         if (
             learning is None
-            or not learning.has_applied
             or old is None
             or request.dont_filter
             or request.callback is NO_CALLBACK
             or request.meta.get(RECHECK_META)
         ):
             return
+        rules = learning.live.current()  # reloaded if the learned rules changed
+        if not learning.live.touches(key_host(old)):
+            return
         try:
-            new = dedupe_key(request.url, learning.live.current())
+            new = dedupe_key(request.url, rules)
         except InvalidURL:
             return
         if new == old:

@@ -8,11 +8,14 @@ worker sees one sequence of versions (``publish.lua``). :class:`LiveRules` reads
 before each batch of keys and rebuilds its ruleset when it moved: a worker never keys with
 stale rules.
 
-Keys keep the key prefix the crawl started with while learned rules change under it: a learned
-rule only drops a parameter proven to change nothing, so a key it does not touch stays the
-same and a key it touches becomes the key of the page proven equal; a new prefix mid-crawl
-would make every URL seen so far look new. The full version (``r2+<hash>`` including the
-learned rules) is recorded with each learned rule; the next crawl keys under it.
+Keys keep the key prefix of the crawl's seen filter (its keyer's, set by the frontier: the
+version of ``CANON_HOST_RULES``, or the version a ``scrapy rebuild-filter`` with learned rules
+recorded, :mod:`crawler.seen.layers`) while learned rules change under it: a learned rule
+only drops a parameter proven to change nothing, so a key it does not touch stays the same
+and a key it touches becomes the key of the page proven equal; a new prefix (mid-crawl, or
+for a worker that joins after rules were learned) would make every URL seen so far look
+new. The full version (``r2+<hash>`` including the learned rules) is recorded with each
+learned rule; ``scrapy rebuild-filter`` builds a filter under it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from pipelines.records import APPLIED, ParamRule
+from pipelines.records import APPLIED, REVOKED, ParamRule
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -134,6 +137,23 @@ def normalized(rules: Mapping[str, list[str]]) -> Learned:
     }
 
 
+def learned_in_force(rules: Iterable[ParamRule], shared: Mapping[str, list[str]]) -> Learned:
+    """The learned rules a crawl keys with now: applied in the store (``rules``) or in the
+    crawl's shared state (``shared``, where ``CANON_LEARN="apply"`` puts them first), less
+    any the store records as revoked.
+
+    >>> learned_in_force([ParamRule("e.org", "ref", "revoked", ())], {"e.org": ["ref", "src"]})
+    {'e.org': ['src']}
+    """
+    rules = list(rules)
+    revoked = {(rule.scope, rule.param) for rule in rules if rule.state == REVOKED}
+    learned: Learned = {}
+    for scope, names in [*applied_rules(rules).items(), *shared.items()]:
+        kept = [name for name in names if (scope, name.lower()) not in revoked]
+        learned.setdefault(scope, []).extend(kept)
+    return normalized(learned)
+
+
 def applied_rules(rules: Iterable[ParamRule]) -> Learned:
     """The learned rules in force among ``rules`` (state ``applied``)."""
     learned: Learned = {}
@@ -158,9 +178,10 @@ class LiveRules:
     """The ruleset of a crawl whose learned rules may change while it runs.
 
     :meth:`current` costs one version read (a Redis ``GET`` when shared) and rebuilds the
-    ruleset only when the version moved. Keys keep ``key_version`` as their prefix (the
-    version the crawl started with, see the module docstring); :attr:`full_version` is
-    the version the rules would have as a crawl's starting rules.
+    ruleset only when the version moved. Keys keep ``key_version`` as their prefix (the seen
+    filter's, set before the first :meth:`reload`; unset, the version of the first rules
+    loaded, see the module docstring); :attr:`full_version` is the version the rules would
+    have as a crawl's starting rules.
     """
 
     def __init__(
@@ -186,16 +207,30 @@ class LiveRules:
         """The crawl's rules without the learned ones, under the same key prefix."""
         return self._plain
 
+    def touches(self, host: str | None) -> bool:
+        """True if a learned rule may change the keys of ``host`` (as stage 1 spells it):
+        a rule of that host or of a domain above it. A key of a host no learned rule
+        touches is the same with and without them, so it need not be made again.
+
+        Reads the rules as of the last :meth:`current`."""
+        if host is None:
+            return False
+        return any(
+            host == scope_host or host.endswith("." + scope_host)
+            for scope_host in (scope.partition("/")[0] for scope in self.learned)
+        )
+
     def reload(self) -> None:
         self.version, self.learned = self.state.load()
         full = DEFAULT_RULES.with_host_rules(combined_host_rules(self.user_rules, self.learned))
         self.full_version = full.version
         if self.key_version is None:
             self.key_version = full.version
-            if self.base.version != self.key_version:
-                self._plain = replace(self.base, version=self.key_version)
-        self._rules = (
-            full if full.version == self.key_version else replace(full, version=self.key_version)
-        )
+        self._plain = _with_version(self.base, self.key_version)
+        self._rules = _with_version(full, self.key_version)
         if self.on_change is not None:
             self.on_change()
+
+
+def _with_version(rules: RuleSet, version: str) -> RuleSet:
+    return rules if rules.version == version else replace(rules, version=version)

@@ -3,7 +3,9 @@
 Every worker of one crawl (``scrapy crawl SPIDER -s REDIS_URL=...``) shares, under one key
 prefix (``FRONTIER_KEY_PREFIX``, one Redis Cluster hash tag):
 
-- a queue of serialized requests (JSON) ordered by priority, then first in, first out;
+- a queue of compact stored requests in lanes, one Redis list per priority level and host:
+  best level first, each host's requests first in, first out, hosts of a level taking turns
+  (:mod:`.layout`, "The queue");
 - the RedisBloom seen filter of their dedupe keys: one key beside the queue, or
   ``SEEN_FILTER_SHARDS`` keys spread over the cluster's masters (past one key's 512 MiB);
 - leases: a request handed to a worker stays in Redis, owned by that worker until its
@@ -21,7 +23,8 @@ keys it uses). One module per concern:
   sharded filter);
 - :mod:`.leases`: lease, heartbeat, failure, release: the requests a worker holds;
 - :mod:`.outbox`: answers delivered in order, waiting while Redis is away;
-- :mod:`.state`: sizes and failure records.
+- :mod:`.state`: sizes and failure records;
+- :mod:`.upgrade`: a crawl queued by an older release moved to lanes when a worker starts.
 
 So each page is fetched at least once, and twice only when its lease expired while it was
 being fetched (worker killed, or stalled longer than the lease). Redis being unreachable or
@@ -53,6 +56,7 @@ from crawler.frontier.redis.leases import LEASE_META, Leases, worker_id
 from crawler.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
 from crawler.frontier.redis.partitions import Partitions, partition_count
 from crawler.frontier.redis.quarantine import QUARANTINE_MAX
+from crawler.frontier.redis.upgrade import upgrade_layout
 from crawler.redis_client import Client, describe, redis_from_url, require_bloom
 from crawler.seen.layers import OlderLayers, redis_layers
 from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
@@ -233,7 +237,9 @@ class RedisFrontier:
             keys = FrontierKeys.for_prefix(prefix)
             keyer = RequestKeyer.from_settings(stats, settings)
             # After `scrapy rebuild-filter`: the current generation and the older layers.
-            keys, older = redis_layers(client, keys, settings, keyer.rules)
+            keys, older = redis_layers(client, keys, settings, keyer)
+            if moved := upgrade_layout(client, keys):
+                logger.warning("Moved %d requests of an older release's queue to lanes", moved)
             seen = seen_filter_from_settings(client, keys.seen, settings)
             frontier = cls(
                 client,
@@ -392,12 +398,12 @@ class RedisFrontier:
         worker, no answer of this worker waiting. Raises ``REDIS_UNAVAILABLE`` errors."""
         if self.outbox or self.leases:
             return False
-        queued, leased, _failed = state.sizes(self.partitions)
+        queued, leased, _failed = state.sizes(self.partitions.scripts)
         return queued == 0 and leased == 0
 
     def counts(self) -> dict[str, int]:
         """Sizes of the shared state: queued, leased and failed requests, keys seen."""
-        return state.counts(self.partitions, self.seen)
+        return state.counts(self.partitions.scripts, self.seen)
 
     def failures(self) -> dict[str, dict[str, Any]]:
         """The failed requests' records, by URL."""

@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any
 from crawler.frontier import META_CHECKED, META_KEY
 from crawler.frontier.keys import was_checked
 from crawler.frontier.politeness import HOST_META, politeness_key
-from crawler.frontier.redis.leases import text, without_lease
+from crawler.frontier.redis.leases import refused_batch, text, without_lease
 from crawler.frontier.redis.outbox import Answer
-from crawler.frontier.serialize import RequestNotSerializable, request_to_json
+from crawler.frontier.serialize import RequestNotSerializable, compact_record
 from crawler.seen.layers import OlderLayers
 from crawler.seen.redis import REPLY_TTL
 
@@ -62,9 +62,9 @@ logger = logging.getLogger(__name__)
 QUEUED_META = "frontier_queued"
 #: The filter's parameters admit.lua takes, in its order.
 BLOOM_ARGS = ("capacity", "error_rate", "expansion")
-#: Values per request in a batch's rows: queue score, politeness host, JSON (admit.lua,
-#: stage.lua).
-ROW = 3
+#: Values per request in a batch's rows: queue score (-priority), politeness host, shape
+#: JSON, the rest of the record (admit.lua, stage.lua; see serialize.compact_record).
+ROW = 4
 
 
 def stored_form(request: Request, key: str) -> Request:
@@ -289,31 +289,30 @@ class Admission:
         pairs = self.keyer.keyed(children)
         entries: list[tuple[Request, str]] = []
         checks: list[bool] = []
-        rows: list[Any] = []  # per entry: queue score, politeness host, JSON
+        rows: list[Any] = []  # per entry: ROW values
         max_bytes = self.leases.decoder.max_bytes
         for request, key in pairs:
             stored_request = stored_form(request, key)
+            host = stored_request.meta[HOST_META]
             try:
-                stored = request_to_json(stored_request, self.spider, max_bytes)
+                shape, rest = compact_record(
+                    stored_request, self.spider, max_bytes, host=host, host_meta=HOST_META
+                )
             except RequestNotSerializable as exc:
                 self._count_unserializable(request, exc)
                 continue
             entries.append((request, key))
             checks.append(not (request.dont_filter or was_checked(request)))
-            rows += [-request.priority, stored_request.meta[HOST_META], stored]
+            rows += [-request.priority, host, shape, rest]
         if parent is None and not entries:
             return []
         admitted: list[Request] = []
         late = False
 
-        def on_reply(reply: bytes | str) -> bool:
-            flags = text(reply)
-            if flags == "refused":
-                self.leases.refused(parent)
-                return False
+        def on_accepted(reply: bytes | str) -> None:
             if parent is not None:
                 self.stats.inc_value("frontier/acked")
-            fresh = [flag == "1" for flag in flags]
+            fresh = [flag == "1" for flag in text(reply)]
             self.stats.inc_value("frontier/enqueued", sum(fresh))
             new_ones = self.keyer.verdicts(entries, fresh)
             admitted.extend(new_ones)
@@ -324,8 +323,8 @@ class Admission:
                 self.on_verdict(new_ones, duplicates if late or not dropped_by_caller else [])
             if late and duplicates and on_late_duplicates is not None:
                 on_late_duplicates(duplicates)
-            return True
 
+        on_reply = self.leases.reply_handler(parent, refused=refused_batch, accepted=on_accepted)
         keys = [key for _, key in entries]
         if self.older and any(checks):
             deliver: Callable[[], Any] = WithoutOlder(self, parent, entries, checks, rows)

@@ -54,6 +54,8 @@ from crawler.frontier.redis.quarantine import QUARANTINE_MAX
 from crawler.frontier.serialize import RequestNotSerializable, request_to_json
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy import Request, Spider
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
@@ -70,11 +72,25 @@ LEASE_META = "frontier_lease"
 RECLAIM_BATCH = 1000
 #: Items before the leased requests in the lease script's reply (lease.lua).
 LEASE_REPLY_HEAD = 10
+#: Items per leased request there: lease id, record, delay, host, shape JSON.
+LEASE_ROW = 5
 
 
 def text(value: bytes | str) -> str:
     """A Redis reply as text, whether or not the client decodes responses."""
     return value.decode() if isinstance(value, bytes) else value
+
+
+def none_done(reply: int | bytes | str) -> bool:
+    """Whether a script answering how many requests it updated (fail, quarantine) refused
+    this worker's answer: 0, the lease was not this worker's to answer."""
+    return not int(reply)
+
+
+def refused_batch(reply: bytes | str) -> bool:
+    """Whether a script answering a batch's flags (admit, stage and commit) refused this
+    worker's answer: "refused", the parent's lease was not this worker's to release."""
+    return text(reply) == "refused"
 
 
 def without_lease(meta: dict[str, Any]) -> dict[str, Any]:
@@ -160,7 +176,7 @@ class Leases:
                     raise
                 break  # keep what was leased: this partition is asked again next time
             replies.append((partition, reply))
-            count -= (len(reply) - LEASE_REPLY_HEAD) // 3
+            count -= (len(reply) - LEASE_REPLY_HEAD) // LEASE_ROW
             if count <= 0:
                 break
         return replies
@@ -214,10 +230,10 @@ class Leases:
             )
         leased = []
         leased_at = time.monotonic()
-        for partition, request_id, stored, delay in self._triples(replies):
+        for partition, request_id, stored, delay, host, shape in self._rows(replies):
             lease = self.partitions.lease_id(partition, request_id)
             try:
-                request = self.decoder.decode(stored, self.spider)
+                request = self.decoder.decode(stored, self.spider, shape=shape, host=text(host))
             except RequestNotLoadable as exc:
                 self.quarantine(lease, exc.reason)
                 continue
@@ -229,12 +245,13 @@ class Leases:
         return leased
 
     @staticmethod
-    def _triples(replies: list[tuple[int, list[Any]]]) -> list[tuple[int, Any, Any, Any]]:
-        """The leased requests of ``replies``: partition, request id, stored text, delay."""
+    def _rows(replies: list[tuple[int, list[Any]]]) -> list[tuple[Any, ...]]:
+        """The leased requests of ``replies``: partition, then a reply's row (request id,
+        record, delay, host, shape JSON; the shape is of that partition's table)."""
         return [
-            (partition, *triple)
+            (partition, *row)
             for partition, reply in replies
-            for triple in zip(*[iter(reply[LEASE_REPLY_HEAD:])] * 3, strict=True)
+            for row in zip(*[iter(reply[LEASE_REPLY_HEAD:])] * LEASE_ROW, strict=True)
         ]
 
     # --- which request holds which lease -----------------------------------------------
@@ -400,13 +417,11 @@ class Leases:
             }
         )
 
-        def on_reply(reply: int) -> bool:
-            if int(reply):
-                self.stats.inc_value("frontier/failed")
-                logger.info("Request %s failed for good: %s", url or lease, reason)
-                return True
-            self.refused(lease)
-            return False
+        def counted(_: int) -> None:
+            self.stats.inc_value("frontier/failed")
+            logger.info("Request %s failed for good: %s", url or lease, reason)
+
+        on_reply = self.reply_handler(lease, refused=none_done, accepted=counted)
 
         partition, request_id = self.partitions.split(lease)
         args = [self.owner, request_id, url or request_id, record]
@@ -419,16 +434,33 @@ class Leases:
         self.stats.inc_value("frontier/quarantined")
         logger.warning("Quarantined stored request %s: %s", lease, reason)
 
-        def on_reply(reply: int) -> bool:
-            if int(reply):
-                return True
-            self.refused(lease)
-            return False
+        on_reply = self.reply_handler(lease, refused=none_done)
 
         partition, request_id = self.partitions.split(lease)
         args = [self.owner, request_id, reason, self.quarantine_cap]
         deliver = partial(self.partitions.run, partition, "quarantine", args)
         self.outbox.send(Answer("quarantine", deliver, on_reply))
+
+    def reply_handler(
+        self,
+        lease: str | None,
+        *,
+        refused: Callable[[Any], bool],
+        accepted: Callable[[Any], None] | None = None,
+    ) -> Callable[[Any], bool]:
+        """The ``on_reply`` of an :class:`Answer` for ``lease``: a reply that ``refused``
+        says is a refusal is noted (:meth:`refused`) and dropped (False); any other goes to
+        ``accepted`` (True)."""
+
+        def on_reply(reply: Any) -> bool:
+            if refused(reply):
+                self.refused(lease)
+                return False
+            if accepted is not None:
+                accepted(reply)
+            return True
+
+        return on_reply
 
     def refused(self, lease: str | None) -> None:
         """Redis refused this worker's answer for ``lease``."""

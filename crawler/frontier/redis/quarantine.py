@@ -8,7 +8,8 @@ here (``quarantine.lua``, or the lease script for an oversized one), counted und
 
 Each record (``<prefix>:quarantine``, ordered by time in ``<prefix>:quarantine_order``):
 ``{"id", "reason", "worker", "quarantined_at", "size", "truncated", "score", "host",
-"payload"}``, the payload cut at :data:`KEEP_BYTES`. At most ``FRONTIER_QUARANTINE_MAX``
+"payload"}`` (``score``: the level of the lane it came from, where a requeue puts it back),
+the payload cut at :data:`KEEP_BYTES`. At most ``FRONTIER_QUARANTINE_MAX``
 records are kept: past it the oldest are dropped and counted
 (``<prefix>:quarantine_dropped``). ``scrapy frontier SPIDER --quarantine`` lists them,
 ``--requeue-quarantined`` puts them back in the queue (e.g. after deploying the spider

@@ -11,34 +11,57 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from crawler.frontier.decode import DEFAULT_DECODER, RequestNotLoadable
 from crawler.frontier.redis.leases import text
 
 if TYPE_CHECKING:
     import redis
 
+    from crawler.frontier.lua import FrontierScripts
     from crawler.frontier.redis.layout import FrontierKeys
-    from crawler.frontier.redis.partitions import Partitions
     from crawler.seen.sharded import ShardedBloomSeenFilter
 
 
-def sizes(partitions: Partitions) -> tuple[int, int, int]:
-    """Requests queued, leased and failed, read atomically in each partition."""
-    replies = [partitions.run(index, "counts") for index in range(partitions.count)]
-    queued, leased, failed = (sum(int(reply[i]) for reply in replies) for i in range(3))
+def partition_sizes(scripts: Iterable[FrontierScripts]) -> list[tuple[int, int, int]]:
+    """Requests queued, leased and failed in each partition (``scripts``: each partition's),
+    each partition read atomically."""
+    return [(int(q), int(le), int(f)) for q, le, f in (one.run("counts") for one in scripts)]
+
+
+def sizes(scripts: Iterable[FrontierScripts]) -> tuple[int, int, int]:
+    """Requests queued, leased and failed, summed over the partitions (``scripts``: each
+    partition's)."""
+    queued, leased, failed = (sum(column) for column in zip(*partition_sizes(scripts), strict=True))
     return queued, leased, failed
 
 
-def counts(partitions: Partitions, seen: ShardedBloomSeenFilter) -> dict[str, int]:
+def counts(scripts: Iterable[FrontierScripts], seen: ShardedBloomSeenFilter) -> dict[str, int]:
     """Sizes of the shared state: queued, leased and failed requests, keys seen."""
-    queued, leased, failed = sizes(partitions)
+    queued, leased, failed = sizes(scripts)
     return {
         "queued": queued,
         "leased": leased,
         "failed": failed,
         "seen": sum(info.items_inserted for info in seen.info() if info is not None),
     }
+
+
+def queued_records(
+    client: redis.Redis, keys: FrontierKeys, chunk: int = 1000
+) -> Iterator[tuple[str, bytes | str]]:
+    """Every queued item, lane by lane in the queue's order: ``(lane, item)``, where an item
+    is a stored record, or ``#<lease id>`` for a request requeued after its lease expired
+    (its record is in ``requests``). Read a chunk at a time: not a snapshot."""
+    for lane in client.zrange(keys.queue, 0, -1):
+        lane = text(lane)
+        start = 0
+        while items := client.lrange(keys.lane(lane), start, start + chunk - 1):
+            for item in items:
+                yield lane, item
+            start += chunk
 
 
 def failures(client: redis.Redis, partitions: list[FrontierKeys]) -> dict[str, dict[str, Any]]:
@@ -59,6 +82,12 @@ def _failure(raw: bytes | str) -> dict[str, Any]:
         return {"reason": "not a failure record", "raw": text(raw)[:300]}
     request = record.get("request") if isinstance(record, dict) else None
     if isinstance(request, str):
-        with contextlib.suppress(ValueError, RecursionError):
-            record["request"] = json.loads(request)
+        with contextlib.suppress(RequestNotLoadable):
+            # A compact record (with its shape and host) or a JSON object, as JSON fields.
+            fields, named = DEFAULT_DECODER.parse(
+                request, record.pop("shape", None), record.get("host")
+            )
+            if named:
+                fields["meta"] = {**(fields.get("meta") or {}), **named}
+            record["request"] = fields
     return record if isinstance(record, dict) else {"raw": record}
