@@ -38,6 +38,7 @@ from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
 
 from crawler.frontier.redis import RedisFrontier
+from crawler.frontier.redis.state import queue_keys
 from crawler.spiders.site import SiteSpider
 from tests.cluster import RedisClusterServers
 from tests.servers import RedisServer
@@ -135,10 +136,10 @@ def redis_cpu(nodes: Sequence[RedisServer]) -> float:
 
 
 def queue_bytes(worker: RedisFrontier) -> list[int]:
-    """Bytes each partition's keys hold (the seen filter aside)."""
+    """Bytes each partition's keys hold (its lanes included, the seen filter aside)."""
     client = worker.client
     return [
-        sum(int(client.memory_usage(key, samples=0) or 0) for key in keys.all if key != keys.seen)
+        sum(int(client.memory_usage(key, samples=0) or 0) for key in queue_keys(client, keys))
         for keys in worker.partitions.keys
     ]
 

@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from crawler.frontier.redis.layout import FrontierKeys
+from crawler.frontier.redis.state import queue_keys
 from tests.cluster import RedisClusterServers
 from tests.httpserver import TestServer
 from tests.sitegen import HostsGraph, serve_hosts
@@ -46,7 +47,6 @@ class QueueMemory:
     def __init__(self, client: redis.RedisCluster) -> None:
         self.client = client
         self.parts = partition_keys()
-        self.keys = [[key for key in part.all if key != part.seen] for part in self.parts]
         self.peak: list[int] = [0] * PARTITIONS
         #: Requests each partition held queued at the peak.
         self.peak_queued: list[int] = [0] * PARTITIONS
@@ -55,11 +55,11 @@ class QueueMemory:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self) -> list[int]:
-        return [self._bytes(part, keys) for part, keys in zip(self.parts, self.keys, strict=True)]
-
-    def _bytes(self, part: FrontierKeys, keys: list[str]) -> int:
-        lanes = [part.lane(lane.decode()) for lane in self.client.zrange(part.queue, 0, -1)]
-        return sum(self.client.memory_usage(key, samples=0) or 0 for key in [*keys, *lanes])
+        client = self.client
+        return [
+            sum(client.memory_usage(key, samples=0) or 0 for key in queue_keys(client, part))
+            for part in self.parts
+        ]
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_EVERY):

@@ -64,6 +64,14 @@ def queued_records(
             start += chunk
 
 
+def queue_keys(client: redis.Redis, keys: FrontierKeys) -> list[str]:
+    """The keys holding the queue of ``keys`` (one partition), its leases and its hosts'
+    politeness state: every fixed key but the seen filter, and the lanes its queue ranks
+    (for measuring what a queue costs, ``MEMORY USAGE`` of each)."""
+    lanes = [keys.lane(text(lane)) for lane in client.zrange(keys.queue, 0, -1)]
+    return [key for key in keys.all if key != keys.seen] + lanes
+
+
 def failures(client: redis.Redis, partitions: list[FrontierKeys]) -> dict[str, dict[str, Any]]:
     """The failed requests' records of every partition, by URL. The lease script keeps the
     stored request of a request it gave up as text (it never decodes one): it is parsed here
