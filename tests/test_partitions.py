@@ -435,6 +435,18 @@ def test_a_warning_names_partitions_crowded_on_one_master(
     client.close()
 
 
+def test_a_crawl_queued_without_partitions_refuses_partitions(workers: MakeWorker) -> None:
+    """Its queue is in the crawl's own keys, which partitioned workers never read."""
+    plain = workers(FRONTIER_PARTITIONS=1)
+    plain.admit(None, pages(HOSTS[0], "", "a"))
+    with pytest.raises(RedisSetupError, match="queued or leased without partitions"):
+        workers()
+    assert plain.client.get(plain.keys.partitions) is None  # nothing recorded
+    assert [request.url for request in workers(FRONTIER_PARTITIONS=1).lease(2)] == urls(
+        pages(HOSTS[0], "", "a")
+    )
+
+
 def test_a_mangled_partition_count_is_a_clear_error(workers: MakeWorker) -> None:
     worker = workers()
     worker.client.set(worker.keys.partitions, "three")

@@ -55,6 +55,13 @@ def partition_count(client: redis.Redis, keys: FrontierKeys, count: int) -> int:
     if count == 1:
         recorded = client.get(keys.partitions)
     else:
+        if client.get(keys.partitions) is None and _queued_unpartitioned(client, keys):
+            raise RedisSetupError(
+                f"the crawl {keys.prefix} at {describe(client)} has requests queued or leased "
+                f"without partitions, which FRONTIER_PARTITIONS={count} would never read: "
+                "finish it with FRONTIER_PARTITIONS=1, or reset the crawl (scrapy frontier "
+                "--reset) to start over."
+            )
         recorded = client.set(keys.partitions, count, nx=True, get=True)
     if recorded is not None and _recorded(client, keys, recorded) != count:
         raise RedisSetupError(
@@ -64,6 +71,12 @@ def partition_count(client: redis.Redis, keys: FrontierKeys, count: int) -> int:
         )
     _warn_if_sharing_masters(client, keys, count)
     return count
+
+
+def _queued_unpartitioned(client: redis.Redis, keys: FrontierKeys) -> bool:
+    """Whether the crawl's own keys (the layout of one partition, or an older release's,
+    moved to lanes by :func:`.upgrade.upgrade_layout`) hold queued or leased requests."""
+    return bool(client.zcard(keys.queue) or client.zcard(keys.leases))
 
 
 def _warn_if_sharing_masters(client: redis.Redis, keys: FrontierKeys, count: int) -> None:

@@ -6,7 +6,9 @@ records are still read (:mod:`crawler.frontier.decode`), but they must be moved 
 first (:mod:`.layout`, "The queue"): :func:`upgrade_layout` does it in batches
 (``upgrade.lua``), in the old queue's order, and gives the requests leased at the time
 their lane, so an expired lease is requeued there. Stop the older workers first: the two
-releases' scripts do not share a queue.
+releases' scripts do not share a queue. It runs on the crawl's own keys only (the layout of
+``FRONTIER_PARTITIONS`` = 1): an older release knew no partitions, and a crawl queued there
+refuses to start with more (:func:`.partitions.partition_count`).
 """
 
 from __future__ import annotations
