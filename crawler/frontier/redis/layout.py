@@ -93,8 +93,11 @@ once per partition, under a partition prefix of their own instead of ``<prefix>`
 ``{<prefix without braces>:part:<i>/<N>:<salt>}``, whose hash tag the seen filter's
 slot-spreading helper (:func:`crawler.seen.sharded.shard_keys`) puts in the *i*-th N-th of the
 cluster's slots, so the partitions land on distinct masters. Each partition is one
-:class:`FrontierKeys` and the same scripts run against it. All requests of one host live in
-one partition; the crawl-wide keys that route them stay under ``<prefix>``:
+:class:`FrontierKeys` and the same scripts run against it: its lanes
+(``<partition prefix>:lane:<level>|<host>``) and its own ``shapes`` table included (a lease
+reply carries each record's shape JSON, so a worker needs no other partition's table). All
+requests of one host live in one partition; the crawl-wide keys that route them stay under
+``<prefix>``:
 
 - ``<prefix>:partitions`` STRING: N, written by the first worker; a worker started with
   another N refuses to start (hosts would move between partitions).
