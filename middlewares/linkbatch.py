@@ -1,4 +1,6 @@
-"""Spider middleware that checks all links of one page against the seen filter at once."""
+"""Spider middlewares that deduplicate a page's links: :class:`SeenLinksMiddleware` drops
+those certainly seen as the spider yields them, :class:`BatchDedupeMiddleware` checks the
+rest against the seen filter in one batch."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from scrapy import Request, signals
 from scrapy.http import Response
 
 from crawler.frontier import failure_reason, frontier_for, handle_page
-from crawler.frontier.keys import send_request_dropped
+from crawler.frontier.keys import send_request_dropped, was_checked
 
 if TYPE_CHECKING:
     from typing import Self
@@ -109,3 +111,55 @@ class BatchDedupeMiddleware:
             kept = {id(request) for request in admitted}
             dropped(request for request in batch if id(request) not in kept)
         return admitted
+
+
+class SeenLinksMiddleware:
+    """Drops a page's links whose key is certainly seen as the spider yields them, before
+    any other spider middleware spends anything on them (Scrapy's ``RefererMiddleware``,
+    ``UrlLengthMiddleware``, ``DepthMiddleware``...: about 99% of a real site's links are
+    its navigation, seen long ago).
+
+    Installed closest to the spider (highest order). It only asks what is known without
+    I/O (:meth:`crawler.frontier.Frontier.seen_before`: the in-process filter, or the keys a
+    shared frontier's answers gave this worker) and marks nothing: links it cannot rule out
+    go down the chain unchanged, and :class:`BatchDedupeMiddleware` next to the engine
+    decides them after offsite filtering, depth limits and the rest did their part, as
+    before (a page's repeats of a new link among them: the offsite filter counts each). So
+    a link dropped here is one the batch would have found seen, and what the other
+    middlewares do to new links does not change. Counted as the batch counts duplicates
+    (``seen/duplicate``, ``dupefilter/filtered``), with Scrapy's ``request_dropped``.
+
+    A project middleware that rewrites its links' URLs belongs above this one (a higher
+    order), so the key is that of the URL fetched.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterable[Any]:
+        for output in result:
+            if not self._drops(output):
+                yield output
+
+    async def process_spider_output_async(
+        self, response: Response, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        async for output in result:
+            if not self._drops(output):
+                yield output
+
+    def _drops(self, output: Any) -> bool:
+        """True (counted, ``request_dropped`` sent) if ``output`` is a link already seen."""
+        if not isinstance(output, Request) or output.dont_filter or was_checked(output):
+            return False
+        frontier = frontier_for(self.crawler)
+        key = frontier.seen_before(output)
+        if key is None:
+            return False
+        frontier.keyer.duplicate(output, key)
+        send_request_dropped(self.crawler, [output])
+        return True

@@ -144,6 +144,19 @@ class RequestKeyer:
         runs (learned rules, :mod:`crawler.learning.state`)."""
         self.rules_source = source
 
+    def key_of(self, request: Request) -> str | None:
+        """``request``'s key, carried in its ``meta`` for its batch; None (not counted: its
+        batch rejects it and counts it) if its URL cannot be keyed."""
+        rules = self.rules if self.rules_source is None else self.rules_source()
+        key = carried_key(request, rules)
+        if key is None:
+            try:
+                key = request_key(request, rules)
+            except InvalidURL:
+                return None
+            carry_key(request, key)
+        return key
+
     def keyed(self, requests: Sequence[Request]) -> list[tuple[Request, str]]:
         """Pair each request with its dedupe key; requests whose URL is invalid are dropped,
         logged with the reason and counted, as are requests off the site."""
@@ -176,14 +189,26 @@ class RequestKeyer:
                 request.meta[META_CHECKED] = request.url
                 admitted.append(request)
             elif self.debug or not self._logged_duplicate:
-                logger.debug("Filtered duplicate request %s (key %s)", request, key)
-                self._logged_duplicate = True
+                self._log_duplicate(request, key)
         self.stats.inc_value("seen/new", len(admitted))
-        duplicates = len(pairs) - len(admitted)
+        self.count_duplicates(len(pairs) - len(admitted))
+        return admitted
+
+    def duplicate(self, request: Request, key: str) -> None:
+        """Count (and log, as :meth:`verdicts` does) ``request``, found seen before its
+        batch."""
+        if self.debug or not self._logged_duplicate:
+            self._log_duplicate(request, key)
+        self.count_duplicates(1)
+
+    def count_duplicates(self, duplicates: int) -> None:
         if duplicates:
             self.stats.inc_value("seen/duplicate", duplicates)
             self.stats.inc_value("dupefilter/filtered", duplicates)
-        return admitted
+
+    def _log_duplicate(self, request: Request, key: str) -> None:
+        logger.debug("Filtered duplicate request %s (key %s)", request, key)
+        self._logged_duplicate = True
 
 
 def was_checked(request: Request) -> bool:

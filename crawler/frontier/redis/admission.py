@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.frontier import META_CHECKED, META_KEY
 from crawler.frontier.keys import was_checked
+from crawler.frontier.known import KnownKeys
 from crawler.frontier.politeness import HOST_META, politeness_key
 from crawler.frontier.redis.leases import text, without_lease
 from crawler.frontier.redis.outbox import Answer
-from crawler.frontier.serialize import RequestNotSerializable, request_to_json
+from crawler.frontier.serialize import RequestNotSerializable, RequestShapes, request_to_json
 from crawler.seen.layers import OlderLayers
 from crawler.seen.redis import REPLY_TTL
 
@@ -57,15 +58,15 @@ BLOOM_ARGS = ("capacity", "error_rate", "expansion")
 ROW = 3
 
 
-def stored_form(request: Request, key: str) -> Request:
-    """``request`` as it is stored: with its key, without this worker's lease id."""
+def stored_meta(request: Request, key: str) -> dict[str, Any]:
+    """The ``meta`` ``request`` is stored with: its key, without this worker's lease id."""
     meta = without_lease(request.meta)
     meta.pop(QUEUED_META, None)
     meta[META_KEY] = key
     meta[HOST_META] = politeness_key(request)
     # The URL, not True: a copy of the request with another URL is checked again.
     meta[META_CHECKED] = request.url
-    return request.replace(meta=meta)
+    return meta
 
 
 class StagedAdmission:
@@ -196,15 +197,31 @@ class Admission:
         self.stats = stats
         #: Read-only layers of the seen filter (after ``scrapy rebuild-filter``).
         self.older = older or OlderLayers([])
-        self.spider: Spider | None = None
+        #: Keys this worker heard the filter hold (:meth:`seen_before`).
+        self.known = KnownKeys()
+        self.shapes = RequestShapes()
         #: Called on each answer with the requests found new and those found seen (a crawl
         #: counts them and fires ``request_dropped`` for the latter).
         self.on_verdict: Callable[[list[Request], list[Request]], None] | None = None
         self._logged_unserializable = False
 
     @property
+    def spider(self) -> Spider | None:
+        return self.shapes.spider
+
+    @spider.setter
+    def spider(self, spider: Spider | None) -> None:
+        self.shapes = RequestShapes(spider)
+
+    @property
     def owner(self) -> str:
         return self.leases.owner
+
+    def seen_before(self, key: str) -> bool:
+        """True if ``key`` is certainly in the shared filter already: an answer to this
+        worker said so (found seen, or marked by its admission). No Redis call: a key
+        another worker marked is not known here, its batch's admission decides."""
+        return key in self.known
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -242,15 +259,17 @@ class Admission:
         rows: list[Any] = []  # per entry: queue score, politeness host, JSON
         max_bytes = self.leases.decoder.max_bytes
         for request, key in pairs:
-            stored_request = stored_form(request, key)
+            meta = stored_meta(request, key)
             try:
-                stored = request_to_json(stored_request, self.spider, max_bytes)
+                stored = request_to_json(
+                    request, self.spider, max_bytes, shapes=self.shapes, meta=meta
+                )
             except RequestNotSerializable as exc:
                 self._count_unserializable(request, exc)
                 continue
             entries.append((request, key))
             checks.append(not (request.dont_filter or was_checked(request)))
-            rows += [-request.priority, stored_request.meta[HOST_META], stored]
+            rows += [-request.priority, meta[HOST_META], stored]
         if parent is None and not entries:
             return []
         admitted: list[Request] = []
@@ -263,6 +282,8 @@ class Admission:
                 return False
             if parent is not None:
                 self.stats.inc_value("frontier/acked")
+            # Every checked key is in the filter now, found there or marked.
+            self.known.update(key for (_, key), check in zip(entries, checks, strict=True) if check)
             fresh = [flag == "1" for flag in flags]
             self.stats.inc_value("frontier/enqueued", sum(fresh))
             new_ones = self.keyer.verdicts(entries, fresh)
