@@ -141,25 +141,38 @@ class SeenLinksMiddleware:
         return cls(crawler)
 
     def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterable[Any]:
-        for output in result:
-            if not self._drops(output):
-                yield output
+        dropped: list[tuple[Request, str]] = []
+        try:
+            for output in result:
+                if not self._drops(output, dropped):
+                    yield output
+        finally:
+            self._report(dropped)
 
     async def process_spider_output_async(
         self, response: Response, result: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
-        async for output in result:
-            if not self._drops(output):
-                yield output
+        dropped: list[tuple[Request, str]] = []
+        try:
+            async for output in result:
+                if not self._drops(output, dropped):
+                    yield output
+        finally:
+            self._report(dropped)
 
-    def _drops(self, output: Any) -> bool:
-        """True (counted, ``request_dropped`` sent) if ``output`` is a link already seen."""
+    def _drops(self, output: Any, dropped: list[tuple[Request, str]]) -> bool:
+        """True if ``output`` is a link already seen (added to ``dropped``, with its key)."""
         if not isinstance(output, Request) or output.dont_filter or was_checked(output):
             return False
-        frontier = frontier_for(self.crawler)
-        key = frontier.seen_before(output)
+        key = frontier_for(self.crawler).seen_before(output)
         if key is None:
             return False
-        frontier.keyer.duplicate(output, key)
-        send_request_dropped(self.crawler, [output])
+        dropped.append((output, key))
         return True
+
+    def _report(self, dropped: list[tuple[Request, str]]) -> None:
+        """Count a page's dropped links and send ``request_dropped`` for them, once the
+        page is done (as its batch does)."""
+        if dropped:
+            frontier_for(self.crawler).keyer.duplicates(dropped)
+            send_request_dropped(self.crawler, [request for request, _ in dropped])

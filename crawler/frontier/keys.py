@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from pydispatch.dispatcher import getAllReceivers, liveReceivers
 from scrapy import signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
@@ -101,7 +102,11 @@ class OffsiteFilter:
 def send_request_dropped(crawler: Crawler, requests: Iterable[Request]) -> None:
     """Fire Scrapy's ``request_dropped`` for ``requests`` the frontier did not admit, as
     Scrapy's scheduler does for the requests its dupefilter refuses. For answers that arrive
-    later (the shared frontier), call it when they do."""
+    later (the shared frontier), call it when they do. Nothing to do when no receiver
+    listens (asked once per call: a page's duplicates are hundreds)."""
+    receivers = getAllReceivers(crawler.signals.sender, signals.request_dropped)
+    if next(liveReceivers(receivers), None) is None:
+        return
     for request in requests:
         crawler.signals.send_catch_log(
             signal=signals.request_dropped, request=request, spider=crawler.spider
@@ -194,12 +199,15 @@ class RequestKeyer:
         self.count_duplicates(len(pairs) - len(admitted))
         return admitted
 
-    def duplicate(self, request: Request, key: str) -> None:
-        """Count (and log, as :meth:`verdicts` does) ``request``, found seen before its
-        batch."""
-        if self.debug or not self._logged_duplicate:
-            self._log_duplicate(request, key)
-        self.count_duplicates(1)
+    def duplicates(self, pairs: Sequence[tuple[Request, str]]) -> None:
+        """Count (and log, as :meth:`verdicts` does) requests found seen before their
+        batch, with their keys."""
+        if self.debug:
+            for request, key in pairs:
+                self._log_duplicate(request, key)
+        elif pairs and not self._logged_duplicate:
+            self._log_duplicate(*pairs[0])
+        self.count_duplicates(len(pairs))
 
     def count_duplicates(self, duplicates: int) -> None:
         if duplicates:
