@@ -564,3 +564,25 @@ def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them()
         assert set(keys) <= set(layout.KEY_TYPES), path.name
     documented = layout.__doc__ or ""
     assert all(f"\n{key} " in documented for key in every_key)
+
+
+def test_a_worker_knows_the_keys_redis_answered_it_and_only_those(workers: Any) -> None:
+    """Links whose key an answer showed in the filter are dropped before any record is
+    built for them (SeenLinksMiddleware); a key another worker marked, or one in a refused
+    answer, is not known: its admission decides."""
+    first, second = workers(lease_ttl=0.5), workers(lease_ttl=0.5)
+    first.admit(None, [Request("https://example.com/"), Request("https://example.com/a")])
+    assert first.seen_before(Request("https://example.com/a?utm_source=x"))
+    assert second.seen_before(Request("https://example.com/a")) is None  # first's key
+    assert second.admit(None, [Request("https://example.com/a")]) == []  # Redis decides
+    assert second.seen_before(Request("https://example.com/a"))  # and now it knows
+    assert first.seen_before(Request("https://example.com/b")) is None
+
+    [page] = first.lease(1)
+    time.sleep(0.6)
+    [again] = second.lease(1)
+    assert first.admit(page, [Request("https://example.com/refused")]) == []  # refused
+    assert first.seen_before(Request("https://example.com/refused")) is None
+    assert urls(second.admit(again, [Request("https://example.com/refused")])) == [
+        "https://example.com/refused"
+    ]
