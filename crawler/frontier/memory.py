@@ -74,7 +74,7 @@ class MemoryFrontier:
         """``request``'s key if the filter holds it already (read only: its batch decides
         the others)."""
         key = self.keyer.key_of(request)
-        return key if key is not None and self.seen.contains_many([key])[0] else None
+        return key if key is not None and self.seen.contains(key) else None
 
     def request_seen(self, request: Request) -> bool:
         """Mark ``request``'s key seen; True if it was already (or cannot be keyed)."""

@@ -175,7 +175,9 @@ class WithoutOlder:
 class Admission:
     """Admits requests into the shared frontier (see the module docstring).
 
-    Stats: ``frontier/enqueued``, ``frontier/acked``, ``frontier/unserializable``; the
+    Stats: ``frontier/enqueued``, ``frontier/acked``, ``frontier/unserializable``,
+    ``frontier/records_built`` (stored records made, for new links and for links whose key
+    this worker did not know, see :mod:`crawler.frontier.known`); the
     seen-filter verdicts as in the embedded frontier (``seen/new``, ...).
     """
 
@@ -272,6 +274,8 @@ class Admission:
             rows += [-request.priority, meta[HOST_META], stored]
         if parent is None and not entries:
             return []
+        # Against frontier/enqueued: records built for links that were not queued.
+        self.stats.inc_value("frontier/records_built", len(entries))
         admitted: list[Request] = []
         late = False
 
