@@ -566,10 +566,11 @@ def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them()
     assert all(f"\n{key} " in documented for key in every_key)
 
 
-def test_a_worker_knows_the_keys_redis_answered_it_and_only_those(workers: Any) -> None:
-    """Links whose key an answer showed in the filter are dropped before any record is
-    built for them (SeenLinksMiddleware); a key another worker marked, or one in a refused
-    answer, is not known: its admission decides."""
+def test_a_worker_knows_the_keys_redis_answered_it_and_its_pages_links(workers: Any) -> None:
+    """Links whose key is known are dropped before any record is built for them
+    (SeenLinksMiddleware): keys an answer showed in the filter, and the links of a page's
+    batch as soon as it is sent (crawler.frontier.known: the page's lease keeps them). A key
+    another worker marked is not known: its admission decides."""
     first, second = workers(lease_ttl=0.5), workers(lease_ttl=0.5)
     first.admit(None, [Request("https://example.com/"), Request("https://example.com/a")])
     assert first.seen_before(Request("https://example.com/a?utm_source=x"))
@@ -578,11 +579,24 @@ def test_a_worker_knows_the_keys_redis_answered_it_and_only_those(workers: Any) 
     assert second.seen_before(Request("https://example.com/a"))  # and now it knows
     assert first.seen_before(Request("https://example.com/b")) is None
 
+    # A page's links are known once sent; refused, the page's new holder admits them.
     [page] = first.lease(1)
     time.sleep(0.6)
     [again] = second.lease(1)
-    assert first.admit(page, [Request("https://example.com/refused")]) == []  # refused
-    assert first.seen_before(Request("https://example.com/refused")) is None
-    assert urls(second.admit(again, [Request("https://example.com/refused")])) == [
-        "https://example.com/refused"
+    assert first.admit(page, [Request("https://example.com/b")]) == []  # refused
+    assert first.seen_before(Request("https://example.com/b"))
+    assert urls(second.admit(again, [Request("https://example.com/b")])) == [
+        "https://example.com/b"
     ]
+
+
+def test_a_batchs_repeated_key_gets_no_record_and_counts_as_a_duplicate(workers: Any) -> None:
+    worker = workers()
+    links = [Request("https://example.com/r"), Request("https://example.com/r?utm_source=x")]
+    assert urls(worker.admit(None, [*links, Request("https://example.com/s")])) == [
+        "https://example.com/r",
+        "https://example.com/s",
+    ]
+    assert stat(worker, "frontier/records_built") == 2
+    assert stat(worker, "seen/duplicate") == 1
+    assert worker.counts()["queued"] == 2

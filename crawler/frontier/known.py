@@ -8,6 +8,16 @@ those keys are dropped as soon as the spider yields them, with no record built a
 call. Keys other workers marked are not known here: their links go to the admission, which
 decides (and then they are known). Bounded: past ``capacity`` keys the older half is
 forgotten (a forgotten key only costs its admission again, never a page).
+
+The keys of a page's batch are known as soon as the batch is sent, before Redis answers
+(while 16 pages are in flight, most of a page's new-looking links are in an earlier page's
+batch still on its way). Nothing is lost by dropping a later page's link to such a key:
+answers reach Redis in the order they were sent, so the later page's lease is never
+released before the earlier batch is applied, and that batch either marks and queues the
+key, or is refused because its page went to another worker (which fetches it again and
+admits the same links), or never arrives (the worker died: the page's lease expires and the
+page is fetched again). Keys of a batch without a parent lease (start requests) are known
+only once Redis answered.
 """
 
 from __future__ import annotations

@@ -254,13 +254,22 @@ class Admission:
         away), every request is returned; ``on_late_duplicates`` gets those it finds seen
         when it comes. :attr:`on_verdict` hears of every answer; of its duplicates only
         when late, if ``dropped_by_caller`` (the caller reports those it gets back itself:
-        Scrapy's engine sends ``request_dropped`` when ``enqueue_request`` says False)."""
+        Scrapy's engine sends ``request_dropped`` when ``enqueue_request`` says False).
+        A request repeating the key of an earlier checked one of the batch gets no record
+        (the filter would say seen) and is never returned: counted as a duplicate with the
+        answer."""
         pairs = self.keyer.keyed(children)
         entries: list[tuple[Request, str]] = []
         checks: list[bool] = []
         rows: list[Any] = []  # per entry: queue score, politeness host, JSON
+        repeats: list[tuple[Request, str]] = []
+        batch_keys: set[str] = set()  # keys of the checked entries
         max_bytes = self.leases.decoder.max_bytes
         for request, key in pairs:
+            check = not (request.dont_filter or was_checked(request))
+            if check and key in batch_keys:
+                repeats.append((request, key))
+                continue
             meta = stored_meta(request, key)
             try:
                 stored = request_to_json(
@@ -270,8 +279,10 @@ class Admission:
                 self._count_unserializable(request, exc)
                 continue
             entries.append((request, key))
-            checks.append(not (request.dont_filter or was_checked(request)))
+            checks.append(check)
             rows += [-request.priority, meta[HOST_META], stored]
+            if check:
+                batch_keys.add(key)
         if parent is None and not entries:
             return []
         # Against frontier/enqueued: records built for links that were not queued.
@@ -290,6 +301,7 @@ class Admission:
             self.known.update(key for (_, key), check in zip(entries, checks, strict=True) if check)
             fresh = [flag == "1" for flag in flags]
             self.stats.inc_value("frontier/enqueued", sum(fresh))
+            self.keyer.duplicates(repeats)
             new_ones = self.keyer.verdicts(entries, fresh)
             admitted.extend(new_ones)
             duplicates = [
@@ -308,6 +320,10 @@ class Admission:
             deliver = self.step(parent, keys, checks, rows)
         name = "stage+commit" if isinstance(deliver, StagedAdmission) else "admit"
         answer = Answer(name, deliver, on_reply, after)
+        if parent is not None:
+            # Known from now on, before Redis answers (crawler.frontier.known: the lease
+            # of the parent keeps them, and answers are delivered in order).
+            self.known.update(key for key, check in zip(keys, checks, strict=True) if check)
         self.outbox.send(answer)
         result = admitted
         if answer.outcome is None:  # not delivered yet: the verdict is not known
