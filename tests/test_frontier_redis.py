@@ -566,11 +566,10 @@ def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them()
     assert all(f"\n{key} " in documented for key in every_key)
 
 
-def test_a_worker_knows_the_keys_redis_answered_it_and_its_pages_links(workers: Any) -> None:
+def test_a_worker_knows_the_keys_redis_answered_it_and_only_those(workers: Any) -> None:
     """Links whose key is known are dropped before any record is built for them
-    (SeenLinksMiddleware): keys an answer showed in the filter, and the links of a page's
-    batch as soon as it is sent (crawler.frontier.known: the page's lease keeps them). A key
-    another worker marked is not known: its admission decides."""
+    (SeenLinksMiddleware): keys an answer showed in the filter. A key another worker marked,
+    or one of a refused answer, is not known: its admission decides."""
     first, second = workers(lease_ttl=0.5), workers(lease_ttl=0.5)
     first.admit(None, [Request("https://example.com/"), Request("https://example.com/a")])
     assert first.seen_before(Request("https://example.com/a?utm_source=x"))
@@ -579,12 +578,13 @@ def test_a_worker_knows_the_keys_redis_answered_it_and_its_pages_links(workers: 
     assert second.seen_before(Request("https://example.com/a"))  # and now it knows
     assert first.seen_before(Request("https://example.com/b")) is None
 
-    # A page's links are known once sent; refused, the page's new holder admits them.
+    # Refused (the page went to another worker): not known, the page's new holder decides.
     [page] = first.lease(1)
     time.sleep(0.6)
     [again] = second.lease(1)
-    assert first.admit(page, [Request("https://example.com/b")]) == []  # refused
-    assert first.seen_before(Request("https://example.com/b"))
+    assert first.admit(page, [Request("https://example.com/b")]) == []
+    assert stat(first, "frontier/ack_refused") == 1
+    assert first.seen_before(Request("https://example.com/b")) is None
     assert urls(second.admit(again, [Request("https://example.com/b")])) == [
         "https://example.com/b"
     ]

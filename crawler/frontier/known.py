@@ -9,15 +9,11 @@ call. Keys other workers marked are not known here: their links go to the admiss
 decides (and then they are known). Bounded: past ``capacity`` keys the older half is
 forgotten (a forgotten key only costs its admission again, never a page).
 
-The keys of a page's batch are known as soon as the batch is sent, before Redis answers
-(while 16 pages are in flight, most of a page's new-looking links are in an earlier page's
-batch still on its way). Nothing is lost by dropping a later page's link to such a key:
-answers reach Redis in the order they were sent, so the later page's lease is never
-released before the earlier batch is applied, and that batch either marks and queues the
-key, or is refused because its page went to another worker (which fetches it again and
-admits the same links), or never arrives (the worker died: the page's lease expires and the
-page is fetched again). Keys of a batch without a parent lease (start requests) are known
-only once Redis answered.
+Keys are learnt from answers only, never when a batch is sent: a batch still on its way
+may be refused (its page's lease expired) or dropped, and if this very worker fetched that
+page again, dropping its links as known would lose them. While pages are in flight, links
+to keys of batches not answered yet are sent again (a few per page, counted in
+``frontier/records_built`` against ``frontier/enqueued``).
 """
 
 from __future__ import annotations

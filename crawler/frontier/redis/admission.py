@@ -320,10 +320,6 @@ class Admission:
             deliver = self.step(parent, keys, checks, rows)
         name = "stage+commit" if isinstance(deliver, StagedAdmission) else "admit"
         answer = Answer(name, deliver, on_reply, after)
-        if parent is not None:
-            # Known from now on, before Redis answers (crawler.frontier.known: the lease
-            # of the parent keeps them, and answers are delivered in order).
-            self.known.update(key for key, check in zip(keys, checks, strict=True) if check)
         self.outbox.send(answer)
         result = admitted
         if answer.outcome is None:  # not delivered yet: the verdict is not known
