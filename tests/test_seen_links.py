@@ -5,6 +5,7 @@ drops, same offsite counts as plain Scrapy and as the add-on without the early d
 
 from __future__ import annotations
 
+import doctest
 import json
 import subprocess
 import sys
@@ -19,7 +20,8 @@ from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
 import crawler.defaults as project_defaults
-from crawler.frontier import META_KEY, frontier_for
+from crawler.frontier import META_KEY, frontier_for, known
+from crawler.frontier.known import KnownKeys
 from middlewares.linkbatch import SeenLinksMiddleware
 from tests.httpserver import TestServer, html
 
@@ -200,3 +202,12 @@ def test_seen_links_are_dropped_counted_and_reported_once_the_page_is_done(crawl
         middleware.process_spider_output(response, iter([Request("https://example.com/new")]))
     )
     assert again == []
+
+
+def test_known_keys_stay_bounded_forgetting_the_oldest_half() -> None:
+    assert doctest.testmod(known).failed == 0
+    keys = KnownKeys(capacity=1000)
+    keys.update(f"k{i}" for i in range(10_000))
+    remembered = [f"k{i}" for i in range(10_000) if f"k{i}" in keys]
+    assert 500 <= len(remembered) <= 1000
+    assert remembered == [f"k{i}" for i in range(10_000 - len(remembered), 10_000)]

@@ -46,9 +46,6 @@ class KnownKeys:
     def __contains__(self, key: str) -> bool:
         return key in self._newer or key in self._older
 
-    def __len__(self) -> int:
-        return len(self._newer | self._older)
-
     def update(self, keys: Iterable[str]) -> None:
         """Remember ``keys`` (each is in the filter)."""
         newer = self._newer
