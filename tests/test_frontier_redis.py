@@ -566,3 +566,39 @@ def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them()
         assert set(keys) <= set(layout.KEY_TYPES), path.name
     documented = layout.__doc__ or ""
     assert all(f"\n{key} " in documented for key in every_key)
+
+
+def test_a_worker_knows_the_keys_redis_answered_it_and_only_those(workers: Any) -> None:
+    """Links whose key is known are dropped before any record is built for them
+    (SeenLinksMiddleware): keys an answer showed in the filter. A key another worker marked,
+    or one of a refused answer, is not known: its admission decides."""
+    first, second = workers(lease_ttl=0.5), workers(lease_ttl=0.5)
+    first.admit(None, [Request("https://example.com/"), Request("https://example.com/a")])
+    assert first.seen_before(Request("https://example.com/a?utm_source=x"))
+    assert second.seen_before(Request("https://example.com/a")) is None  # first's key
+    assert second.admit(None, [Request("https://example.com/a")]) == []  # Redis decides
+    assert second.seen_before(Request("https://example.com/a"))  # and now it knows
+    assert first.seen_before(Request("https://example.com/b")) is None
+
+    # Refused (the page went to another worker): not known, the page's new holder decides.
+    [page] = first.lease(1)
+    time.sleep(0.6)
+    [again] = second.lease(1)
+    assert first.admit(page, [Request("https://example.com/b")]) == []
+    assert stat(first, "frontier/ack_refused") == 1
+    assert first.seen_before(Request("https://example.com/b")) is None
+    assert urls(second.admit(again, [Request("https://example.com/b")])) == [
+        "https://example.com/b"
+    ]
+
+
+def test_a_batchs_repeated_key_gets_no_record_and_counts_as_a_duplicate(workers: Any) -> None:
+    worker = workers()
+    links = [Request("https://example.com/r"), Request("https://example.com/r?utm_source=x")]
+    assert urls(worker.admit(None, [*links, Request("https://example.com/s")])) == [
+        "https://example.com/r",
+        "https://example.com/s",
+    ]
+    assert stat(worker, "frontier/records_built") == 2
+    assert stat(worker, "seen/duplicate") == 1
+    assert worker.counts()["queued"] == 2

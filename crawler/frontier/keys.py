@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from pydispatch.dispatcher import getAllReceivers, liveReceivers
 from scrapy import signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
@@ -102,7 +103,11 @@ class OffsiteFilter:
 def send_request_dropped(crawler: Crawler, requests: Iterable[Request]) -> None:
     """Fire Scrapy's ``request_dropped`` for ``requests`` the frontier did not admit, as
     Scrapy's scheduler does for the requests its dupefilter refuses. For answers that arrive
-    later (the shared frontier), call it when they do."""
+    later (the shared frontier), call it when they do. Nothing to do when no receiver
+    listens (asked once per call: a page's duplicates are hundreds)."""
+    receivers = getAllReceivers(crawler.signals.sender, signals.request_dropped)
+    if next(liveReceivers(receivers), None) is None:
+        return
     for request in requests:
         crawler.signals.send_catch_log(
             signal=signals.request_dropped, request=request, spider=crawler.spider
@@ -151,6 +156,19 @@ class RequestKeyer:
         runs (learned rules, :mod:`crawler.learning.state`)."""
         self.rules_source = source
 
+    def key_of(self, request: Request) -> str | None:
+        """``request``'s key, carried in its ``meta`` for its batch; None (not counted: its
+        batch rejects it and counts it) if its URL cannot be keyed."""
+        rules = self.rules if self.rules_source is None else self.rules_source()
+        key = carried_key(request, rules)
+        if key is None:
+            try:
+                key = request_key(request, rules)
+            except InvalidURL:
+                return None
+            carry_key(request, key)
+        return key
+
     def keyed(self, requests: Sequence[Request]) -> list[tuple[Request, str]]:
         """Pair each request with its dedupe key; requests whose URL is invalid are dropped,
         logged with the reason and counted, as are requests off the site."""
@@ -183,14 +201,29 @@ class RequestKeyer:
                 request.meta[META_CHECKED] = request.url
                 admitted.append(request)
             elif self.debug or not self._logged_duplicate:
-                logger.debug("Filtered duplicate request %s (key %s)", request, key)
-                self._logged_duplicate = True
+                self._log_duplicate(request, key)
         self.stats.inc_value("seen/new", len(admitted))
-        duplicates = len(pairs) - len(admitted)
+        self.count_duplicates(len(pairs) - len(admitted))
+        return admitted
+
+    def duplicates(self, pairs: Sequence[tuple[Request, str]]) -> None:
+        """Count (and log, as :meth:`verdicts` does) requests found seen before their
+        batch, with their keys."""
+        if self.debug:
+            for request, key in pairs:
+                self._log_duplicate(request, key)
+        elif pairs and not self._logged_duplicate:
+            self._log_duplicate(*pairs[0])
+        self.count_duplicates(len(pairs))
+
+    def count_duplicates(self, duplicates: int) -> None:
         if duplicates:
             self.stats.inc_value("seen/duplicate", duplicates)
             self.stats.inc_value("dupefilter/filtered", duplicates)
-        return admitted
+
+    def _log_duplicate(self, request: Request, key: str) -> None:
+        logger.debug("Filtered duplicate request %s (key %s)", request, key)
+        self._logged_duplicate = True
 
 
 def was_checked(request: Request) -> bool:

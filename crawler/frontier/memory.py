@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from twisted.internet.defer import Deferred
 
-    from crawler.seen import SeenFilter
-
 
 class MemoryFrontier:
     """Checks a page's links against the seen filter in one ``add_many`` call and returns
@@ -33,7 +31,7 @@ class MemoryFrontier:
 
     def __init__(
         self,
-        seen: SeenFilter,
+        seen: MemoryBloomSeenFilter,
         keyer: RequestKeyer,
         older: OlderLayers | None = None,
         lock: JobdirLock | None = None,
@@ -83,6 +81,12 @@ class MemoryFrontier:
             return []
         fresh = self.seen.add_many([key for _, key in pairs])
         return self.keyer.verdicts(pairs, fresh)
+
+    def seen_before(self, request: Request) -> str | None:
+        """``request``'s key if the filter holds it already (read only: its batch decides
+        the others)."""
+        key = self.keyer.key_of(request)
+        return key if key is not None and self.seen.contains(key) else None
 
     def request_seen(self, request: Request) -> bool:
         """Mark ``request``'s key seen; True if it was already (or cannot be keyed)."""

@@ -34,6 +34,8 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from scrapy import Request
+
 from crawler.frontier.decode import (
     BYTES,
     DICT,
@@ -46,7 +48,7 @@ from crawler.frontier.decode import (
 )
 
 if TYPE_CHECKING:
-    from scrapy import Request, Spider
+    from scrapy import Spider
 
 _TAGS = frozenset({BYTES, TUPLE, MAPPING, DICT})
 
@@ -155,14 +157,19 @@ def compact_record(
     *,
     host: str = "",
     host_meta: str | None = None,
+    shapes: RequestShapes | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> tuple[str, str]:
     """``request`` as the shared frontier stores it: its shape (JSON, sorted keys: one text
     per shape) and the rest of its format-2 record, ``<url>[<TAB><JSON fields>]``; the
     Redis script puts ``2<TAB><shape id><TAB>`` in front. ``meta[host_meta]``, when it is
     ``host`` (the request's politeness host, which its lane names), is left to the shape.
     A URL with a tab (Scrapy escapes them: never seen) is stored as a JSON object, as
-    ``("", JSON)``. Raises :class:`RequestNotSerializable` as :func:`request_to_json`."""
-    request_dict = _to_dict(request, spider)
+    ``("", JSON)``. ``shapes`` and ``meta`` as for :func:`request_to_json`. Raises
+    :class:`RequestNotSerializable` as :func:`request_to_json`."""
+    request_dict = _to_dict(request, spider, shapes)
+    if meta is not None:
+        request_dict["meta"] = meta
     url = request_dict.pop("url")
     if "\t" in url or not url:
         return "", request_dict_to_json({"url": url, **request_dict}, max_bytes)
@@ -192,9 +199,11 @@ def compact_record(
     return shape_json, tail
 
 
-def _to_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
+def _to_dict(
+    request: Request, spider: Spider | None, shapes: RequestShapes | None = None
+) -> dict[str, Any]:
     try:
-        return request.to_dict(spider=spider)
+        return shapes.to_dict(request) if shapes is not None else request.to_dict(spider=spider)
     except ValueError as exc:
         raise RequestNotSerializable(
             f"callback/errback of {request} is not a method of the spider {spider!r} ({exc}); "
@@ -202,12 +211,63 @@ def _to_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
         ) from exc
 
 
+class RequestShapes:
+    """:meth:`Request.to_dict` for requests of a shape already seen, without its search for
+    the callback's name: Scrapy's ``_find_method`` walks ``inspect.getmembers(spider)`` on
+    every call, the largest cost of storing a request. The first request of each shape
+    (request class, callback function, errback function) goes through ``to_dict`` itself;
+    the names it found are reused for the next ones, so the dict is the one ``to_dict``
+    returns.
+    """
+
+    def __init__(self, spider: Spider | None = None) -> None:
+        self.spider = spider
+        #: (class, callback, errback) -> the callback and errback as ``to_dict`` names them.
+        self._names: dict[tuple[type, Any, Any], tuple[Any, Any]] = {}
+
+    def to_dict(self, request: Request) -> dict[str, Any]:
+        """What ``request.to_dict(spider=self.spider)`` returns (and raises)."""
+        shape = (type(request), _function(request.callback), _function(request.errback))
+        names = self._names.get(shape)
+        if names is None:
+            request_dict = request.to_dict(spider=self.spider)
+            self._names[shape] = (request_dict["callback"], request_dict["errback"])
+            return request_dict
+        request_dict = {
+            "url": request.url,
+            "callback": names[0],
+            "errback": names[1],
+            "headers": dict(request.headers),
+        }
+        for attr in request.attributes:
+            request_dict.setdefault(attr, getattr(request, attr))
+        if type(request) is not Request:
+            request_dict["_class"] = f"{type(request).__module__}.{type(request).__name__}"
+        return request_dict
+
+
+def _function(callback: Any) -> Any:
+    """What identifies a callback for ``to_dict``: a method by its function (``to_dict``
+    names it by comparing ``__func__``), anything else (None, a name) as it is."""
+    return getattr(callback, "__func__", callback)
+
+
 def request_to_json(
-    request: Request, spider: Spider | None = None, max_bytes: int | None = None
+    request: Request,
+    spider: Spider | None = None,
+    max_bytes: int | None = None,
+    *,
+    shapes: RequestShapes | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> str:
     """``request`` as JSON text; :class:`RequestNotSerializable` if it has no JSON form or
-    is longer than ``max_bytes``.
+    is longer than ``max_bytes``. With ``meta``, stored with that meta instead of its own
+    (without a copy of the request); with ``shapes`` (made for ``spider``), its dict comes
+    from there.
 
     Callbacks and errbacks are stored by name, so they must be methods of ``spider``.
     """
-    return request_dict_to_json(_to_dict(request, spider), max_bytes)
+    request_dict = _to_dict(request, spider, shapes)
+    if meta is not None:
+        request_dict["meta"] = meta
+    return request_dict_to_json(request_dict, max_bytes)

@@ -318,6 +318,12 @@ class RedisFrontier:
         parent = self.leases.take_replaced(request)
         return bool(self.admission.admit(parent, [request], dropped_by_caller=True))
 
+    def seen_before(self, request: Request) -> str | None:
+        """``request``'s key if an answer to this worker said the filter holds it
+        (:mod:`crawler.frontier.known`); no Redis call."""
+        key = self.keyer.key_of(request)
+        return key if key is not None and self.admission.seen_before(key) else None
+
     def request_seen(self, request: Request) -> bool:
         """True if ``request``'s key is in the seen filter (or it cannot be keyed); marks
         and queues nothing (:meth:`enqueue` does both at once). Calls Redis in the caller's

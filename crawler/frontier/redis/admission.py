@@ -38,10 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.frontier import META_CHECKED, META_KEY
 from crawler.frontier.keys import was_checked
+from crawler.frontier.known import KnownKeys
 from crawler.frontier.politeness import HOST_META, politeness_key
 from crawler.frontier.redis.leases import refused_batch, text, without_lease
 from crawler.frontier.redis.outbox import Answer
-from crawler.frontier.serialize import RequestNotSerializable, compact_record
+from crawler.frontier.serialize import RequestNotSerializable, RequestShapes, compact_record
 from crawler.seen.layers import OlderLayers
 from crawler.seen.redis import REPLY_TTL
 
@@ -67,15 +68,15 @@ BLOOM_ARGS = ("capacity", "error_rate", "expansion")
 ROW = 4
 
 
-def stored_form(request: Request, key: str) -> Request:
-    """``request`` as it is stored: with its key, without this worker's lease id."""
+def stored_meta(request: Request, key: str) -> dict[str, Any]:
+    """The ``meta`` ``request`` is stored with: its key, without this worker's lease id."""
     meta = without_lease(request.meta)
     meta.pop(QUEUED_META, None)
     meta[META_KEY] = key
     meta[HOST_META] = politeness_key(request)
     # The URL, not True: a copy of the request with another URL is checked again.
     meta[META_CHECKED] = request.url
-    return request.replace(meta=meta)
+    return meta
 
 
 class StagedAdmission:
@@ -224,7 +225,9 @@ class WithoutOlder:
 class Admission:
     """Admits requests into the shared frontier (see the module docstring).
 
-    Stats: ``frontier/enqueued``, ``frontier/acked``, ``frontier/unserializable``; the
+    Stats: ``frontier/enqueued``, ``frontier/acked``, ``frontier/unserializable``,
+    ``frontier/records_built`` (stored records made, for new links and for links whose key
+    this worker did not know, see :mod:`crawler.frontier.known`); the
     seen-filter verdicts as in the embedded frontier (``seen/new``, ...).
     """
 
@@ -246,15 +249,31 @@ class Admission:
         self.stats = stats
         #: Read-only layers of the seen filter (after ``scrapy rebuild-filter``).
         self.older = older or OlderLayers([])
-        self.spider: Spider | None = None
+        #: Keys this worker heard the filter hold (:meth:`seen_before`).
+        self.known = KnownKeys()
+        self.shapes = RequestShapes()
         #: Called on each answer with the requests found new and those found seen (a crawl
         #: counts them and fires ``request_dropped`` for the latter).
         self.on_verdict: Callable[[list[Request], list[Request]], None] | None = None
         self._logged_unserializable = False
 
     @property
+    def spider(self) -> Spider | None:
+        return self.shapes.spider
+
+    @spider.setter
+    def spider(self, spider: Spider | None) -> None:
+        self.shapes = RequestShapes(spider)
+
+    @property
     def owner(self) -> str:
         return self.leases.owner
+
+    def seen_before(self, key: str) -> bool:
+        """True if ``key`` is certainly in the shared filter already: an answer to this
+        worker said so (found seen, or marked by its admission). No Redis call: a key
+        another worker marked is not known here, its batch's admission decides."""
+        return key in self.known
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -285,35 +304,57 @@ class Admission:
         away), every request is returned; ``on_late_duplicates`` gets those it finds seen
         when it comes. :attr:`on_verdict` hears of every answer; of its duplicates only
         when late, if ``dropped_by_caller`` (the caller reports those it gets back itself:
-        Scrapy's engine sends ``request_dropped`` when ``enqueue_request`` says False)."""
+        Scrapy's engine sends ``request_dropped`` when ``enqueue_request`` says False).
+        A request repeating the key of an earlier checked one of the batch gets no record
+        (the filter would say seen) and is never returned: counted as a duplicate with the
+        answer."""
         pairs = self.keyer.keyed(children)
         entries: list[tuple[Request, str]] = []
         checks: list[bool] = []
         rows: list[Any] = []  # per entry: ROW values
+        repeats: list[tuple[Request, str]] = []
+        batch_keys: set[str] = set()  # keys of the checked entries
         max_bytes = self.leases.decoder.max_bytes
         for request, key in pairs:
-            stored_request = stored_form(request, key)
-            host = stored_request.meta[HOST_META]
+            check = not (request.dont_filter or was_checked(request))
+            if check and key in batch_keys:
+                repeats.append((request, key))
+                continue
+            meta = stored_meta(request, key)
+            host = meta[HOST_META]
             try:
                 shape, rest = compact_record(
-                    stored_request, self.spider, max_bytes, host=host, host_meta=HOST_META
+                    request,
+                    self.spider,
+                    max_bytes,
+                    host=host,
+                    host_meta=HOST_META,
+                    shapes=self.shapes,
+                    meta=meta,
                 )
             except RequestNotSerializable as exc:
                 self._count_unserializable(request, exc)
                 continue
             entries.append((request, key))
-            checks.append(not (request.dont_filter or was_checked(request)))
+            checks.append(check)
             rows += [-request.priority, host, shape, rest]
+            if check:
+                batch_keys.add(key)
         if parent is None and not entries:
             return []
+        # Against frontier/enqueued: records built for links that were not queued.
+        self.stats.inc_value("frontier/records_built", len(entries))
         admitted: list[Request] = []
         late = False
 
         def on_accepted(reply: bytes | str) -> None:
             if parent is not None:
                 self.stats.inc_value("frontier/acked")
+            # Every checked key is in the filter now, found there or marked.
+            self.known.update(key for (_, key), check in zip(entries, checks, strict=True) if check)
             fresh = [flag == "1" for flag in text(reply)]
             self.stats.inc_value("frontier/enqueued", sum(fresh))
+            self.keyer.duplicates(repeats)
             new_ones = self.keyer.verdicts(entries, fresh)
             admitted.extend(new_ones)
             duplicates = [
