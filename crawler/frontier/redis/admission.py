@@ -15,6 +15,17 @@ request whose handling produced them (the parent), so a crash can never lose the
 An answer from a worker whose lease expired is still accepted if nobody has leased the
 request again; if another worker holds it, it is refused and dropped
 (``frontier/ack_refused``): the other worker fetches the same page and admits the same links.
+
+Keys depend on the crawl's learned parameter rules (:mod:`crawler.learning.state`), which
+another worker may change at any moment (a rule applied, or revoked by a counter-example),
+and a worker reads their version only about once a second. So each batch carries the version
+its keys were made under; admit and stage change nothing and answer **stale** when the
+crawl's version differs (a revoked rule would drop a page as its variant's duplicate), and
+the worker reloads the rules (in the background thread, in order with its other answers),
+keys the batch again and sends it again, under the same parent lease, released only with the
+accepted batch (``frontier/stale_rules``). A commit whose rules moved after its stage queues
+the whole batch (``commit.lua``). A worker killed in between loses nothing: the lease expires
+and the page is fetched again.
 """
 
 from __future__ import annotations
@@ -23,11 +34,12 @@ import logging
 import math
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from crawler.frontier import META_CHECKED, META_KEY
-from crawler.frontier.keys import was_checked
+from crawler.frontier.keys import META_KEY_RULES, was_checked
 from crawler.frontier.known import KnownKeys
 from crawler.frontier.politeness import HOST_META, politeness_key
 from crawler.frontier.redis.leases import refused_batch, text, without_lease
@@ -53,6 +65,8 @@ logger = logging.getLogger(__name__)
 QUEUED_META = "frontier_queued"
 #: The filter's parameters admit.lua takes, in its order.
 BLOOM_ARGS = ("capacity", "error_rate", "expansion")
+#: The admission scripts' answer to a batch keyed under learned rules the crawl changed since.
+STALE = "stale"
 #: Values per request in a batch's rows: queue score (-priority), politeness host, shape
 #: JSON, the rest of the record (admit.lua, stage.lua; see serialize.compact_record).
 ROW = 4
@@ -62,6 +76,7 @@ def stored_meta(request: Request, key: str) -> dict[str, Any]:
     """The ``meta`` ``request`` is stored with: its key, without this worker's lease id."""
     meta = without_lease(request.meta)
     meta.pop(QUEUED_META, None)
+    meta.pop(META_KEY_RULES, None)
     meta[META_KEY] = key
     meta[HOST_META] = politeness_key(request)
     # The URL, not True: a copy of the request with another URL is checked again.
@@ -76,7 +91,8 @@ class StagedAdmission:
     harmlessly (the stage and the shards' answers are kept under the batch's id).
 
     Returns what the admit script returns: per request "1" if queued, else "0"; or
-    "refused" when the parent's lease may not be released by this worker (nothing done).
+    "refused" when the parent's lease may not be released by this worker, "stale" when the
+    crawl's learned rules are no longer those of ``version`` (nothing done either way).
     """
 
     def __init__(
@@ -86,12 +102,14 @@ class StagedAdmission:
         checked_keys: list[str],
         checks: list[bool],
         rows: list[Any],
+        version: str,
     ) -> None:
         self.admission = admission
         self.parent = parent
         self.checked_keys = checked_keys
         self.checks = checks
         self.rows = rows
+        self.version = version
         self.batch = uuid.uuid4().hex
         #: The lease holding the staged batch, once step 1 is done.
         self.lease: str | None = None
@@ -103,8 +121,8 @@ class StagedAdmission:
         scripts = admission.scripts
         if self.lease is None:
             args = [admission.owner, self.parent or "", self.batch, admission.lease_ttl_ms]
-            reply = text(scripts.run("stage", [*args, *self.rows]))
-            if reply == "refused":
+            reply = text(scripts.run("stage", [*args, self.version, *self.rows]))
+            if reply in ("refused", STALE):
                 return reply
             self.lease = reply
         if self.fresh is None:
@@ -114,13 +132,14 @@ class StagedAdmission:
         answers = iter(self.fresh)
         flags = "".join("1" if not check or next(answers) else "0" for check in self.checks)
         cap = admission.leases.quarantine_cap
-        status = text(scripts.run("commit", [self.lease, self.batch, flags, cap]))
-        if status == "late":
+        args = [self.lease, self.batch, flags, cap, self.version]
+        status = text(scripts.run("commit", args))
+        if status in ("late", "changed"):
             admission.stats.inc_value("frontier/staged_recovered", len(self.checks))
             logger.warning(
-                "Batch %s committed after its lease expired: all its %d requests queued "
-                "(some may be fetched twice)",
+                "Batch %s committed %s: all its %d requests queued (some may be fetched twice)",
                 self.batch,
+                "after its lease expired" if status == "late" else "as learned rules changed",
                 len(self.checks),
             )
             return "1" * len(self.checks)
@@ -140,12 +159,14 @@ class WithoutOlder:
         entries: list[tuple[Request, str]],
         checks: list[bool],
         rows: list[Any],
+        version: str,
     ) -> None:
         self.admission = admission
         self.parent = parent
         self.entries = entries
         self.checks = checks
         self.rows = rows
+        self.version = version
         #: Per entry, True if an older layer holds it; once asked.
         self.hits: list[bool] | None = None
         self.step: Callable[[], Any] | None = None
@@ -163,13 +184,130 @@ class WithoutOlder:
                 [self.entries[index][1] for index in kept],
                 [self.checks[index] for index in kept],
                 [cell for index in kept for cell in self.rows[ROW * index : ROW * index + ROW]],
+                self.version,
             )
             self.hits = hits
         reply = text(self.step())
-        if reply == "refused":
+        if reply in ("refused", STALE):
             return reply
         flags = iter(reply)
         return "".join("0" if hit else next(flags) for hit in self.hits)
+
+
+@dataclass
+class Batch:
+    """A page's links keyed under the learned rules of ``version`` ('': rules that never
+    change): ``pairs`` as the keyer made them, the ``entries`` to send (with their
+    ``checks`` and queue ``rows``, :data:`ROW` values each) and the ``repeats`` of an
+    earlier entry's key."""
+
+    pairs: list[tuple[Request, str]]
+    version: str
+    entries: list[tuple[Request, str]] = field(default_factory=list)
+    checks: list[bool] = field(default_factory=list)
+    rows: list[Any] = field(default_factory=list)
+    repeats: list[tuple[Request, str]] = field(default_factory=list)
+
+
+class Delivery:
+    """One page's batch on its way to the frontier: keyed, sent, and on a stale answer
+    keyed again under the rules reloaded and sent again, until an answer is accepted or
+    refused (:attr:`settled`). The parent's lease stays held until then."""
+
+    def __init__(
+        self,
+        admission: Admission,
+        parent: str | None,
+        on_late_duplicates: Callable[[list[Request]], None] | None,
+        dropped_by_caller: bool,
+    ) -> None:
+        self.admission = admission
+        self.parent = parent
+        self.on_late_duplicates = on_late_duplicates
+        self.dropped_by_caller = dropped_by_caller
+        #: The new requests, once an answer was accepted.
+        self.admitted: list[Request] = []
+        #: True once the admit call returned without the verdict.
+        self.late = False
+        self.settled = False
+        self.batch = Batch([], "")
+
+    def submit(self, children: Sequence[Request], after: Deferred[Any] | None = None) -> bool:
+        """Key ``children`` and send them (once ``after`` fired); False if there is
+        nothing to send."""
+        admission = self.admission
+        batch = self.batch = admission.keyed_batch(children)
+        if self.parent is None and not batch.entries:
+            self.settled = True
+            return False
+        # Against frontier/enqueued: records built for links that were not queued.
+        admission.stats.inc_value("frontier/records_built", len(batch.entries))
+        keys = [key for _, key in batch.entries]
+        args = (self.parent, keys, batch.checks, batch.rows, batch.version)
+        if admission.older and any(batch.checks):
+            deliver: Callable[[], Any] = WithoutOlder(
+                admission, self.parent, batch.entries, *args[2:]
+            )
+        else:
+            deliver = admission.step(*args)
+        name = "stage+commit" if isinstance(deliver, StagedAdmission) else "admit"
+        leases = admission.leases
+        answered = leases.reply_handler(self.parent, refused=refused_batch, accepted=self.accepted)
+        admission.outbox.send(Answer(name, deliver, partial(self.on_reply, answered), after))
+        return True
+
+    def on_reply(self, answered: Callable[[Any], bool], reply: bytes | str) -> bool:
+        if text(reply) == STALE:
+            self.stale()
+            return False
+        self.settled = True
+        return answered(reply)
+
+    def stale(self) -> None:
+        """The crawl's learned rules moved since the batch was keyed: reload them (from the
+        background thread, after the answers sent before) and send the batch again."""
+        admission = self.admission
+        admission.stats.inc_value("frontier/stale_rules")
+        live = admission.keyer.live
+        assert live is not None  # only a batch keyed under learned rules is stale
+        logger.info(
+            "Learned rules changed since a batch of %d links was keyed (version %s): "
+            "reloading them and keying it again",
+            len(self.batch.entries),
+            self.batch.version,
+        )
+        admission.outbox.send(Answer("load learned rules", live.state.load, self.reloaded))
+
+    def reloaded(self, loaded: tuple[int, Any]) -> bool:
+        live = self.admission.keyer.live
+        assert live is not None
+        live.apply(*loaded)
+        batch = self.batch
+        kept = {id(request) for request, _ in (*batch.entries, *batch.repeats)}
+        self.submit([request for request, _ in batch.pairs if id(request) in kept])
+        return True
+
+    def accepted(self, reply: bytes | str) -> None:
+        admission, batch = self.admission, self.batch
+        if self.parent is not None:
+            admission.stats.inc_value("frontier/acked")
+        # Every checked key is in the filter now, found there or marked.
+        admission.known.update(
+            key for (_, key), check in zip(batch.entries, batch.checks, strict=True) if check
+        )
+        fresh = [flag == "1" for flag in text(reply)]
+        admission.stats.inc_value("frontier/enqueued", sum(fresh))
+        admission.keyer.duplicates(batch.repeats)
+        new_ones = admission.keyer.verdicts(batch.entries, fresh)
+        self.admitted.extend(new_ones)
+        duplicates = [
+            request for (request, _), new in zip(batch.entries, fresh, strict=True) if not new
+        ]
+        if admission.on_verdict is not None:
+            reported = duplicates if self.late or not self.dropped_by_caller else []
+            admission.on_verdict(new_ones, reported)
+        if self.late and duplicates and self.on_late_duplicates is not None:
+            self.on_late_duplicates(duplicates)
 
 
 class Admission:
@@ -257,18 +395,27 @@ class Admission:
         Scrapy's engine sends ``request_dropped`` when ``enqueue_request`` says False).
         A request repeating the key of an earlier checked one of the batch gets no record
         (the filter would say seen) and is never returned: counted as a duplicate with the
-        answer."""
-        pairs = self.keyer.keyed(children)
-        entries: list[tuple[Request, str]] = []
-        checks: list[bool] = []
-        rows: list[Any] = []  # per entry: ROW values
-        repeats: list[tuple[Request, str]] = []
+        answer. A stale answer (module docstring) sends the batch again, keyed anew."""
+        delivery = Delivery(self, parent, on_late_duplicates, dropped_by_caller)
+        if not delivery.submit(children, after):
+            return []
+        result = delivery.admitted
+        if not delivery.settled:  # not answered yet: the verdict is not known
+            delivery.late = True
+            result = [request for request, _ in delivery.batch.entries]
+        for request in result:
+            request.meta[QUEUED_META] = True
+        return result
+
+    def keyed_batch(self, children: Sequence[Request]) -> Batch:
+        """``children`` keyed under the crawl's rules now, with their stored records."""
+        batch = Batch(self.keyer.keyed(children), self.keyer.rules_version)
         batch_keys: set[str] = set()  # keys of the checked entries
         max_bytes = self.leases.decoder.max_bytes
-        for request, key in pairs:
+        for request, key in batch.pairs:
             check = not (request.dont_filter or was_checked(request))
             if check and key in batch_keys:
-                repeats.append((request, key))
+                batch.repeats.append((request, key))
                 continue
             meta = stored_meta(request, key)
             host = meta[HOST_META]
@@ -285,65 +432,30 @@ class Admission:
             except RequestNotSerializable as exc:
                 self._count_unserializable(request, exc)
                 continue
-            entries.append((request, key))
-            checks.append(check)
-            rows += [-request.priority, host, shape, rest]
+            batch.entries.append((request, key))
+            batch.checks.append(check)
+            batch.rows += [-request.priority, host, shape, rest]
             if check:
                 batch_keys.add(key)
-        if parent is None and not entries:
-            return []
-        # Against frontier/enqueued: records built for links that were not queued.
-        self.stats.inc_value("frontier/records_built", len(entries))
-        admitted: list[Request] = []
-        late = False
-
-        def on_accepted(reply: bytes | str) -> None:
-            if parent is not None:
-                self.stats.inc_value("frontier/acked")
-            # Every checked key is in the filter now, found there or marked.
-            self.known.update(key for (_, key), check in zip(entries, checks, strict=True) if check)
-            fresh = [flag == "1" for flag in text(reply)]
-            self.stats.inc_value("frontier/enqueued", sum(fresh))
-            self.keyer.duplicates(repeats)
-            new_ones = self.keyer.verdicts(entries, fresh)
-            admitted.extend(new_ones)
-            duplicates = [
-                request for (request, _), new in zip(entries, fresh, strict=True) if not new
-            ]
-            if self.on_verdict is not None:
-                self.on_verdict(new_ones, duplicates if late or not dropped_by_caller else [])
-            if late and duplicates and on_late_duplicates is not None:
-                on_late_duplicates(duplicates)
-
-        on_reply = self.leases.reply_handler(parent, refused=refused_batch, accepted=on_accepted)
-        keys = [key for _, key in entries]
-        if self.older and any(checks):
-            deliver: Callable[[], Any] = WithoutOlder(self, parent, entries, checks, rows)
-        else:
-            deliver = self.step(parent, keys, checks, rows)
-        name = "stage+commit" if isinstance(deliver, StagedAdmission) else "admit"
-        answer = Answer(name, deliver, on_reply, after)
-        self.outbox.send(answer)
-        result = admitted
-        if answer.outcome is None:  # not delivered yet: the verdict is not known
-            late = True
-            result = [request for request, _ in entries]
-        for request in result:
-            request.meta[QUEUED_META] = True
-        return result
+        return batch
 
     def step(
-        self, parent: str | None, keys: list[str], checks: list[bool], rows: list[Any]
+        self,
+        parent: str | None,
+        keys: list[str],
+        checks: list[bool],
+        rows: list[Any],
+        version: str = "",
     ) -> Callable[[], str]:
         """The call that admits the entries of ``keys`` (with their ``checks`` and queue
-        ``rows``) and releases ``parent``: the admit script, or the three steps of a sharded
-        filter when some keys need checking. Raises ``REDIS_UNAVAILABLE`` errors, to be
-        called again."""
+        ``rows``, keyed under the learned rules of ``version``) and releases ``parent``:
+        the admit script, or the three steps of a sharded filter when some keys need
+        checking. Raises ``REDIS_UNAVAILABLE`` errors, to be called again."""
         if len(self.seen.shards) > 1 and any(checks):
             checked_keys = [key for key, check in zip(keys, checks, strict=True) if check]
-            return StagedAdmission(self, parent, checked_keys, checks, rows)
+            return StagedAdmission(self, parent, checked_keys, checks, rows, version)
         bloom = self.seen.parameters  # to recreate a lost filter (admit.lua)
-        args = [self.owner, parent or "", *(bloom[name] for name in BLOOM_ARGS)]
+        args = [self.owner, parent or "", version, *(bloom[name] for name in BLOOM_ARGS)]
         for index, key in enumerate(keys):
             args += ["1" if checks[index] else "0", key, *rows[ROW * index : ROW * index + ROW]]
         return partial(self.scripts.run, "admit", args)
