@@ -11,16 +11,23 @@ filter (stage.lua, commit.lua)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from scrapy import Request
 from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
 from twisted.internet.defer import Deferred
 
+import crawler.frontier
+import crawler.learning.extension
+from crawler.canonical import dedupe_key
+from crawler.frontier.keys import carry_key
 from crawler.frontier.redis import RedisFrontier
+from crawler.learning.gate import LearnedRuleGate
 from crawler.learning.state import LiveRules, RedisRuleState
-from tests.test_frontier_redis import stat, urls
+from tests.test_frontier_redis import ExampleSpider, stat, urls
 from tests.test_frontier_sharded import make_worker
 
 SITE = "https://example.com"
@@ -208,3 +215,24 @@ def test_rules_revoked_between_stage_and_commit_queue_the_whole_batch(
     assert stat(second, "frontier/stale_rules") == 0
     assert second.counts()["leased"] == 0
     assert queued_urls(first) == [BASE, VARIANT]
+
+
+def test_the_gate_never_drops_a_queued_variant_under_a_rule_revoked_a_moment_ago(
+    workers: MakeWorker,
+) -> None:
+    """The gate keys a leased request again when a learned rule touches its host, and drops
+    it when its new key is seen: a rule revoked since the worker's last version read must
+    not do that (it reloads the rules first)."""
+    first, second = workers(), workers()
+    publish(first, RULE)
+    live(second).reload()
+    second.admit(None, [Request(BASE)])
+    publish(first, {})  # revoked; second has not heard
+    queued = Request(VARIANT)  # as first queued it, under the rules without "ref"
+    carry_key(queued, dedupe_key(VARIANT, live(second).without_learned()))
+    spider_crawler = get_crawler(ExampleSpider)
+    crawler.frontier._frontiers[spider_crawler] = second
+    crawler.learning.extension._learners[spider_crawler] = SimpleNamespace(live=live(second))  # type: ignore[assignment]
+    LearnedRuleGate(spider_crawler).process_request(queued)  # not dropped
+    assert live(second).version == 2
+    assert stat(second, "learn/dropped_queued") == 0

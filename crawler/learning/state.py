@@ -225,6 +225,14 @@ class LiveRules:
             self.reload()
         return self._rules
 
+    def latest(self) -> RuleSet:
+        """The rules to key with, reloaded now (a Redis call when shared): for a decision
+        that must not rest on a version read a second ago."""
+        version, learned = self.state.load()
+        if version != self.version:
+            self.apply(version, learned)
+        return self._rules
+
     def without_learned(self) -> RuleSet:
         """The crawl's rules without the learned ones, under the same key prefix."""
         return self._plain
