@@ -179,16 +179,18 @@ def test_rules_that_change_under_every_attempt_still_converge(workers: MakeWorke
 def test_a_mangled_version_reads_as_zero_alike_in_workers_and_scripts(
     workers: MakeWorker,
 ) -> None:
-    """No value someone writes over the version makes every batch stale forever."""
+    """No value someone writes over the version makes every batch stale forever, nor over
+    the rules stops the worker."""
     first, second = workers(), workers()
     page = leased_page(first, second)
     publish(first, RULE)
     live(second).reload()
     assert live(second).version == 1
     second.client.set(f"{second.keys.prefix}:learned_version", "not a number")
+    second.client.set(f"{second.keys.prefix}:learned", "{not json")
     assert urls(second.admit(page, [Request(VARIANT)])) == [VARIANT]
     assert stat(second, "frontier/stale_rules") == 1  # reloaded once: version 0, accepted
-    assert live(second).version == 0
+    assert live(second).version == 0 and live(second).learned == {}  # merging nothing
     assert second.counts()["leased"] == 0
 
 

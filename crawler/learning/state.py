@@ -25,6 +25,7 @@ learned rule; ``scrapy rebuild-filter`` builds a filter under it.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 
     from crawler.background import BackgroundThread
     from crawler.redis_client import Client
+
+logger = logging.getLogger(__name__)
 
 #: Learned rules: scope -> sorted parameter names dropped there.
 Learned = dict[str, list[str]]
@@ -127,7 +130,7 @@ class RedisRuleState:
         raw_version, text = self.client.mget([self.version_key, self.rules_key])
         version = parse_version(raw_version)
         self._version, self._read_at = version, time.monotonic()
-        return version, json.loads(text) if text else {}
+        return version, parse_rules(text)
 
     def publish(self, expected: int, rules: Learned) -> bool:
         text = json.dumps(normalized(rules), sort_keys=True)
@@ -148,6 +151,26 @@ def parse_version(raw: bytes | str | None) -> int:
     """
     text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw or ""
     return int(text) if len(text) <= 15 and text.isascii() and text.isdecimal() else 0
+
+
+def parse_rules(text: bytes | str | None) -> Learned:
+    """Stored learned rules; what is not a JSON map of scopes to lists of names (someone
+    wrote over it) reads as no rules, logged: keys then merge less, never more.
+
+    >>> parse_rules('{"e.org": ["ref"]}'), parse_rules(None), parse_rules("[1]")
+    ({'e.org': ['ref']}, {}, {})
+    """
+    try:
+        rules = json.loads(text) if text else {}
+    except ValueError:
+        rules = None
+    if isinstance(rules, dict) and all(
+        isinstance(names, list) and all(isinstance(name, str) for name in names)
+        for names in rules.values()
+    ):
+        return rules
+    logger.warning("The crawl's learned rules in Redis are not a rules map; keying without them")
+    return {}
 
 
 def normalized(rules: Mapping[str, list[str]]) -> Learned:

@@ -315,8 +315,9 @@ class Admission:
 
     Stats: ``frontier/enqueued``, ``frontier/acked``, ``frontier/unserializable``,
     ``frontier/records_built`` (stored records made, for new links and for links whose key
-    this worker did not know, see :mod:`crawler.frontier.known`); the
-    seen-filter verdicts as in the embedded frontier (``seen/new``, ...).
+    this worker did not know, see :mod:`crawler.frontier.known`), ``frontier/stale_rules``
+    (batches keyed again because the crawl's learned rules changed since, module docstring);
+    the seen-filter verdicts as in the embedded frontier (``seen/new``, ...).
     """
 
     def __init__(
