@@ -123,6 +123,55 @@ def test_a_worker_on_a_revoked_rules_version_keys_the_batch_again(
     assert second.pending_answers == 0
 
 
+class Loop:
+    """A frontier's background thread and Twisted's loop, run step by step: each call
+    handed over runs, and its Deferred fires, only when :meth:`step` says so."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Callable[..., Any], tuple[Any, ...], Deferred[Any]]] = []
+
+    def run(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
+        self.calls.append((function, args, Deferred()))
+        return self.calls[-1][2]
+
+    def step(self) -> None:
+        function, args, done = self.calls.pop(0)
+        done.callback(function(*args))
+
+    def close(self) -> None:
+        """The worker closes: the calls handed over are done."""
+        while self.calls:
+            self.step()
+
+
+def test_in_a_crawl_the_page_lease_is_held_until_the_batch_keyed_again_is_accepted(
+    workers: MakeWorker,
+) -> None:
+    """Answers go from the background thread: the admit call returns before the stale
+    answer comes; the rules are reloaded there, the batch sent again, and the page's lease
+    released only with it. Until then the worker is not drained."""
+    first, second = workers(), workers()
+    page = leased_page(first, second)
+    publish(first, RULE)
+    live(second).reload()
+    second.admit(None, [Request(BASE)])
+    publish(first, {})
+    loop = Loop()
+    second.outbox.background = loop  # type: ignore[assignment]
+    late: list[Request] = []
+    returned = second.admit(page, [Request(VARIANT)], on_late_duplicates=late.extend)
+    assert urls(returned) == [VARIANT]  # not answered yet: every link handed back
+    loop.step()  # admit: stale, nothing done
+    assert stat(second, "frontier/stale_rules") == 1 and second.counts()["leased"] == 1
+    assert second.pending_answers == 1 and not second.seems_drained()  # reloading the rules
+    loop.step()  # the rules loaded, in the background thread
+    assert live(second).version == 2
+    loop.step()  # the batch keyed again: accepted
+    assert loop.calls == [] and second.pending_answers == 0
+    assert second.counts()["leased"] == 0 and late == []
+    assert queued_urls(first) == [BASE, VARIANT]
+
+
 def test_a_link_a_learned_rule_merged_is_never_dropped_early_on_what_the_worker_knows(
     workers: MakeWorker,
 ) -> None:
