@@ -203,7 +203,8 @@ class RequestKeyer:
         key is trusted only by an admission that checks its rules' version (a rule revoked
         a moment ago may still be in force here)."""
         live = self.live
-        if live is None or not live.touches(key_host(key)):
+        # Learned rules drop query parameters only: a URL without a query keys alike.
+        if live is None or "?" not in request.url or not live.touches(key_host(key)):
             return False
         try:
             return key != request_key(request, live.without_learned())
