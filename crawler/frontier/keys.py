@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: ``request.meta``: the learned rules' version the carried key was made under, by a keyer
-#: whose rules change while the crawl runs (never stored: a key from another version is
-#: made again).
+#: whose rules change while the crawl runs (never stored: a key of another version is made
+#: again, see ``RequestKeyer._carried``).
 META_KEY_RULES = "dedupe_key_rules"
 
 
@@ -175,9 +175,17 @@ class RequestKeyer:
         return "" if self.live is None else str(self.live.version)
 
     def _carried(self, request: Request, rules: RuleSet) -> str | None:
-        if self.live is not None and request.meta.get(META_KEY_RULES) != self.live.version:
-            return None
-        return carried_key(request, rules)
+        """The key ``request`` carries, if it is its key under ``rules``: with learned
+        rules, one this keyer made under their current version, or one made without them
+        (no version: redirects, canonical hints) on a host none of them touches."""
+        key = carried_key(request, rules)
+        live = self.live
+        if key is None or live is None:
+            return key
+        made_under = request.meta.get(META_KEY_RULES)
+        if made_under == live.version or (made_under is None and not live.touches(key_host(key))):
+            return key
+        return None
 
     def _carry(self, request: Request, key: str) -> None:
         carry_key(request, key)
