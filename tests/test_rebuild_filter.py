@@ -430,7 +430,7 @@ def test_shared_rebuild_keys_under_the_rules_learned_in_redis(
     assert new.keyer.rules.version == current["rules"]["version"]
     live = LiveRules(Settings(), RedisRuleState(client, "{site}"))
     live.key_version = new.keyer.rules.version
-    new.keyer.use_rules(live.current)
+    new.keyer.use_rules(live)
     assert urls_admitted(new, BASE, "/a?from=7", "/a", "/b?from=2", "/c") == {"/c"}
     new.close()
     client.close()

@@ -9,6 +9,22 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- True if a batch keyed under the learned rules of `version` (a decimal; '' from a worker
+-- without learned rules: never stale) comes too late: the crawl's rules are another version
+-- now (LEARNED_VERSION, missing: 0). A mangled version reads as 0, as the workers read it
+-- (crawler.learning.state.parse_version), so they and the scripts agree.
+-- Keys: LEARNED_VERSION.
+local function rules_stale(version)
+  if version == '' then
+    return false
+  end
+  local current = redis.call('GET', LEARNED_VERSION)
+  if not (current and #current <= 15 and string.match(current, '^%d+$')) then
+    current = '0'
+  end
+  return tonumber(current) ~= tonumber(version)
+end
+
 -- The queue is made of lanes: one Redis LIST per priority level and politeness host, named
 -- '<level>|<host>' (key: lane_key()), holding stored records first in, first out. QUEUE lists
 -- the lanes that hold something, ranked by level (best first), then by turn: a lane leased

@@ -138,7 +138,7 @@ class ParamRuleLearning:
             self._change_rules(lambda learned: _merged(learned, applied))
         self.live.key_version = frontier.keyer.rules.version  # the seen filter's prefix
         self.live.reload()
-        frontier.keyer.use_rules(self.live.current)  # type: ignore[attr-defined]
+        frontier.keyer.use_rules(self.live)  # type: ignore[attr-defined]
 
     def _change_rules(self, change: Callable[[Learned], Learned]) -> None:
         """Apply ``change`` to the shared learned rules (compare-and-set, retried)."""

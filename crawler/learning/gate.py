@@ -7,6 +7,11 @@ keeps the key the frontier made and it carries): if its key changed and the new 
 already in the seen filter, the request is dropped (``learn/dropped_queued``), its lease
 (shared frontier) released; otherwise the new key is marked seen and it goes on.
 Re-check fetches (:mod:`crawler.learning.recheck`) and ``dont_filter`` requests pass.
+Before it marks or drops, it reloads the learned rules (one Redis read when shared): the
+version a worker last read may be a second old, and a rule revoked since must not drop a page.
+The reload and the mark are two calls, not one atomic step as the admission's version check
+is (:mod:`crawler.frontier.redis.admission`): a revocation landing between them (a few
+milliseconds) is not caught.
 """
 
 from __future__ import annotations
@@ -51,11 +56,14 @@ class LearnedRuleGate:
             or request.meta.get(RECHECK_META)
         ):
             return
-        rules = learning.live.current()  # reloaded if the learned rules changed
-        if not learning.live.touches(key_host(old)):
+        live = learning.live
+        live.current()  # reloaded if the learned rules changed, as last read
+        if not live.touches(key_host(old)):
             return
         try:
-            new = dedupe_key(request.url, rules)
+            new = dedupe_key(request.url, live.current())
+            if new != old:  # about to mark or drop: not under a rule revoked a moment ago
+                new = dedupe_key(request.url, live.latest())
         except InvalidURL:
             return
         if new == old:

@@ -5,8 +5,12 @@ The learned rules are a map ``scope -> [parameter names]`` (scopes as in
 them in process; shared crawls in Redis beside the frontier (``<prefix>:learned`` holds the
 JSON, ``<prefix>:learned_version`` the number), changed only by a compare-and-set, so every
 worker sees one sequence of versions (``publish.lua``). :class:`LiveRules` reads the version
-before each batch of keys and rebuilds its ruleset when it moved: a worker never keys with
-stale rules.
+before each batch of keys (a shared crawl's read is refreshed off the loop about once a
+second) and rebuilds its ruleset when it moved. That read may be a second old, so a shared
+frontier's admission scripts check the version the batch was keyed under against the crawl's
+own, atomically with marking its keys: a batch keyed under an older version changes nothing,
+is keyed again under the rules reloaded and sent again (:mod:`crawler.frontier.redis.admission`).
+A worker therefore never admits, nor drops as a duplicate, a link keyed with stale rules.
 
 Keys keep the key prefix of the crawl's seen filter (its keyer's, set by the frontier: the
 version of ``CANON_HOST_RULES``, or the version a ``scrapy rebuild-filter`` with learned rules
@@ -21,6 +25,7 @@ learned rule; ``scrapy rebuild-filter`` builds a filter under it.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -35,6 +40,8 @@ if TYPE_CHECKING:
 
     from crawler.background import BackgroundThread
     from crawler.redis_client import Client
+
+logger = logging.getLogger(__name__)
 
 #: Learned rules: scope -> sorted parameter names dropped there.
 Learned = dict[str, list[str]]
@@ -101,7 +108,7 @@ class RedisRuleState:
 
     def version(self) -> int:
         if self.background is None or self._version is None:
-            self._version = int(self.client.get(self.version_key) or 0)
+            self._version = parse_version(self.client.get(self.version_key))
             self._read_at = time.monotonic()
         elif not self._reading and time.monotonic() - self._read_at >= self.VERSION_READ_EVERY:
             self._reading = True
@@ -110,14 +117,20 @@ class RedisRuleState:
         return self._version
 
     def _read(self, version: bytes | str | None) -> None:
-        self._version, self._read_at, self._reading = int(version or 0), time.monotonic(), False
+        self._version, self._read_at, self._reading = (
+            parse_version(version),
+            time.monotonic(),
+            False,
+        )
 
     def _not_read(self, _: object) -> None:
         self._reading = False  # Redis away: the last version serves, asked again later
 
     def load(self) -> tuple[int, Learned]:
-        version, text = self.client.mget([self.version_key, self.rules_key])
-        return int(version or 0), json.loads(text) if text else {}
+        raw_version, text = self.client.mget([self.version_key, self.rules_key])
+        version = parse_version(raw_version)
+        self._version, self._read_at = version, time.monotonic()
+        return version, parse_rules(text)
 
     def publish(self, expected: int, rules: Learned) -> bool:
         text = json.dumps(normalized(rules), sort_keys=True)
@@ -126,6 +139,38 @@ class RedisRuleState:
         if published:
             self._version = expected + 1
         return published
+
+
+def parse_version(raw: bytes | str | None) -> int:
+    """A stored version: missing, or not a decimal of at most 15 digits (someone wrote over
+    it), reads as 0, as ``rules_stale`` in ``crawler/frontier/common.lua`` reads it, so the
+    workers and the admission scripts agree on it.
+
+    >>> parse_version(b"12"), parse_version(None), parse_version("x1")
+    (12, 0, 0)
+    """
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw or ""
+    return int(text) if len(text) <= 15 and text.isascii() and text.isdecimal() else 0
+
+
+def parse_rules(text: bytes | str | None) -> Learned:
+    """Stored learned rules; what is not a JSON map of scopes to lists of names (someone
+    wrote over it) reads as no rules, logged: keys then merge less, never more.
+
+    >>> parse_rules('{"e.org": ["ref"]}'), parse_rules(None), parse_rules("[1]")
+    ({'e.org': ['ref']}, {}, {})
+    """
+    try:
+        rules = json.loads(text) if text else {}
+    except ValueError:
+        rules = None
+    if isinstance(rules, dict) and all(
+        isinstance(names, list) and all(isinstance(name, str) for name in names)
+        for names in rules.values()
+    ):
+        return rules
+    logger.warning("The crawl's learned rules in Redis are not a rules map; keying without them")
+    return {}
 
 
 def normalized(rules: Mapping[str, list[str]]) -> Learned:
@@ -203,6 +248,14 @@ class LiveRules:
             self.reload()
         return self._rules
 
+    def latest(self) -> RuleSet:
+        """The rules to key with, reloaded now (a Redis call when shared): for a decision
+        that must not rest on a version read a second ago."""
+        version, learned = self.state.load()
+        if version != self.version:
+            self.apply(version, learned)
+        return self._rules
+
     def without_learned(self) -> RuleSet:
         """The crawl's rules without the learned ones, under the same key prefix."""
         return self._plain
@@ -221,7 +274,13 @@ class LiveRules:
         )
 
     def reload(self) -> None:
-        self.version, self.learned = self.state.load()
+        """Load the crawl's current rules (a Redis call when shared) and key with them."""
+        self.apply(*self.state.load())
+
+    def apply(self, version: int, learned: Learned) -> None:
+        """Key with the learned rules ``learned`` of ``version`` from now on (loaded by
+        :meth:`RuleState.load`, maybe in another thread)."""
+        self.version, self.learned = version, learned
         full = DEFAULT_RULES.with_host_rules(combined_host_rules(self.user_rules, self.learned))
         self.full_version = full.version
         if self.key_version is None:

@@ -320,9 +320,14 @@ class RedisFrontier:
 
     def seen_before(self, request: Request) -> str | None:
         """``request``'s key if an answer to this worker said the filter holds it
-        (:mod:`crawler.frontier.known`); no Redis call."""
-        key = self.keyer.key_of(request)
-        return key if key is not None and self.admission.seen_before(key) else None
+        (:mod:`crawler.frontier.known`); no Redis call. Not for a key a learned rule merged:
+        this worker's rules may be a second old (a rule revoked since), so its admission,
+        which checks their version, decides."""
+        keyer = self.keyer
+        key = keyer.key_of(request)
+        if key is None or not self.admission.seen_before(key):
+            return None
+        return None if keyer.merged_by_learned(request, key) else key
 
     def request_seen(self, request: Request) -> bool:
         """True if ``request``'s key is in the seen filter (or it cannot be keyed); marks

@@ -39,6 +39,10 @@ quarantine          HASH    lease id -> JSON record of a stored request that cou
                             (``score``) and host, payload cut at 64 KiB (:mod:`.quarantine`)
 quarantine_order    ZSET    lease id -> ms it was quarantined (the oldest go past the cap)
 quarantine_dropped  STRING  records dropped past ``FRONTIER_QUARANTINE_MAX``
+learned_version     STRING  the version of the crawl's learned parameter rules (missing: 0;
+                            the rules themselves: ``<prefix>:learned``, below). Admission
+                            scripts take the version their batch was keyed under and answer
+                            ``stale`` when it moved (:mod:`.admission`)
 ==================  ======  =================================================================
 
 The queue
@@ -82,9 +86,8 @@ Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
 - ``<prefix>:limits`` HASH: the crawl-wide counts behind ``CLOSESPIDER_*`` (``pages``,
   ``items``) and the crawl's first start (``started``, ms on Redis' clock)
   (:mod:`crawler.frontier.limits`).
-- ``<prefix>:learned`` STRING and ``<prefix>:learned_version`` STRING: the crawl's learned
-  parameter rules and their version, so every worker keys with the same rules
-  (:mod:`crawler.learning.state`).
+- ``<prefix>:learned`` STRING: the crawl's learned parameter rules (JSON), of the version in
+  ``learned_version``, so every worker keys with the same rules (:mod:`crawler.learning.state`).
 
 Partitions (``FRONTIER_PARTITIONS`` = N, :mod:`crawler.frontier.redis.partitions`): with N = 1
 (the default) every fixed key above is ``<prefix>:<field>``, as described. With N > 1 the
@@ -167,6 +170,7 @@ KEY_TYPES = {
     "quarantine": "hash",
     "quarantine_order": "zset",
     "quarantine_dropped": "string",
+    "learned_version": "string",
     "limits": "hash",
     "host_partition": "hash",
     "partition_hosts": "hash",
@@ -199,6 +203,7 @@ class FrontierKeys:
     quarantine: str
     quarantine_order: str
     quarantine_dropped: str
+    learned_version: str
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Self:

@@ -33,6 +33,7 @@ import redis
 
 from crawler.frontier.lua import FrontierScripts
 from crawler.frontier.redis.leases import text
+from crawler.learning.state import parse_version
 from crawler.redis_client import RedisSetupError, describe
 
 if TYPE_CHECKING:
@@ -133,9 +134,18 @@ class Partitions:
         self.keys = _all(keys, count)
         self.scripts = [FrontierScripts(client, part_keys, names) for part_keys in self.keys]
         self._assign = FrontierScripts(client, keys, ("assign",)) if count > 1 else None
+        self._client = client
+        self._crawl_keys = keys
         #: Hosts whose partition this worker knows (an assignment never changes).
         self._known: dict[str, int] = {}
         self._turn = 0
+
+    def rules_stale(self, version: str) -> bool:
+        """Whether the crawl's learned rules are no longer those of ``version`` ('': never),
+        read as ``rules_stale`` in ``common.lua`` reads it: for several partitions, whose
+        scripts cannot see the crawl's key atomically."""
+        current = self._client.get(self._crawl_keys.learned_version)
+        return version != "" and parse_version(current) != parse_version(version)
 
     def run(self, partition: int, name: str, args: Sequence[Any] = ()) -> Any:
         """Run the script ``name`` over partition ``partition``'s keys."""
