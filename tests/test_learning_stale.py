@@ -6,7 +6,8 @@ rule (a counter-example) while worker B still holds the old version (its backgro
 not come back). B's batch, keyed under the revoked rule, must not drop the variant page as a
 duplicate: the admission scripts answer "stale", B reloads the rules, keys the batch again and
 sends it again under the same lease. With one filter key (admit.lua) and with a sharded
-filter (stage.lua, commit.lua)."""
+filter (stage.lua, commit.lua). With a partitioned queue, whose scripts cannot see the crawl's
+version atomically, the stale batch is queued whole instead (fetched again, never merged)."""
 
 from __future__ import annotations
 
@@ -61,8 +62,8 @@ def workers(redis_url: str) -> Iterator[MakeWorker]:
     """Workers of one crawl with learned rules (``shards`` > 1: a sharded seen filter)."""
     made: list[RedisFrontier] = []
 
-    def make(shards: int = 1) -> RedisFrontier:
-        made.append(make_worker(redis_url, shards, 60.0))
+    def make(shards: int = 1, **more: Any) -> RedisFrontier:
+        made.append(make_worker(redis_url, shards, 60.0, **more))
         with_learned_rules(made[-1])
         return made[-1]
 
@@ -289,3 +290,22 @@ def test_the_gate_never_drops_a_queued_variant_under_a_rule_revoked_a_moment_ago
     LearnedRuleGate(spider_crawler).process_request(queued)  # not dropped
     assert live(second).version == 2
     assert stat(second, "learn/dropped_queued") == 0
+
+
+def test_a_partitioned_worker_on_a_revoked_rules_version_merges_nothing(
+    workers: MakeWorker,
+) -> None:
+    first, second = workers(FRONTIER_PARTITIONS=3), workers(FRONTIER_PARTITIONS=3)
+    page = leased_page(first, second)
+    assert publish(first, RULE) == 1
+    live(first).reload()
+    live(second).reload()
+    assert urls(second.admit(None, [Request(BASE)])) == [BASE]
+    assert publish(first, {}) == 2  # revoked while second still keys with "ref" dropped
+    variant = Request(VARIANT)
+    assert second.keyer.key_of(variant) == second.keyer.key_of(Request(BASE))
+
+    admitted = second.admit(page, [variant, Request(f"{SITE}/b")])
+    assert VARIANT in urls(admitted)
+    assert stat(second, "frontier/stale_rules") == 1
+    assert VARIANT in queued_urls(first) + queued_urls(second)
