@@ -73,8 +73,12 @@ def test_apply_learns_neutral_parameters_and_never_merges_a_meaningful_one(
     documents = site.documents(learned)
     # Every translated product linked was fetched: the meaningful parameter merged nothing.
     assert {f"/products/{i}?lang=de" for i in range(20)} <= set(documents)
-    # Fewer fetches (how many fewer depends on when the rules arrive: bench/learning.py).
-    assert duplicate_ratio(documents) < duplicate_ratio(site.documents(plain)) * 0.9
+    # Fewer fetches: how many fewer depends on when the rules arrive (bench/learning.py), so
+    # the crawl on the same store that starts with them is the one held to a figure.
+    assert sum(documents.values()) < sum(site.documents(plain).values())
+    again, _ = crawl(site, store, "CANON_LEARN=propose")
+    assert duplicate_ratio(site.documents(again)) < duplicate_ratio(site.documents(plain)) * 0.5
+    assert {f"/products/{i}?lang=de" for i in range(20)} <= set(site.documents(again))
     # Nothing was learned from the soft-404 /missing/N pages or the 404 /gone/N answers.
     assert not any("missing" in name or "gone" in name for name in rules)
 
