@@ -57,6 +57,10 @@ _TAG = re.compile(
     r"<(input|meta)\b[^>]*>|<([a-zA-Z][\w-]*)\b[^>]*(?:csrf|xsrf|token|nonce)[^>]*>",
     re.IGNORECASE,
 )
+#: :data:`_TAG` without its second branch, for documents that do not contain the secret words
+#: anywhere (most): that branch looks into every tag, for 4/5 of the normalization's time.
+_INPUT_OR_META = re.compile(r"<(input|meta)\b[^>]*>", re.IGNORECASE)
+_SECRET_WORDS = ("csrf", "xsrf", "token", "nonce")
 _HIDDEN = re.compile(r"""\stype\s*=\s*["']?hidden\b""", re.IGNORECASE)
 _NAMED_SECRET = re.compile(
     rf"""\s(?:name|property|http-equiv|id)\s*=\s*["']?{_SECRET}""", re.IGNORECASE
@@ -128,8 +132,10 @@ def normalize_markup(markup: str) -> str:
     '<script>csrfToken = "";</script> at <time>'
     """
     text = _COMMENT.sub("", markup)
-    text = _TAG.sub(_clean_tag, text)
-    if "srf" in text.lower():
+    lower = text.lower()
+    secrets = any(word in lower for word in _SECRET_WORDS)
+    text = (_TAG if secrets else _INPUT_OR_META).sub(_clean_tag, text)
+    if secrets and "srf" in text.lower():
         text = _SCRIPT_SECRET.sub(r'\1""', text)
     text = _NUMERIC_RUN.sub(_mask_run, text)
     if "<time>" in text:
@@ -154,8 +160,12 @@ def _minhash(**kwargs: object) -> MinHash:
 
 #: The permutations, drawn once: drawing them costs more than hashing a page.
 _PERMUTATIONS = _minhash().permutations
+#: A signature of no shingle (datasketch's initial values).
+_EMPTY = _minhash(permutations=_PERMUTATIONS).hashvalues
 _MASK32 = np.uint64(0xFFFFFFFF)
 _MIX = np.uint64(0x01000193)  # FNV prime: shingle hash = 4 word hashes folded
+#: MurmurHash3's 32-bit finalizer, the pre-mix of datasketch's ``affine32`` scheme.
+_FMIX32 = (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35))
 
 
 def shingle_hashes(words: list[str]) -> np.ndarray:
@@ -175,10 +185,21 @@ def shingle_hashes(words: list[str]) -> np.ndarray:
 
 
 def minhash_of(words: list[str]) -> MinHash:
-    """MinHash (datasketch, ``affine32`` scheme, seed 1) of the shingles of ``words``."""
-    signature = _minhash(permutations=_PERMUTATIONS)
-    signature.update_batch(shingle_hashes(words).tolist())
-    return signature
+    """MinHash (datasketch, ``affine32`` scheme, seed 1) of the shingles of ``words``: what
+    ``update_batch`` of their hashes gives, computed on the whole array at once (datasketch
+    goes through a Python list of ints: twice the time)."""
+    hashes = shingle_hashes(words).astype(np.uint32)
+    if not len(hashes):
+        return _minhash(hashvalues=_EMPTY.copy(), permutations=_PERMUTATIONS)
+    shift1, mul1, shift2, mul2 = _FMIX32
+    hashes ^= hashes >> shift1
+    hashes *= mul1
+    hashes ^= hashes >> shift2
+    hashes *= mul2
+    hashes ^= hashes >> shift1
+    a, b = _PERMUTATIONS
+    values = (hashes.reshape(-1, 1) * a + b).min(axis=0)
+    return _minhash(hashvalues=np.minimum(_EMPTY, values), permutations=_PERMUTATIONS)
 
 
 def signature_bytes(signature: MinHash) -> bytes:

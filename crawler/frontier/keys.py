@@ -21,6 +21,7 @@ from pydispatch.dispatcher import getAllReceivers, liveReceivers
 from scrapy import signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
+from w3lib.url import safe_url_string
 
 from crawler.canonical import InvalidURL, dedupe_key
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
+
+#: URLs whose keys a :class:`RequestKeyer` remembers (about 250 bytes each): a site's
+#: navigation links, repeated on every page, are keyed once.
+KEY_MEMO_SIZE = 100_000
 
 
 def request_key(request: Request, rules: RuleSet = DEFAULT_RULES) -> str:
@@ -134,6 +139,9 @@ class RequestKeyer:
         self.rules_source: Callable[[], RuleSet] | None = None
         self._logged_reasons: set[str] = set()
         self._logged_duplicate = False
+        #: URL -> key under :attr:`_memo_rules` (keys are pure functions of the two).
+        self._memo: dict[str, str] = {}
+        self._memo_rules: RuleSet | None = None
 
     @classmethod
     def from_settings(cls, stats: StatsCollector, settings: BaseSettings) -> Self:
@@ -156,14 +164,57 @@ class RequestKeyer:
         runs (learned rules, :mod:`crawler.learning.state`)."""
         self.rules_source = source
 
+    def current_rules(self) -> RuleSet:
+        """The rules keys are made under now (learned ones included, when they change)."""
+        return self.rules if self.rules_source is None else self.rules_source()
+
+    def url_key(self, url: str, rules: RuleSet) -> str:
+        """:func:`~crawler.canonical.dedupe_key` of ``url`` under ``rules``, memoized per URL
+        (at most :data:`KEY_MEMO_SIZE`, the oldest forgotten first; all forgotten when the
+        rules change: a learned rule, another version). Raises
+        :class:`~crawler.canonical.InvalidURL` (not memoized)."""
+        if rules is not self._memo_rules:
+            self._memo, self._memo_rules = {}, rules
+        key = self._memo.get(url)
+        if key is None:
+            key = dedupe_key(url, rules)
+            self._remember(url, key)
+        return key
+
+    def _remember(self, url: str, key: str) -> None:
+        if len(self._memo) >= KEY_MEMO_SIZE:
+            del self._memo[next(iter(self._memo))]
+        self._memo[url] = key
+
+    def link_key(self, url: str) -> str | None:
+        """The key a GET ``Request(url)`` for a link would get (its URL is w3lib's
+        ``safe_url_string`` of ``url``, as Scrapy makes it), without building the request;
+        None if it cannot be keyed. Memoized per link URL (:meth:`url_key`)."""
+        rules = self.current_rules()
+        key = self._memo.get(url) if rules is self._memo_rules else None
+        if key is None:
+            try:
+                key = self.url_key(safe_url_string(url), rules)
+            except InvalidURL:
+                return None
+            if url not in self._memo:
+                self._remember(url, key)
+        return key
+
+    def _request_key(self, request: Request, rules: RuleSet) -> str:
+        """:func:`request_key`, memoized per URL for GET requests."""
+        if request.method == "GET":
+            return self.url_key(request.url, rules)
+        return request_key(request, rules)
+
     def key_of(self, request: Request) -> str | None:
         """``request``'s key, carried in its ``meta`` for its batch; None (not counted: its
         batch rejects it and counts it) if its URL cannot be keyed."""
-        rules = self.rules if self.rules_source is None else self.rules_source()
+        rules = self.current_rules()
         key = carried_key(request, rules)
         if key is None:
             try:
-                key = request_key(request, rules)
+                key = self._request_key(request, rules)
             except InvalidURL:
                 return None
             carry_key(request, key)
@@ -173,12 +224,12 @@ class RequestKeyer:
         """Pair each request with its dedupe key; requests whose URL is invalid are dropped,
         logged with the reason and counted, as are requests off the site."""
         pairs = []
-        rules = self.rules if self.rules_source is None else self.rules_source()
+        rules = self.current_rules()
         for request in requests:
             if self.offsite is not None and self.offsite.refuses(request):
                 continue
             try:
-                key = carried_key(request, rules) or request_key(request, rules)
+                key = carried_key(request, rules) or self._request_key(request, rules)
             except InvalidURL as exc:
                 self.stats.inc_value(f"dupefilter/invalid/{exc.reason}")
                 first = exc.reason not in self._logged_reasons
@@ -206,9 +257,9 @@ class RequestKeyer:
         self.count_duplicates(len(pairs) - len(admitted))
         return admitted
 
-    def duplicates(self, pairs: Sequence[tuple[Request, str]]) -> None:
-        """Count (and log, as :meth:`verdicts` does) requests found seen before their
-        batch, with their keys."""
+    def duplicates(self, pairs: Sequence[tuple[Request | str, str]]) -> None:
+        """Count (and log, as :meth:`verdicts` does) requests (or links, by URL) found seen
+        before their batch, with their keys."""
         if self.debug:
             for request, key in pairs:
                 self._log_duplicate(request, key)
@@ -221,7 +272,7 @@ class RequestKeyer:
             self.stats.inc_value("seen/duplicate", duplicates)
             self.stats.inc_value("dupefilter/filtered", duplicates)
 
-    def _log_duplicate(self, request: Request, key: str) -> None:
+    def _log_duplicate(self, request: Request | str, key: str) -> None:
         logger.debug("Filtered duplicate request %s (key %s)", request, key)
         self._logged_duplicate = True
 

@@ -307,6 +307,10 @@ class RedisFrontier:
         key = self.keyer.key_of(request)
         return key if key is not None and self.admission.seen_before(key) else None
 
+    def seen_key(self, key: str) -> bool:
+        """True if an answer to this worker said the filter holds ``key``."""
+        return self.admission.seen_before(key)
+
     def request_seen(self, request: Request) -> bool:
         """True if ``request``'s key is in the seen filter (or it cannot be keyed); marks
         and queues nothing (:meth:`enqueue` does both at once). Calls Redis in the caller's
