@@ -246,4 +246,7 @@ def early_seen_links(crawler: Crawler) -> SeenLinksMiddleware | None:
 def _learned_rule_recheck(crawler: Crawler) -> LearnedRuleRecheck | None:
     from crawler.learning.recheck import LearnedRuleRecheck
 
-    return crawler.get_spider_middleware(LearnedRuleRecheck)
+    try:
+        return crawler.get_spider_middleware(LearnedRuleRecheck)
+    except RuntimeError:  # no engine (a middleware driven alone): no re-check either
+        return None

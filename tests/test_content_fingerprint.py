@@ -6,17 +6,24 @@ import json
 from pathlib import Path
 
 import pytest
+from datasketch import MinHash
 
 from crawler.content.fingerprint import (
     EMPTY,
     ERROR,
     NORMALIZATION,
+    NUM_PERM,
     OK,
     RAW,
+    SEED,
     SOFT_404,
     fingerprint,
     normalize_markup,
+    shingle_hashes,
+    signature_bytes,
+    signature_of,
     similarity,
+    visible_words,
 )
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "content_normalization.json").read_text())
@@ -58,6 +65,20 @@ def test_minhash_tells_near_duplicates_from_other_documents() -> None:
     assert similarity(page.minhash, near.minhash) >= 0.9
     assert similarity(page.minhash, other.minhash) < 0.2
     assert similarity(page.minhash, page.minhash) == 1.0
+
+
+@pytest.mark.parametrize(
+    "text", [ARTICLE, "", "<p>two words</p>", "<p>Naïve café, 4 words</p>" * 3]
+)
+def test_signatures_are_datasketchs_minhash_of_the_shingles(text: str) -> None:
+    """The stored format: computed without datasketch on the crawl's path (it imports
+    scipy), the values are those of its ``affine32`` MinHash, seed 1, of the same hashes."""
+    sketch = MinHash(num_perm=NUM_PERM, seed=SEED, scheme="affine32", hashfunc=int)
+    sketch.update_batch(shingle_hashes(visible_words(normalize_markup(text))).tolist())
+    stored = fingerprint(text.encode(), text).minhash
+    assert stored == signature_bytes(sketch.hashvalues)
+    assert stored is not None
+    assert signature_of(stored).jaccard(sketch) == 1.0
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,9 @@ never changes.
 
 A date alone (``2026-12-01``) is content and stays. The **exact fingerprint** is SHA-256 of
 the normalized markup (first 32 hex digits); the **near-duplicate signature** a 128-value
-MinHash (datasketch) of the 4-word shingles of the visible text (scripts, styles and tags
-removed), whose share of equal values estimates the Jaccard similarity of two documents.
+MinHash (datasketch's ``affine32`` scheme, seed 1) of the 4-word shingles of the visible
+text (scripts, styles and tags removed), whose share of equal values estimates the Jaccard
+similarity of two documents.
 Bodies that are not text are fingerprinted as bytes (``raw``), without a signature.
 ``tests/data/content_normalization.json`` pins all of this with vectors.
 """
@@ -29,12 +30,15 @@ from __future__ import annotations
 import hashlib
 import html
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xxhash
-from datasketch import MinHash
 
 from pipelines.records import ContentRecord
+
+if TYPE_CHECKING:
+    from datasketch import MinHash
 
 #: Version of :func:`normalize_markup`; fingerprints of different versions never compare.
 NORMALIZATION = "n1"
@@ -154,14 +158,25 @@ def visible_words(normalized: str) -> list[str]:
     return _ANY_TAG.sub(" ", _INVISIBLE.sub(" ", normalized)).lower().split()
 
 
-def _minhash(**kwargs: object) -> MinHash:
-    return MinHash(num_perm=NUM_PERM, seed=1, scheme="affine32", hashfunc=int, **kwargs)
+#: Seed of the MinHash permutations; with NUM_PERM and the scheme, fixed for stored signatures.
+SEED = 1
+
+
+def _draw_permutations(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(a, b)`` of datasketch's ``affine32`` permutations ``h -> a * h + b mod 2**32``
+    for ``seed``, drawn as ``MinHash(num_perm=NUM_PERM, seed=seed, scheme="affine32")``
+    draws them (``a`` odd), without importing datasketch: it imports scipy for its LSH
+    index, 0.7 CPU-seconds at every crawl's start. Tested equal."""
+    gen = np.random.RandomState(seed)
+    a = gen.randint(0, 1 << 31, NUM_PERM, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = gen.randint(0, 1 << 32, NUM_PERM, dtype=np.uint32)
+    return a, b
 
 
 #: The permutations, drawn once: drawing them costs more than hashing a page.
-_PERMUTATIONS = _minhash().permutations
+_PERMUTATIONS = _draw_permutations(SEED)
 #: A signature of no shingle (datasketch's initial values).
-_EMPTY = _minhash(permutations=_PERMUTATIONS).hashvalues
+_EMPTY = np.full(NUM_PERM, 0xFFFFFFFF, dtype=np.uint32)
 _MASK32 = np.uint64(0xFFFFFFFF)
 _MIX = np.uint64(0x01000193)  # FNV prime: shingle hash = 4 word hashes folded
 #: MurmurHash3's 32-bit finalizer, the pre-mix of datasketch's ``affine32`` scheme.
@@ -184,32 +199,41 @@ def shingle_hashes(words: list[str]) -> np.ndarray:
     return np.unique(hashes)
 
 
-def minhash_of(words: list[str]) -> MinHash:
-    """MinHash (datasketch, ``affine32`` scheme, seed 1) of the shingles of ``words``: what
-    ``update_batch`` of their hashes gives, computed on the whole array at once (datasketch
-    goes through a Python list of ints: twice the time)."""
+def minhash_of(words: list[str]) -> np.ndarray:
+    """The MinHash values (``NUM_PERM`` uint32) of the shingles of ``words``: what
+    datasketch's ``MinHash(num_perm=NUM_PERM, seed=SEED, scheme="affine32")`` holds after
+    ``update_batch`` of their hashes (``hashfunc=int``), computed on the whole array at once
+    (datasketch goes through a Python list of ints: twice the time). Tested equal."""
     hashes = shingle_hashes(words).astype(np.uint32)
     if not len(hashes):
-        return _minhash(hashvalues=_EMPTY.copy(), permutations=_PERMUTATIONS)
-    shift1, mul1, shift2, mul2 = _FMIX32
+        return _EMPTY.copy()
+    shift1, mul1, shift2, mul2 = _FMIX32  # datasketch's one-shot pre-mix of each hash
     hashes ^= hashes >> shift1
     hashes *= mul1
     hashes ^= hashes >> shift2
     hashes *= mul2
     hashes ^= hashes >> shift1
     a, b = _PERMUTATIONS
-    values = (hashes.reshape(-1, 1) * a + b).min(axis=0)
-    return _minhash(hashvalues=np.minimum(_EMPTY, values), permutations=_PERMUTATIONS)
+    return np.minimum(_EMPTY, (hashes.reshape(-1, 1) * a + b).min(axis=0))
 
 
-def signature_bytes(signature: MinHash) -> bytes:
-    """The signature as stored: ``NUM_PERM`` little-endian uint32 values."""
-    return np.asarray(signature.hashvalues, dtype="<u4").tobytes()
+def signature_bytes(values: np.ndarray) -> bytes:
+    """A signature as stored: ``NUM_PERM`` little-endian uint32 values."""
+    return np.asarray(values, dtype="<u4").tobytes()
 
 
 def signature_of(stored: bytes) -> MinHash:
     """A stored signature as a datasketch MinHash again (for its LSH index)."""
-    return _minhash(hashvalues=np.frombuffer(stored, dtype="<u4"), permutations=_PERMUTATIONS)
+    from datasketch import MinHash
+
+    return MinHash(
+        num_perm=NUM_PERM,
+        seed=SEED,
+        scheme="affine32",
+        hashfunc=int,
+        hashvalues=np.frombuffer(stored, dtype="<u4"),
+        permutations=_PERMUTATIONS,
+    )
 
 
 def similarity(a: bytes, b: bytes) -> float:
