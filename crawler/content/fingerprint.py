@@ -141,11 +141,35 @@ def normalize_markup(markup: str) -> str:
     text = (_TAG if secrets else _INPUT_OR_META).sub(_clean_tag, text)
     if secrets and "srf" in text.lower():
         text = _SCRIPT_SECRET.sub(r'\1""', text)
-    text = _NUMERIC_RUN.sub(_mask_run, text)
-    if "<time>" in text:
-        text = _HTTP_DATE.sub("<time>", text)
-    text = _HEX_RUN.sub(_mask_hex, text)
+    if _may_hold(text, _DIGITS, (b"d:d", b"d" * 10)):
+        text = _NUMERIC_RUN.sub(_mask_run, text)
+        if "<time>" in text:
+            text = _HTTP_DATE.sub("<time>", text)
+    if _may_hold(text, _HEX_DIGITS, (b"x" * 32,)):
+        text = _HEX_RUN.sub(_mask_hex, text)
     return " ".join(text.split())
+
+
+def _byte_map(kept: dict[str, str], non_ascii: str) -> bytes:
+    """A ``bytes.translate`` table: the ASCII characters of ``kept`` to their letter,
+    other ASCII bytes to a space, bytes of non-ASCII characters to ``non_ascii``."""
+    return bytes(
+        ord(kept.get(chr(byte), " ")) if byte < 0x80 else ord(non_ascii) for byte in range(256)
+    )
+
+
+#: What a timestamp needs (``\d:\d`` or ten ``\d``); non-ASCII characters may be digits.
+_DIGITS = _byte_map({**dict.fromkeys("0123456789", "d"), ":": ":"}, "d")
+#: What an ``<id>`` needs: 32 of ``[0-9a-fA-F-]`` in a row (ASCII only).
+_HEX_DIGITS = _byte_map(dict.fromkeys("0123456789abcdefABCDEF-", "x"), " ")
+
+
+def _may_hold(text: str, table: bytes, needles: tuple[bytes, ...]) -> bool:
+    """False when the masking pass the table stands for certainly finds nothing in ``text``:
+    none of ``needles`` in its bytes mapped through ``table``. A whole-document check ten
+    times cheaper than the regex pass, which most pages skip then."""
+    mapped = text.encode("utf-8", "surrogatepass").translate(table)
+    return any(needle in mapped for needle in needles)
 
 
 def visible_words(normalized: str) -> list[str]:
