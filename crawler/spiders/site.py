@@ -128,7 +128,8 @@ class SiteSpider(Spider):
             yield from early.requests_for(urls, self.request_for)
 
     def request_for(self, url: str) -> Request:
-        """The request for a link the spider follows."""
+        """The request for a link the spider follows. A GET for ``url``, not
+        ``dont_filter``: a link is judged seen by its URL before this is called."""
         return Request(url, callback=self.parse)
 
     def followed_urls(self, response: TextResponse) -> Iterator[str]:
