@@ -119,6 +119,8 @@ EXTENSIONS = {
     "crawler.learning.extension.ParamRuleLearning": 530,
     # Shared frontier only: CLOSESPIDER_PAGECOUNT/ITEMCOUNT/TIMEOUT hold for the whole crawl.
     "crawler.frontier.limits.CrawlWideLimits": 540,
+    # Start-up's objects out of the crawl's full garbage collections (GC_FREEZE_ENABLED).
+    "crawler.gcfreeze.FreezeStartupObjects": 550,
 }
 
 DUPEFILTER = "crawler.dupefilter.BloomDupeFilter"

@@ -134,6 +134,13 @@ FRONTIER_QUARANTINE_MAX = 10_000
 # JsonRequest, XmlRpcRequest), as dotted paths. Checked as text before anything is imported.
 FRONTIER_REQUEST_CLASSES: list[str] = []
 
+# --- Process ------------------------------------------------------------------------------
+# When the spider opens, the objects start-up made (modules, classes, settings: ~140,000) are
+# frozen out of the garbage collector's full passes and its youngest generation is collected
+# every 10,000 new objects instead of 700 (crawler.gcfreeze): about 0.6 CPU-s less per 500
+# pages. False leaves Python's collector as it was.
+GC_FREEZE_ENABLED = True
+
 # --- Record store ------------------------------------------------------------------------
 # SQLAlchemy URL. Unset: a SQLite file in the working directory (crawl.sqlite).
 # postgresql://user@host/db (or postgres://) uses the psycopg 3 driver; many workers may share it.

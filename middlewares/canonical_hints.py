@@ -210,8 +210,10 @@ class CanonicalHintsMiddleware:
             for href in link_header_canonicals(response.headers.getlist("Link"))
         ]
         if isinstance(response, TextResponse):
-            base = page_base(response)
-            hints += [(SOURCE_ELEMENT, href, base) for href in head_canonicals(response)]
+            hrefs = head_canonicals(response)
+            if hrefs:  # most pages name none: no <base> look-up for them
+                base = page_base(response)
+                hints += [(SOURCE_ELEMENT, href, base) for href in hrefs]
         if not hints:
             return []
         page_key = key_or_error(response.url, self.rules, response.request)[0]

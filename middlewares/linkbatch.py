@@ -4,7 +4,7 @@ rest against the seen filter in one batch."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +12,8 @@ from scrapy import Request, signals
 from scrapy.http import Response
 
 from crawler.frontier import failure_reason, frontier_for, handle_page
-from crawler.frontier.keys import send_request_dropped, was_checked
+from crawler.frontier.keys import carry_key, send_request_dropped, was_checked
+from crawler.learning.extension import RECHECK_META
 
 if TYPE_CHECKING:
     from typing import Self
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from twisted.python.failure import Failure
 
     from crawler.frontier import Frontier
+    from crawler.learning.recheck import LearnedRuleRecheck
 
 
 class BatchDedupeMiddleware:
@@ -131,7 +133,15 @@ class SeenLinksMiddleware:
 
     A project middleware that rewrites its links' URLs belongs above this one (a higher
     order), so the key is that of the URL fetched.
+
+    A spider can ask it before building its requests (:meth:`requests_for`, through
+    :func:`early_seen_links`): the ``site`` spider does, so a navigation link seen long ago
+    costs a dictionary look-up, not a ``Request``.
     """
+
+    #: Spider middlewares that may sit between this one and the spider when a spider asks
+    #: :meth:`requests_for` (it does their part for the links it drops).
+    SERVED_ABOVE: tuple[str, ...] = ("crawler.learning.recheck.LearnedRuleRecheck",)
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -139,6 +149,41 @@ class SeenLinksMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler)
+
+    def requests_for(
+        self, urls: Iterable[str], request_for: Callable[[str], Request]
+    ) -> Iterator[Request]:
+        """``request_for(url)`` for each link of ``urls`` not certainly seen, as if the
+        spider yielded them all and this middleware dropped the seen ones, without a
+        ``Request`` for those: judged by :meth:`~crawler.frontier.keys.RequestKeyer.link_key`
+        (the key ``request_for(url)`` would get, memoized per URL), counted the same, and
+        offered to the learned-rule re-check (which would have sampled their requests on
+        their way here). ``request_for`` must build GET requests for ``url`` as given, not
+        ``dont_filter``. Requests yielded carry their key."""
+        frontier = frontier_for(self.crawler)
+        keyer = frontier.keyer
+        recheck = _learned_rule_recheck(self.crawler)
+        dropped: list[tuple[str, str]] = []
+        try:
+            for url in urls:
+                key = keyer.link_key(url)
+                if key is None or not frontier.seen_link(url, key):
+                    request = request_for(url)
+                    if key is not None and request.url == url:
+                        carry_key(request, key)
+                    yield request
+                    continue
+                dropped.append((url, key))
+                sampled = recheck.sample(url) if recheck is not None else None
+                if sampled is not None:
+                    request = request_for(url)
+                    yield request.replace(
+                        dont_filter=True, meta={**request.meta, RECHECK_META: sampled}
+                    )
+        finally:
+            if dropped:
+                keyer.duplicates(dropped)
+                send_request_dropped(self.crawler, (request_for(url) for url, _ in dropped))
 
     def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterable[Any]:
         dropped: list[tuple[Request, str]] = []
@@ -176,3 +221,32 @@ class SeenLinksMiddleware:
         if dropped:
             frontier_for(self.crawler).keyer.duplicates(dropped)
             send_request_dropped(self.crawler, [request for request, _ in dropped])
+
+
+def early_seen_links(crawler: Crawler) -> SeenLinksMiddleware | None:
+    """The crawl's :class:`SeenLinksMiddleware` if a spider may ask it about its links
+    before building their requests: installed, with no spider middleware between it and
+    the spider but those it serves (:attr:`SeenLinksMiddleware.SERVED_ABOVE`), so nothing
+    that would have seen a dropped link misses it. None otherwise (the spider then yields
+    every request, as any spider does)."""
+    try:
+        chain = list(crawler.engine.scraper.spidermw.middlewares)
+    except (AttributeError, RuntimeError):  # no engine yet
+        return None
+    found = [m for m in chain if type(m) is SeenLinksMiddleware]
+    if len(found) != 1:
+        return None
+    above = chain[chain.index(found[0]) + 1 :]
+    served = SeenLinksMiddleware.SERVED_ABOVE
+    if any(f"{type(m).__module__}.{type(m).__qualname__}" not in served for m in above):
+        return None
+    return found[0]
+
+
+def _learned_rule_recheck(crawler: Crawler) -> LearnedRuleRecheck | None:
+    from crawler.learning.recheck import LearnedRuleRecheck
+
+    try:
+        return crawler.get_spider_middleware(LearnedRuleRecheck)
+    except RuntimeError:  # no engine (a middleware driven alone): no re-check either
+        return None

@@ -6,17 +6,24 @@ import json
 from pathlib import Path
 
 import pytest
+from datasketch import MinHash
 
 from crawler.content.fingerprint import (
     EMPTY,
     ERROR,
     NORMALIZATION,
+    NUM_PERM,
     OK,
     RAW,
+    SEED,
     SOFT_404,
     fingerprint,
     normalize_markup,
+    shingle_hashes,
+    signature_bytes,
+    signature_of,
     similarity,
+    visible_words,
 )
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "content_normalization.json").read_text())
@@ -61,6 +68,20 @@ def test_minhash_tells_near_duplicates_from_other_documents() -> None:
 
 
 @pytest.mark.parametrize(
+    "text", [ARTICLE, "", "<p>two words</p>", "<p>Naïve café, 4 words</p>" * 3]
+)
+def test_signatures_are_datasketchs_minhash_of_the_shingles(text: str) -> None:
+    """The stored format: computed without datasketch on the crawl's path (it imports
+    scipy), the values are those of its ``affine32`` MinHash, seed 1, of the same hashes."""
+    sketch = MinHash(num_perm=NUM_PERM, seed=SEED, scheme="affine32", hashfunc=int)
+    sketch.update_batch(shingle_hashes(visible_words(normalize_markup(text))).tolist())
+    stored = fingerprint(text.encode(), text).minhash
+    assert stored == signature_bytes(sketch.hashvalues)
+    assert stored is not None
+    assert signature_of(stored).jaccard(sketch) == 1.0
+
+
+@pytest.mark.parametrize(
     ("body", "status", "flag", "kind"),
     [
         ("<title>Guide</title><p>Text</p>", 200, None, OK),
@@ -84,3 +105,20 @@ def test_binary_bodies_hash_their_bytes() -> None:
     assert (found.norm, found.minhash, found.kind) == (RAW, None, OK)
     assert fingerprint(b"\x89PNG\r\n!", None).exact != found.exact
     assert fingerprint(b"", None).kind == EMPTY
+
+
+@pytest.mark.parametrize(
+    ("markup", "normalized"),
+    [
+        # The whole-document checks that let most pages skip a masking pass count any
+        # non-ASCII character as a possible digit: \d is every Unicode decimal digit.
+        ("at ١٢:٣٠:٤٥ sharp", "at <time> sharp"),
+        ("café 12:00:01", "café <time>"),
+        ("é" * 40 + " 3.11.7", "é" * 40 + " 3.11.7"),
+        ("id 0123456789abcdef0123456789ABCDEF, v3.11", "id <id>, v3.11"),
+        ("almost 0123456789abcdef0123456789ABCDE", "almost 0123456789abcdef0123456789ABCDE"),
+        ("epoch 1764600803 then", "epoch <time> then"),
+    ],
+)
+def test_masking_is_the_same_whatever_the_document_holds(markup: str, normalized: str) -> None:
+    assert normalize_markup(markup) == normalized

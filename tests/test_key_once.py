@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 from scrapy import Request
+from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils.test import get_crawler
 
 from crawler.canonical import dedupe_key
-from crawler.frontier import META_KEY
-from crawler.frontier.keys import carried_key, key_host, url_key
+from crawler.canonical.rules import DEFAULT_RULES
+from crawler.frontier import META_KEY, keys
+from crawler.frontier.keys import RequestKeyer, carried_key, key_host, url_key
 from middlewares.ssrf import normalized_host
 from tests.httpserver import TestServer, html, redirect
 
@@ -63,6 +66,33 @@ def test_a_key_is_carried_for_its_url_only() -> None:
     assert key == dedupe_key(request.url) and request.meta[META_KEY] == key
     assert carried_key(request) == key
     assert carried_key(request.replace(url="https://example.com/b")) is None
+
+
+def test_a_urls_key_is_memoized_until_the_rules_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A navigation link repeated on every page is keyed once; learned rules (or another
+    version) key it again; the memo is bounded."""
+    keyed: list[str] = []
+
+    def counting(url: str, rules: object) -> str:
+        keyed.append(url)
+        return dedupe_key(url, rules)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(keys, "dedupe_key", counting)
+    keyer = RequestKeyer(MemoryStatsCollector(get_crawler()))
+    url = "https://example.com/nav?ref=top"
+    first = keyer.key_of(Request(url))
+    assert keyer.key_of(Request(url)) == keyer.link_key(url) == first == dedupe_key(url)
+    assert keyed == [url]
+    # A link keyed by URL gets the key of the request Scrapy would make for it.
+    assert keyer.link_key("https://example.com/café") == dedupe_key("https://example.com/caf%C3%A9")
+    learned = DEFAULT_RULES.with_host_rules({"example.com": {"strip": ["ref"]}})
+    keyer.use_rules(lambda: learned)
+    assert keyer.key_of(Request(url)) == dedupe_key(url, learned) != first
+    assert keyed.count(url) == 2
+    monkeypatch.setattr(keys, "KEY_MEMO_SIZE", 2)
+    for page in ("a", "b", "c", "a"):
+        keyer.link_key(f"https://example.com/{page}")
+    assert keyed[-4:] == [f"https://example.com/{page}" for page in ("a", "b", "c", "a")]
 
 
 @pytest.mark.parametrize(

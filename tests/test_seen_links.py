@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,7 +23,8 @@ from scrapy.utils.test import get_crawler
 import crawler.defaults as project_defaults
 from crawler.frontier import META_KEY, frontier_for, known
 from crawler.frontier.known import KnownKeys
-from middlewares.linkbatch import SeenLinksMiddleware
+from crawler.learning.recheck import LearnedRuleRecheck
+from middlewares.linkbatch import BatchDedupeMiddleware, SeenLinksMiddleware, early_seen_links
 from tests.httpserver import TestServer, html
 
 LONG = "/" + "long" * 20  # past URLLENGTH_LIMIT below
@@ -202,6 +204,71 @@ def test_seen_links_are_dropped_counted_and_reported_once_the_page_is_done(crawl
         middleware.process_spider_output(response, iter([Request("https://example.com/new")]))
     )
     assert again == []
+
+
+def test_links_judged_by_url_get_no_request_when_seen_and_are_counted_the_same(
+    crawler: Any,
+) -> None:
+    frontier = frontier_for(crawler)
+    frontier.admit(None, [Request("https://example.com/seen")])
+    built: list[str] = []
+
+    def request_for(url: str) -> Request:
+        built.append(url)
+        return Request(url)
+
+    middleware = SeenLinksMiddleware.from_crawler(crawler)
+    urls = [
+        "https://example.com/seen",
+        "https://EXAMPLE.com/seen?utm_source=x",  # same key
+        "https://example.com/new",
+        "http://a..b/",  # no key: passed on, the batch rejects it with its reason
+        "https://example.com/caf\u00e9",  # keyed as Scrapy spells its request's URL
+    ]
+    passed = list(middleware.requests_for(urls, request_for))
+    assert [request.url for request in passed] == [
+        "https://example.com/new",
+        "http://a..b/",
+        "https://example.com/caf%C3%A9",
+    ]
+    assert built == urls[2:]  # no Request for the seen ones: nobody listens for drops
+    assert crawler.stats.get_value("seen/duplicate") == 2
+    assert crawler.stats.get_value("dupefilter/filtered") == 2
+    assert passed[0].meta[META_KEY] == frontier.keyer.key_of(Request("https://example.com/new"))
+    frontier.admit(None, passed)
+
+    dropped: list[str] = []
+
+    def on_dropped(request: Request, spider: Spider) -> None:
+        dropped.append(request.url)
+
+    crawler.signals.connect(on_dropped, signal=signals.request_dropped)  # held weakly
+    again = list(middleware.requests_for(urls[2:3] + urls[4:], request_for))
+    assert again == []
+    assert dropped == ["https://example.com/new", "https://example.com/caf%C3%A9"]
+    assert crawler.stats.get_value("seen/duplicate") == 4
+
+
+def chain(*middlewares: object) -> Any:
+    """A stand-in crawler whose spider middlewares are ``middlewares``, lowest order first."""
+    return SimpleNamespace(
+        engine=SimpleNamespace(
+            scraper=SimpleNamespace(spidermw=SimpleNamespace(middlewares=middlewares))
+        )
+    )
+
+
+def test_links_are_judged_early_only_with_nothing_unknown_above_the_middleware(
+    crawler: Any,
+) -> None:
+    batch, seen = BatchDedupeMiddleware(crawler), SeenLinksMiddleware(crawler)
+    recheck = LearnedRuleRecheck(crawler, 0.5)
+    assert early_seen_links(chain(batch, seen)) is seen
+    assert early_seen_links(chain(batch, seen, recheck)) is seen
+    # A project middleware above it would not see the links dropped before their requests.
+    assert early_seen_links(chain(batch, seen, LinksSpider())) is None
+    assert early_seen_links(chain(batch)) is None
+    assert early_seen_links(crawler) is None  # no engine yet
 
 
 def test_known_keys_stay_bounded_forgetting_the_oldest_half() -> None:

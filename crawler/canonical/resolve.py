@@ -52,8 +52,10 @@ def _parse_base(base_url: str) -> tuple[str | None, str | None, str, str | None]
     return scheme and scheme.lower(), authority, path, query
 
 
+@lru_cache(maxsize=1024)
 def _fetchable_authority(authority: str) -> str | None:
     """The authority as written, made requestable; ``None`` if Scrapy could not request it.
+    Cached: a page's relative links all have its own.
 
     A non-ASCII host is IDNA-encoded and an IPv6 literal normalized; no host, a bad IPv6
     literal, stray brackets or a port that is not 0..65535 make the link unusable (Scrapy's

@@ -96,6 +96,13 @@ class Frontier(Protocol):
         yields them."""
         ...
 
+    def seen_link(self, url: str, key: str) -> bool:
+        """True if the link ``url``, whose key is ``key``, is certainly seen already (as
+        :meth:`seen_before` asks it): no I/O, nothing marked. For links judged by key
+        before any request is built for them
+        (:meth:`middlewares.linkbatch.SeenLinksMiddleware.requests_for`)."""
+        ...
+
     def request_seen(self, request: Request) -> bool:
         """Scrapy's dupefilter question for a request that did not come through a page
         batch: True to drop it. The memory frontier marks its key seen (Scrapy's scheduler

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -21,6 +22,7 @@ from pydispatch.dispatcher import getAllReceivers, liveReceivers
 from scrapy import signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
+from w3lib.url import safe_url_string
 
 from crawler.canonical import InvalidURL, dedupe_key
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
@@ -42,6 +44,10 @@ logger = logging.getLogger(__name__)
 #: whose rules change while the crawl runs (never stored: a key of another version is made
 #: again, see ``RequestKeyer._carried``).
 META_KEY_RULES = "dedupe_key_rules"
+
+#: URLs whose keys a :class:`RequestKeyer` remembers (about 250 bytes each): a site's
+#: navigation links, repeated on every page, are keyed once.
+KEY_MEMO_SIZE = 100_000
 
 
 def request_key(request: Request, rules: RuleSet = DEFAULT_RULES) -> str:
@@ -142,6 +148,9 @@ class RequestKeyer:
         self.live: LiveRules | None = None
         self._logged_reasons: set[str] = set()
         self._logged_duplicate = False
+        #: URL -> key under :attr:`_memo_rules` (keys are pure functions of the two).
+        self._memo: dict[str, str] = {}
+        self._memo_rules: RuleSet | None = None
 
     @classmethod
     def from_settings(cls, stats: StatsCollector, settings: BaseSettings) -> Self:
@@ -164,9 +173,6 @@ class RequestKeyer:
         crawl runs (learned rules, :mod:`crawler.learning.state`). A key carried in a
         request's ``meta`` serves only under the version it was made under."""
         self.live = live
-
-    def _rules(self) -> RuleSet:
-        return self.rules if self.live is None else self.live.current()
 
     @property
     def rules_version(self) -> str:
@@ -192,14 +198,57 @@ class RequestKeyer:
         if self.live is not None:
             request.meta[META_KEY_RULES] = self.live.version
 
+    def current_rules(self) -> RuleSet:
+        """The rules keys are made under now (learned ones included, when they change)."""
+        return self.rules if self.live is None else self.live.current()
+
+    def url_key(self, url: str, rules: RuleSet) -> str:
+        """:func:`~crawler.canonical.dedupe_key` of ``url`` under ``rules``, memoized per URL
+        (at most :data:`KEY_MEMO_SIZE`, the oldest forgotten first; all forgotten when the
+        rules change: a learned rule, another version). Raises
+        :class:`~crawler.canonical.InvalidURL` (not memoized)."""
+        if rules is not self._memo_rules:
+            self._memo, self._memo_rules = {}, rules
+        key = self._memo.get(url)
+        if key is None:
+            key = dedupe_key(url, rules)
+            self._remember(url, key)
+        return key
+
+    def _remember(self, url: str, key: str) -> None:
+        if len(self._memo) >= KEY_MEMO_SIZE:
+            del self._memo[next(iter(self._memo))]
+        self._memo[url] = key
+
+    def link_key(self, url: str) -> str | None:
+        """The key a GET ``Request(url)`` for a link would get (its URL is w3lib's
+        ``safe_url_string`` of ``url``, as Scrapy makes it), without building the request;
+        None if it cannot be keyed. Memoized per link URL (:meth:`url_key`)."""
+        rules = self.current_rules()
+        key = self._memo.get(url) if rules is self._memo_rules else None
+        if key is None:
+            try:
+                key = self.url_key(safe_url_string(url), rules)
+            except InvalidURL:
+                return None
+            if url not in self._memo:
+                self._remember(url, key)
+        return key
+
+    def _request_key(self, request: Request, rules: RuleSet) -> str:
+        """:func:`request_key`, memoized per URL for GET requests."""
+        if request.method == "GET":
+            return self.url_key(request.url, rules)
+        return request_key(request, rules)
+
     def key_of(self, request: Request) -> str | None:
         """``request``'s key, carried in its ``meta`` for its batch; None (not counted: its
         batch rejects it and counts it) if its URL cannot be keyed."""
-        rules = self._rules()
+        rules = self.current_rules()
         key = self._carried(request, rules)
         if key is None:
             try:
-                key = request_key(request, rules)
+                key = self._request_key(request, rules)
             except InvalidURL:
                 return None
             self._carry(request, key)
@@ -210,12 +259,19 @@ class RequestKeyer:
         has without the learned rules: a learned rule merged it with another URL. Such a
         key is trusted only by an admission that checks its rules' version (a rule revoked
         a moment ago may still be in force here)."""
+        return self._merged(request.url, key, partial(request_key, request))
+
+    def link_merged_by_learned(self, url: str, key: str) -> bool:
+        """:meth:`merged_by_learned` for a link's URL and its :meth:`link_key`."""
+        return self._merged(url, key, partial(dedupe_key, safe_url_string(url)))
+
+    def _merged(self, url: str, key: str, key_under: Callable[[RuleSet], str]) -> bool:
         live = self.live
         # Learned rules drop query parameters only: a URL without a query keys alike.
-        if live is None or "?" not in request.url or not live.touches(key_host(key)):
+        if live is None or "?" not in url or not live.touches(key_host(key)):
             return False
         try:
-            return key != request_key(request, live.without_learned())
+            return key != key_under(live.without_learned())
         except InvalidURL:
             return True
 
@@ -223,12 +279,12 @@ class RequestKeyer:
         """Pair each request with its dedupe key; requests whose URL is invalid are dropped,
         logged with the reason and counted, as are requests off the site."""
         pairs = []
-        rules = self._rules()
+        rules = self.current_rules()
         for request in requests:
             if self.offsite is not None and self.offsite.refuses(request):
                 continue
             try:
-                key = self._carried(request, rules) or request_key(request, rules)
+                key = self._carried(request, rules) or self._request_key(request, rules)
             except InvalidURL as exc:
                 self.stats.inc_value(f"dupefilter/invalid/{exc.reason}")
                 first = exc.reason not in self._logged_reasons
@@ -256,9 +312,9 @@ class RequestKeyer:
         self.count_duplicates(len(pairs) - len(admitted))
         return admitted
 
-    def duplicates(self, pairs: Sequence[tuple[Request, str]]) -> None:
-        """Count (and log, as :meth:`verdicts` does) requests found seen before their
-        batch, with their keys."""
+    def duplicates(self, pairs: Sequence[tuple[Request | str, str]]) -> None:
+        """Count (and log, as :meth:`verdicts` does) requests (or links, by URL) found seen
+        before their batch, with their keys."""
         if self.debug:
             for request, key in pairs:
                 self._log_duplicate(request, key)
@@ -271,7 +327,7 @@ class RequestKeyer:
             self.stats.inc_value("seen/duplicate", duplicates)
             self.stats.inc_value("dupefilter/filtered", duplicates)
 
-    def _log_duplicate(self, request: Request, key: str) -> None:
+    def _log_duplicate(self, request: Request | str, key: str) -> None:
         logger.debug("Filtered duplicate request %s (key %s)", request, key)
         self._logged_duplicate = True
 

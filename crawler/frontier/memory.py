@@ -88,6 +88,10 @@ class MemoryFrontier:
         key = self.keyer.key_of(request)
         return key if key is not None and self.seen.contains(key) else None
 
+    def seen_link(self, url: str, key: str) -> bool:
+        """True if the filter holds ``key`` already."""
+        return self.seen.contains(key)
+
     def request_seen(self, request: Request) -> bool:
         """Mark ``request``'s key seen; True if it was already (or cannot be keyed)."""
         return not self.admit(None, [request])

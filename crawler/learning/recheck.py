@@ -73,18 +73,25 @@ class LearnedRuleRecheck:
     def recheck(self, output: Any) -> Request | None:
         """A re-check copy of ``output`` if it is a link sampled among those a learned rule
         changed, else None."""
+        if not isinstance(output, Request) or output.dont_filter:
+            return None
+        sampled = self.sample(output.url)
+        if sampled is None:
+            return None
+        return output.replace(dont_filter=True, meta={**output.meta, RECHECK_META: sampled})
+
+    def sample(self, url: str) -> dict[str, Any] | None:
+        """What a re-check of the link ``url`` carries in ``meta[RECHECK_META]`` (the key it
+        was merged into, the parameters dropped) if it is sampled among the links a learned
+        rule changed, else None. By URL, so a spider that drops seen links before building
+        their requests offers them too
+        (:meth:`middlewares.linkbatch.SeenLinksMiddleware.requests_for`)."""
         learning = learning_for(self.crawler)
-        if (
-            learning is None
-            or not learning.has_applied
-            or not isinstance(output, Request)
-            or output.dont_filter
-            or self.rng.random() >= self.rate
-        ):
+        if learning is None or not learning.has_applied or self.rng.random() >= self.rate:
             return None
         try:
-            learned = dedupe_key(output.url, learning.live.current())
-            plain = dedupe_key(output.url, learning.live.without_learned())
+            learned = dedupe_key(url, learning.live.current())
+            plain = dedupe_key(url, learning.live.without_learned())
         except InvalidURL:
             return None
         dropped = _names(plain) - _names(learned)
@@ -93,7 +100,4 @@ class LearnedRuleRecheck:
         if len(self._rechecked) >= MAX_REMEMBERED:
             self._rechecked.clear()
         self._rechecked.add(plain)
-        return output.replace(
-            dont_filter=True,
-            meta={**output.meta, RECHECK_META: {"key": learned, "params": sorted(dropped)}},
-        )
+        return {"key": learned, "params": sorted(dropped)}

@@ -118,7 +118,10 @@ class MemoryBloomSeenFilter:
         """True if the filter (probably) holds ``key``; adds nothing. Asked for each link a
         page yields (:meth:`crawler.frontier.memory.MemoryFrontier.seen_before`)."""
         hashed = _hash128(key)
-        return any(hashed in layer.bloom for layer in self._layers)
+        layers = self._layers
+        if len(layers) == 1:  # the usual case, without a generator: asked for every link
+            return hashed in layers[0].bloom
+        return any(hashed in layer.bloom for layer in layers)
 
     def close(self) -> None:
         if self.directory:

@@ -329,6 +329,13 @@ class RedisFrontier:
             return None
         return None if keyer.merged_by_learned(request, key) else key
 
+    def seen_link(self, url: str, key: str) -> bool:
+        """True if an answer to this worker said the filter holds ``key``, unless a learned
+        rule merged it (as :meth:`seen_before`)."""
+        if not self.admission.seen_before(key):
+            return False
+        return not self.keyer.link_merged_by_learned(url, key)
+
     def request_seen(self, request: Request) -> bool:
         """True if ``request``'s key is in the seen filter (or it cannot be keyed); marks
         and queues nothing (:meth:`enqueue` does both at once). Calls Redis in the caller's
