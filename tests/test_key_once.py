@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from scrapy import Request
@@ -86,7 +87,9 @@ def test_a_urls_key_is_memoized_until_the_rules_change(monkeypatch: pytest.Monke
     # A link keyed by URL gets the key of the request Scrapy would make for it.
     assert keyer.link_key("https://example.com/café") == dedupe_key("https://example.com/caf%C3%A9")
     learned = DEFAULT_RULES.with_host_rules({"example.com": {"strip": ["ref"]}})
-    keyer.use_rules(lambda: learned)
+    # Learned rules as the learning extension's LiveRules gives them: version 1, on the host.
+    live = SimpleNamespace(current=lambda: learned, version=1, touches=lambda host: True)
+    keyer.use_rules(live)  # type: ignore[arg-type]
     assert keyer.key_of(Request(url)) == dedupe_key(url, learned) != first
     assert keyed.count(url) == 2
     monkeypatch.setattr(keys, "KEY_MEMO_SIZE", 2)

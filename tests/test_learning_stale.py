@@ -188,6 +188,10 @@ def test_a_link_a_learned_rule_merged_is_never_dropped_early_on_what_the_worker_
     assert second.seen_before(Request(BASE)) is not None  # known: dropped early
     assert second.seen_before(Request(f"{BASE}?utm_source=x")) is not None  # no learned rule
     assert second.seen_before(Request(VARIANT)) is None  # merged by "ref": admission decides
+    # The same for links judged by URL, before any request is built for them.
+    keyer = second.keyer
+    assert second.seen_link(BASE, keyer.link_key(BASE))
+    assert not second.seen_link(VARIANT, keyer.link_key(VARIANT))
 
     publish(first, {})
     assert urls(second.admit(page, [Request(VARIANT)])) == [VARIANT]
