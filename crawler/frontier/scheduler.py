@@ -35,6 +35,9 @@ logger = logging.getLogger(__name__)
 #: Seconds between lease attempts while the shared queue is empty: doubling from the first
 #: to the last, back to the first as soon as work appears. Idle workers poll gently.
 POLL_MIN, POLL_MAX = 0.05, 1.0
+#: Longest wait between lease attempts while requests are queued but none could be leased
+#: (their hosts are at their crawl-wide concurrency): another worker's answer frees a turn.
+POLL_QUEUED_MAX = 0.2
 #: Seconds a leased request may take from leaving the downloader to its response reaching
 #: the engine (the downloader middlewares' ``process_response``) before it counts as
 #: dropped on the way, and how often that is checked.
@@ -112,6 +115,7 @@ class RedisScheduler(BaseScheduler):
         crawler.signals.connect(frontier.responded, signal=signals.response_received)
         crawler.signals.connect(frontier.left_downloader, signal=signals.request_left_downloader)
         frontier.admission.on_verdict = scheduler._verdict
+        frontier.outbox.on_released = scheduler._leases_answered
         return scheduler
 
     def open(self, spider: Spider) -> None:
@@ -233,7 +237,16 @@ class RedisScheduler(BaseScheduler):
             wait = min(wait, ready_in)
         self._next_poll = time.monotonic() + wait
         self._wake_later(wait)
-        self._poll_delay = min(self._poll_delay * 2, POLL_MAX)
+        longest = POLL_QUEUED_MAX if self._queued_elsewhere else POLL_MAX
+        self._poll_delay = min(self._poll_delay * 2, longest)
+
+    def _leases_answered(self) -> None:
+        """This worker's answers released leases: their hosts have room for more requests
+        now, so lease again at once rather than after the planned poll."""
+        if self._next_poll > time.monotonic():
+            self._poll_delay = POLL_MIN
+            self._next_poll = 0.0
+            self._wake_engine()
 
     def _lease_count(self) -> int:
         """Requests to lease now: the batch size, at most what the downloader has room for."""

@@ -282,7 +282,7 @@ class Admission:
         else:
             deliver = self.step(parent, keys, checks, rows)
         name = "stage+commit" if isinstance(deliver, StagedAdmission) else "admit"
-        answer = Answer(name, deliver, on_reply, after)
+        answer = Answer(name, deliver, on_reply, after, lease=parent)
         self.outbox.send(answer)
         result = admitted
         if answer.outcome is None:  # not delivered yet: the verdict is not known

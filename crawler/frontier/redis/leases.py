@@ -129,6 +129,8 @@ class Leases:
         self._left: dict[str, float] = {}
         #: Leases the heartbeat found taken over by another worker.
         self._lost: set[str] = set()
+        #: Leases whose request was overdue at the last :meth:`answer_dropped`.
+        self._overdue: set[str] = set()
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -228,7 +230,6 @@ class Leases:
         del self._held[lease]
         self._responded.discard(lease)
         self._left.pop(lease, None)
-        self._lost.discard(lease)
         return lease
 
     def responded(self, request: Request) -> None:
@@ -253,9 +254,16 @@ class Leases:
         seconds ago with nothing since: no response reached the engine, no replacement took
         their lease over, no failure was reported (an exception raised in a downloader
         middleware's ``process_response``, a redirect dropped by a ``request_scheduled``
-        handler). Returns how many."""
+        handler). Returns how many.
+
+        A request counts as dropped only when it was overdue at the previous call too: a
+        loop that stalled longer than ``grace`` (a long page parsed, a busy machine) has
+        the response's callbacks queued but not yet run, and runs them before the next
+        call."""
         deadline = time.monotonic() - grace
-        dropped = [lease for lease, left in self._left.items() if left <= deadline]
+        overdue = {lease for lease, left in self._left.items() if left <= deadline}
+        dropped = [lease for lease in self._overdue if lease in overdue]
+        self._overdue = overdue.difference(dropped)
         for lease in dropped:
             url = self._held[lease]
             self.take_id(lease)
@@ -277,14 +285,24 @@ class Leases:
                 self.heartbeat_failed(exc)
 
     def heartbeat_args(self) -> list[Any] | None:
-        """The heartbeat script's arguments (None: no lease to extend)."""
-        leases = [lease for lease in self._held if lease not in self._lost]
+        """The heartbeat script's arguments (None: no lease to extend): every lease this
+        worker still works on, whether its request is buffered, queued in a downloader
+        slot, downloading or being handled, or its answer waits in the outbox."""
+        working = self.working()
+        self._lost &= working  # the leases taken over that were answered since
+        leases = [lease for lease in working if lease not in self._lost]
         return [self.owner, self.lease_ttl_ms, *leases] if leases else None
 
+    def working(self) -> set[str]:
+        """The leases this worker holds or has an answer waiting for."""
+        return {*self._held, *self.outbox.leases()}
+
     def note_lost(self, lost: list[Any]) -> None:
-        """Note the leases the heartbeat found taken over."""
+        """Note the leases the heartbeat found taken over; not those answered meanwhile
+        (the heartbeat runs after answers handed over before it, in the same thread)."""
+        lost = [lease for lease in map(text, lost) if lease in self.working()]
         if lost:
-            self._lost.update(text(lease) for lease in lost)
+            self._lost.update(lost)
             self.stats.inc_value("frontier/lease_lost", len(lost))
             logger.warning(
                 "%d leases expired before their heartbeat (worker stalled or Redis away "
@@ -359,7 +377,7 @@ class Leases:
             return False
 
         deliver = partial(self.scripts.run, "fail", [self.owner, lease, url or lease, record])
-        self.outbox.send(Answer("fail", deliver, on_reply, after))
+        self.outbox.send(Answer("fail", deliver, on_reply, after, lease=lease))
 
     def quarantine(self, lease: str, reason: str) -> None:
         """The leased request ``lease`` does not decode: put it in quarantine with
@@ -375,7 +393,7 @@ class Leases:
 
         args = [self.owner, lease, reason, self.quarantine_cap]
         deliver = partial(self.scripts.run, "quarantine", args)
-        self.outbox.send(Answer("quarantine", deliver, on_reply))
+        self.outbox.send(Answer("quarantine", deliver, on_reply, lease=lease))
 
     def refused(self, lease: str | None) -> None:
         """Redis refused this worker's answer for ``lease``."""
