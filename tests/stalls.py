@@ -103,10 +103,13 @@ def crawl_with_hang(
     hang_seconds: float = 5.0,
     after_hits: int = 15,
     page_delay: float = 0.05,
+    lease_ttl: float = 30.0,
+    settings: dict[str, str] | None = None,
 ) -> StalledCrawl:
     """Crawl a generated site of ``pages`` pages (each served in ``page_delay`` s) through a
-    shared frontier; once the site served ``after_hits`` requests, hold
-    ``hang(redis, store)``'s context for ``hang_seconds``."""
+    shared frontier with leases of ``lease_ttl`` s (and more Scrapy ``settings``); once the
+    site served ``after_hits`` requests, hold ``hang(redis, store)``'s context for
+    ``hang_seconds``."""
     graph = LinkGraph(pages=pages)
     store = tmp_path / "store.sqlite"
     sqlite3.connect(store).close()
@@ -118,9 +121,11 @@ def crawl_with_hang(
             "-s", f"STORE_URL=sqlite:///{store}",
             "-s", f"EXTENSIONS={json.dumps(EXTENSIONS)}",
             "-s", "CONCURRENT_REQUESTS=4",
-            "-s", "FRONTIER_LEASE_TTL=30",
+            "-s", f"FRONTIER_LEASE_TTL={lease_ttl}",
             "-s", "LOG_LEVEL=DEBUG",
         ]  # fmt: skip
+        for name, value in (settings or {}).items():
+            command += ["-s", f"{name}={value}"]
         log_path = tmp_path / "crawl.log"
         with log_path.open("w") as log:
             process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
