@@ -83,7 +83,8 @@ def test_raising_callbacks_and_ignored_requests_answer_their_leases_at_once(
 
 #: Short leases: a heartbeat every 0.67 s keeps them, and one missed shows within seconds.
 SHORT_LEASE_TTL = 2.0
-SLOW_RECORDS = {"tests.slow_records.SlowRecordCommits": 0, **STALL_EXTENSIONS}
+SLOW_RECORDS = {"tests.slow_workers.SlowRecordCommits": 0, **STALL_EXTENSIONS}
+LOOP_BLOCKER = {"tests.slow_workers.LoopBlocker": 0, **STALL_EXTENSIONS}
 
 
 @pytest.mark.slow
@@ -95,11 +96,22 @@ SLOW_RECORDS = {"tests.slow_records.SlowRecordCommits": 0, **STALL_EXTENSIONS}
         (None, 0.05, {"EXTENSIONS": json.dumps(SLOW_RECORDS), "SLOW_RECORDS_SECONDS": "3"}),
         # The same, behind a record store locked for 5 s.
         (lock_store, 0.05, {}),
+        # The loop blocked for longer than a lease lives, with requests in flight.
+        (
+            None,
+            0.5,
+            {
+                "EXTENSIONS": json.dumps(LOOP_BLOCKER),
+                "LOOP_BLOCK_SECONDS": "3",
+                "LOOP_BLOCK_AT": "10",
+                "CONCURRENT_REQUESTS": "16",
+            },
+        ),
         # Downloads slower than a lease lives, with many leased requests in the downloader
         # at once (and more queued behind them): each is extended while it waits.
         (None, 3.0, {"CONCURRENT_REQUESTS": "16", "FRONTIER_HOST_CONCURRENCY": "64"}),
     ],
-    ids=["slow-record-commits", "store-locked", "slow-downloads"],
+    ids=["slow-record-commits", "store-locked", "loop-blocked", "slow-downloads"],
 )
 def test_a_living_worker_never_loses_a_lease(
     tmp_path: Path, hang: object, page_delay: float, settings: dict[str, str]

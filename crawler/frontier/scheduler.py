@@ -62,8 +62,10 @@ class RedisScheduler(BaseScheduler):
     sooner when a host waiting on its delay becomes ready. The crawl ends only when the whole
     frontier is drained: nothing queued and no lease outstanding in any worker (another
     worker may still find links, or die and have its pages requeued). While this worker
-    works, a heartbeat extends its leases every third of ``FRONTIER_LEASE_TTL``. On close,
-    leases not yet answered go back to the queue.
+    works, a heartbeat extends its leases every third of ``FRONTIER_LEASE_TTL``, from a thread
+    of its own (:attr:`RedisFrontier.heartbeats`): the leases of requests buffered here,
+    queued in a downloader slot, downloading, being handled, and of answers waiting in the
+    outbox. On close, leases not yet answered go back to the queue.
 
     Twisted's loop never waits on Redis: in a crawl, the frontier calls Redis from a thread
     of its own (:meth:`RedisFrontier.go_background`). The engine asks synchronously, so
@@ -127,6 +129,8 @@ class RedisScheduler(BaseScheduler):
         downloader = self._downloader()
         if downloader is not None:
             disable_local_delays(downloader)
+        if self.frontier.heartbeats is not None:
+            self.frontier.heartbeats.start()
         self._heartbeat.start(self.frontier.lease_ttl / 3, now=False)
         self._dropped_check.start(DROPPED_CHECK, now=False)
 
@@ -136,6 +140,8 @@ class RedisScheduler(BaseScheduler):
                 loop.stop()
         if self._wake_call is not None and self._wake_call.active():
             self._wake_call.cancel()
+        if self.frontier.heartbeats is not None:
+            self.frontier.heartbeats.stop()
         if self.frontier.background is not None:
             self.frontier.background.close()  # a heartbeat or lease under way ends first
         released = self.frontier.release_all()  # first: the buffered requests are still held
@@ -281,7 +287,8 @@ class RedisScheduler(BaseScheduler):
             slot.nextcall.schedule()
 
     def _beat(self) -> None:
-        self.frontier.heartbeat()
+        if self.frontier.heartbeats is None:  # driven without a running loop (tests)
+            self.frontier.heartbeat()
         self.frontier.flush()
 
 

@@ -42,6 +42,7 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +130,8 @@ class Leases:
         self._left: dict[str, float] = {}
         #: Leases the heartbeat found taken over by another worker.
         self._lost: set[str] = set()
+        #: The heartbeat runs in a thread of its own (a crawl's): its findings go to the loop.
+        self.from_thread = False
         #: Leases whose request was overdue at the last :meth:`answer_dropped`.
         self._overdue: set[str] = set()
 
@@ -276,31 +279,43 @@ class Leases:
     # --- keeping and giving back -------------------------------------------------------
 
     def heartbeat(self) -> None:
-        """Extend the leases of requests this worker is still working on."""
+        """Extend the leases of requests this worker is still working on. In a crawl this
+        runs in a thread of its own (:attr:`from_thread`), and what it finds goes back to
+        the loop."""
         args = self.heartbeat_args()
-        if args:
-            try:
-                self.note_lost(self.scripts.run("heartbeat", args))
-            except redis.RedisError as exc:
-                self.heartbeat_failed(exc)
+        if not args:
+            return
+        try:
+            lost = self.scripts.run("heartbeat", args)
+        except redis.RedisError as exc:
+            self._on_loop(self.heartbeat_failed, exc)
+            return
+        self._on_loop(self.note_lost, lost)
+
+    def _on_loop(self, function: Callable[..., object], *args: Any) -> None:
+        if not self.from_thread:
+            function(*args)
+            return
+        from twisted.internet import reactor
+
+        reactor.callFromThread(function, *args)  # type: ignore[attr-defined]
 
     def heartbeat_args(self) -> list[Any] | None:
         """The heartbeat script's arguments (None: no lease to extend): every lease this
         worker still works on, whether its request is buffered, queued in a downloader
-        slot, downloading or being handled, or its answer waits in the outbox."""
-        working = self.working()
-        self._lost &= working  # the leases taken over that were answered since
-        leases = [lease for lease in working if lease not in self._lost]
+        slot, downloading or being handled, or its answer waits in the outbox. Reads
+        copies, so the heartbeat thread may call it while the loop changes them."""
+        lost = set(self._lost)
+        working = [*list(self._held), *self.outbox.leases()]
+        leases = [lease for lease in working if lease not in lost]
         return [self.owner, self.lease_ttl_ms, *leases] if leases else None
 
-    def working(self) -> set[str]:
-        """The leases this worker holds or has an answer waiting for."""
-        return {*self._held, *self.outbox.leases()}
-
     def note_lost(self, lost: list[Any]) -> None:
-        """Note the leases the heartbeat found taken over; not those answered meanwhile
-        (the heartbeat runs after answers handed over before it, in the same thread)."""
-        lost = [lease for lease in map(text, lost) if lease in self.working()]
+        """Note the leases the heartbeat found taken over, among those still held or whose
+        answer was not sent yet (an answer sent meanwhile released its lease: not lost)."""
+        unanswered = {*self._held, *self.outbox.leases(unsent=True)}
+        self._lost &= {*self._held, *self.outbox.leases()}  # forget the answered ones
+        lost = [lease for lease in map(text, lost) if lease in unanswered]
         if lost:
             self._lost.update(lost)
             self.stats.inc_value("frontier/lease_lost", len(lost))

@@ -114,9 +114,16 @@ class Outbox:
         self._answers.append(answer)
         self.flush()
 
-    def leases(self) -> list[str]:
-        """The leases the waiting answers release: still this worker's until delivered."""
-        return [answer.lease for answer in self._answers if answer.lease is not None]
+    def leases(self, *, unsent: bool = False) -> list[str]:
+        """The leases the waiting answers release, still this worker's until delivered
+        (``unsent``: of those not handed to the background thread yet). Safe to call from
+        another thread (the heartbeat's)."""
+        answers = tuple(self._answers)  # one step under the GIL: the loop may append
+        return [
+            answer.lease
+            for answer in answers
+            if answer.lease is not None and not (unsent and answer.started)
+        ]
 
     def flush(self) -> bool:
         """Deliver waiting answers in order; True when none is left waiting. In the
