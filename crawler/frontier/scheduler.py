@@ -36,7 +36,8 @@ logger = logging.getLogger(__name__)
 #: to the last, back to the first as soon as work appears. Idle workers poll gently.
 POLL_MIN, POLL_MAX = 0.05, 1.0
 #: Longest wait between lease attempts while requests are queued but none could be leased
-#: (their hosts are at their crawl-wide concurrency): another worker's answer frees a turn.
+#: because their hosts are at their crawl-wide concurrency: another worker's answer frees a
+#: turn (this worker's own answers ask again at once, :meth:`RedisScheduler._leases_answered`).
 POLL_QUEUED_MAX = 0.2
 #: Seconds a leased request may take from leaving the downloader to its response reaching
 #: the engine (the downloader middlewares' ``process_response``) before it counts as
@@ -243,7 +244,10 @@ class RedisScheduler(BaseScheduler):
             wait = min(wait, ready_in)
         self._next_poll = time.monotonic() + wait
         self._wake_later(wait)
-        longest = POLL_QUEUED_MAX if self._queued_elsewhere else POLL_MAX
+        # Requests queued, none leasable, no host waiting on its delay: their hosts are at
+        # their concurrency, and any worker's answer may free a turn.
+        gated = self._queued_elsewhere and ready_in is None
+        longest = POLL_QUEUED_MAX if gated else POLL_MAX
         self._poll_delay = min(self._poll_delay * 2, longest)
 
     def _leases_answered(self) -> None:
