@@ -5,6 +5,7 @@ ignores requests ends as soon as its pages are handled."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from collections import Counter
@@ -131,6 +132,10 @@ def test_a_living_worker_never_loses_a_lease(
     assert "frontier/reclaimed" not in crawl.log
     assert "frontier/lease_lost" not in crawl.log
     assert "expired before their heartbeat" not in crawl.log
+    # The heartbeat kept its rhythm (a third of the TTL), whatever the loop was doing.
+    gap = re.search(r"'frontier/heartbeat_longest_gap_ms': (\d+)", crawl.log)
+    assert gap is not None, crawl.log[-3000:]
+    assert int(gap.group(1)) < SHORT_LEASE_TTL * 1000 / 2
 
 
 class InlineThread:

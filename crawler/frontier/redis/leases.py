@@ -95,7 +95,8 @@ class Leases:
     Stats: ``frontier/leased``, ``frontier/reclaimed``, ``frontier/given_up``,
     ``frontier/staged_recovered``, ``frontier/quarantined``, ``frontier/lease_lost``,
     ``frontier/released``, ``frontier/failed``, ``frontier/ack_refused``,
-    ``frontier/unanswered``.
+    ``frontier/unanswered``, ``frontier/heartbeat_longest_gap_ms`` (between two heartbeats:
+    more than ``FRONTIER_LEASE_TTL`` and leases expire).
     """
 
     def __init__(
@@ -132,6 +133,8 @@ class Leases:
         self._lost: set[str] = set()
         #: The heartbeat runs in a thread of its own (a crawl's): its findings go to the loop.
         self.from_thread = False
+        #: When the last heartbeat began (``time.monotonic()``).
+        self._last_beat: float | None = None
         #: Leases whose request was overdue at the last :meth:`answer_dropped`.
         self._overdue: set[str] = set()
 
@@ -282,6 +285,11 @@ class Leases:
         """Extend the leases of requests this worker is still working on. In a crawl this
         runs in a thread of its own (:attr:`from_thread`), and what it finds goes back to
         the loop."""
+        now = time.monotonic()
+        if self._last_beat is not None:
+            gap_ms = round((now - self._last_beat) * 1000)
+            self._on_loop(self.stats.max_value, "frontier/heartbeat_longest_gap_ms", gap_ms)
+        self._last_beat = now
         args = self.heartbeat_args()
         if not args:
             return

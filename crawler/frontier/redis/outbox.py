@@ -21,9 +21,10 @@ write, or runs it to the end.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -69,6 +70,8 @@ class Answer:
     lease: str | None = None
     #: The outbox flushes again when ``after`` fires.
     awaited: bool = False
+    #: When it was sent (``time.monotonic()``).
+    sent_at: float = field(default_factory=time.monotonic)
     #: None until delivered, then what ``on_reply`` returned.
     outcome: bool | None = None
     #: An attempt is under way in the background thread.
@@ -91,7 +94,8 @@ class Outbox:
     """Answers waiting for Redis, delivered in order (see the module docstring).
 
     Stats: ``frontier/redis_unavailable`` (attempts Redis refused or missed),
-    ``frontier/errors`` (answers Redis rejected for good: a bug, logged, dropped).
+    ``frontier/errors`` (answers Redis rejected for good: a bug, logged, dropped),
+    ``frontier/answer_longest_wait_ms`` (from sent to delivered, its ``after`` included).
     """
 
     def __init__(self, stats: StatsCollector, background: BackgroundThread | None = None) -> None:
@@ -217,6 +221,8 @@ class Outbox:
             raise error
         else:
             answer.outcome = answer.on_reply(answer.reply)
+            waited_ms = round((time.monotonic() - answer.sent_at) * 1000)
+            self.stats.max_value("frontier/answer_longest_wait_ms", waited_ms)
         if self._retry_delay != OUTBOX_RETRY_MIN and not self._answers:
             logger.info("Redis is back; frontier updates delivered")
             self._retry_delay = OUTBOX_RETRY_MIN
