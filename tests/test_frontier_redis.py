@@ -230,6 +230,24 @@ def test_heartbeat_keeps_a_live_workers_leases(workers: Any) -> None:
     assert stat(busy, "frontier/unanswered") == 1
 
 
+def test_heartbeat_keeps_leases_whose_delivery_has_not_reached_the_loop(workers: Any) -> None:
+    # In a crawl the lease script runs in the background thread and its reply waits for the
+    # loop, which may be busy for longer than a lease lives.
+    busy, other = workers(lease_ttl=1.0), workers(lease_ttl=1.0)
+    busy.admit(None, [Request("https://example.com/")])
+    reply = busy.leases.lease_reply(1)  # granted in Redis, not yet taken by the loop
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        busy.heartbeat()
+        assert other.lease(1) == []
+        time.sleep(0.1)
+    [page] = busy.leases.take_delivery(reply)
+    assert page.url == "https://example.com/"
+    busy.admit(page, [])
+    assert busy.is_drained()
+    assert stat(other, "frontier/reclaimed") == 0
+
+
 def test_a_response_keeps_the_lease_for_its_page_batch(workers: Any) -> None:
     worker = workers()
     worker.admit(None, [Request("https://example.com/")])

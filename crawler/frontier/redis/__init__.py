@@ -323,7 +323,7 @@ class RedisFrontier:
         """Lease up to ``count`` requests from the background thread (in the caller's
         thread without one); errbacks with Redis' error. Afterwards :meth:`seems_drained`
         tells whether the crawl looked drained then."""
-        leasing = self.call(self.scripts.run, "lease", self.leases.lease_args(count))
+        leasing = self.call(self.leases.lease_reply, count)
         return leasing.addCallback(self.leases.take_delivery)
 
     def seems_drained(self) -> bool:

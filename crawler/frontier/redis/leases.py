@@ -133,6 +133,8 @@ class Leases:
         self._lost: set[str] = set()
         #: The heartbeat runs in a thread of its own (a crawl's): its findings go to the loop.
         self.from_thread = False
+        #: Leases the lease script granted whose delivery has not reached the loop yet.
+        self._arriving: set[str] = set()
         #: When the last heartbeat began (``time.monotonic()``).
         self._last_beat: float | None = None
         #: Leases whose request was overdue at the last :meth:`answer_dropped`.
@@ -153,6 +155,14 @@ class Leases:
         politeness) to this worker, after putting expired leases back in the queue. Raises
         ``REDIS_UNAVAILABLE`` errors."""
         return self.take_delivery(self.scripts.run("lease", self.lease_args(count)))
+
+    def lease_reply(self, count: int) -> list[Any]:
+        """The lease script's reply for ``count`` requests, its leases noted as arriving
+        (heartbeated until :meth:`take_delivery` holds them): called in the background
+        thread, while the loop that takes the delivery may be busy for seconds."""
+        reply = self.scripts.run("lease", self.lease_args(count))
+        self._arriving.update(map(text, reply[LEASE_REPLY_HEAD::3]))
+        return reply
 
     def lease_args(self, count: int) -> list[Any]:
         """The lease script's arguments for ``count`` requests."""
@@ -204,6 +214,7 @@ class Leases:
             request.meta[TURN_META] = [leased_at, int(delay) / 1000]
             self._hold(lease, request)
             leased.append(request)
+        self._arriving.difference_update(map(text, triples[::3]))  # held, or answered
         self.stats.inc_value("frontier/leased", len(leased))
         return leased
 
@@ -310,18 +321,19 @@ class Leases:
 
     def heartbeat_args(self) -> list[Any] | None:
         """The heartbeat script's arguments (None: no lease to extend): every lease this
-        worker still works on, whether its request is buffered, queued in a downloader
-        slot, downloading or being handled, or its answer waits in the outbox. Reads
-        copies, so the heartbeat thread may call it while the loop changes them."""
+        worker still works on, whether its delivery is on its way to the loop, its
+        request is buffered, queued in a downloader slot, downloading or being handled, or
+        its answer waits in the outbox. Reads copies, so the heartbeat thread may call it
+        while the other threads change them."""
         lost = set(self._lost)
-        working = [*list(self._held), *self.outbox.leases()]
+        working = [*set(self._arriving), *list(self._held), *self.outbox.leases()]
         leases = [lease for lease in working if lease not in lost]
         return [self.owner, self.lease_ttl_ms, *leases] if leases else None
 
     def note_lost(self, lost: list[Any]) -> None:
         """Note the leases the heartbeat found taken over, among those still held or whose
         answer was not sent yet (an answer sent meanwhile released its lease: not lost)."""
-        unanswered = {*self._held, *self.outbox.leases(unsent=True)}
+        unanswered = {*self._arriving, *self._held, *self.outbox.leases(unsent=True)}
         self._lost &= {*self._held, *self.outbox.leases()}  # forget the answered ones
         lost = [lease for lease in map(text, lost) if lease in unanswered]
         if lost:
