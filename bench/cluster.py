@@ -38,6 +38,8 @@ from scrapy.statscollectors import MemoryStatsCollector
 
 from bench.dedup import dedupe_keys
 from crawler.frontier.redis import RedisFrontier
+from crawler.frontier.redis.state import queued_records
+from crawler.frontier.reset import glob_escape
 from crawler.redis_client import redis_from_url
 from crawler.seen.sharded import ShardedBloomSeenFilter
 from crawler.spiders.site import SiteSpider
@@ -177,8 +179,8 @@ def measure(setup: Setup, keys: list[str], batch: int, workers: int, repeat: int
 
 def frontier_bytes_per_request(url: str, count: int) -> tuple[float, float, float]:
     """Queue ``count`` start requests through the real shared frontier; return Redis bytes
-    per queued request (queue, request JSON and scores together), the mean stored JSON
-    length, and the mean URL length."""
+    per queued request (every key of the frontier but the seen filter: lanes, their index,
+    the shapes table), the mean stored record length, and the mean URL length."""
     settings = Settings()
     settings.setmodule("crawler.defaults")
     settings.set("REDIS_URL", url)
@@ -189,11 +191,13 @@ def frontier_bytes_per_request(url: str, count: int) -> tuple[float, float, floa
         frontier.admit(None, [Request(url) for url in urls[offset : offset + 1000]])
     frontier.flush()
     client, keys = frontier.client, frontier.keys
-    assert client.hlen(keys.requests) == count
+    assert frontier.counts()["queued"] == count
     held = sum(
-        int(client.memory_usage(key, samples=0) or 0) for key in keys.all if key != keys.seen
+        int(client.memory_usage(key, samples=0) or 0)
+        for key in client.scan_iter(match=f"{glob_escape(keys.prefix)}:*", count=1000)
+        if not key.decode().startswith(keys.seen)
     )
-    stored = client.hvals(keys.requests)
+    stored = [record for _lane, record in queued_records(client, keys)]
     frontier.close()
     return held / count, sum(map(len, stored)) / count, sum(map(len, urls)) / count
 

@@ -115,11 +115,12 @@ def main() -> None:
         print("lease calls finding nothing:")
         print(f"  empty queue:                 {empty:9.0f} calls/s")
         print(
-            f"  500 entries of a waiting host: {fruitless:7.0f} calls/s  ({fruitless / empty:.2f}x)"
+            f"  600 requests of a waiting host: {fruitless:6.0f} calls/s "
+            f" ({fruitless / empty:.2f}x)"
         )
         queued = worker.counts()["queued"]
-        index = worker.client.memory_usage(worker.keys.hosts, samples=0) or 0
-        print(f"host index: {index / queued:.0f} bytes per queued request")
+        index = worker.client.memory_usage(worker.keys.queue, samples=0) or 0
+        print(f"lane index (per host, not per request): {index / queued:.1f} B per queued request")
         del held
         worker.close()
 

@@ -57,11 +57,16 @@ SPIDER_MIDDLEWARES = {
     # Start requests: Scrapy's start_urls requests are deduplicated like links (fetched once,
     # also across workers)...
     "middlewares.start_requests.StartRequestsMiddleware": 20,
-    # Above the link batch: re-check copies of links a learned rule merged (CANON_LEARN_RECHECK).
-    "crawler.learning.recheck.LearnedRuleRecheck": 25,
     # ... and the host of each is exempt from the SSRF guard, for this crawler.
     "middlewares.ssrf.SSRFStartHostsMiddleware": 30,
-    # High order = closest to the spider: the canonical URL it adds passes Scrapy's depth and
+    # Highest order = closest to the spider, before Scrapy's own (MetaCopyDetection 1000,
+    # Depth 900, UrlLength 800, Referer 700): drops links certainly seen as the spider yields
+    # them, so no other middleware spends anything on them; the batch decides the rest.
+    "middlewares.linkbatch.SeenLinksMiddleware": 1010,
+    # Above it: sees every link the spider yields, the ones a learned rule merged among them,
+    # and re-checks a sample (CANON_LEARN_RECHECK).
+    "crawler.learning.recheck.LearnedRuleRecheck": 1020,
+    # High order = close to the spider: the canonical URL it adds passes Scrapy's depth and
     # referer middlewares and joins the page's link batch.
     "middlewares.canonical_hints.CanonicalHintsMiddleware": 950,
     # Between the two: links to shortener hosts become resolution requests (SHORTENER_*).

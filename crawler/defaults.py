@@ -65,6 +65,12 @@ CONTENT_FINGERPRINTS_ENABLED = True
 # Error pages, empty pages and soft-404s are never evidence; one counter-example vetoes.
 CANON_LEARN = "propose"
 CANON_LEARN_MIN_PAIRS = 3
+# Fetched pages the learner remembers (with their evidence), per worker: about 1 KiB each.
+# Past it, the section of a host (top-level directory) fed least recently is forgotten whole;
+# what it had seen can then only veto (its parameters get no rule for that host, nor in that
+# section, for the rest of the crawl; other sections still learn), so a bounded memory may
+# delay a proposal, never make one (crawler.learning.evidence).
+CANON_LEARN_MEMORY = 200_000
 # Share of the links an applied learned rule merged that are fetched anyway (each URL once) to
 # re-check the rule: different content revokes it (logged, and recorded with the counter-example).
 CANON_LEARN_RECHECK = 0.02
@@ -79,6 +85,12 @@ REDIS_URL = os.environ.get("REDIS_URL") or None
 # Keep the {braces}: the hash tag puts every key of a crawl on one Redis Cluster slot, which
 # the frontier's atomic Lua scripts need. Use another prefix to start a separate crawl.
 FRONTIER_KEY_PREFIX = "{%(spider)s}"
+# Partitions one crawl's queue, leases and politeness state are split into, each under a hash
+# tag of its own spread over a Redis Cluster's masters (crawler/frontier/redis/partitions.py):
+# past one master's memory, set it to the number of masters (or a multiple). Every request of
+# one host stays in one partition. 1: the whole crawl on one slot, as it always was. Fixed for
+# the life of a crawl (a worker started with another number refuses to start).
+FRONTIER_PARTITIONS = 1
 # Seconds a worker holds a request it fetches before others may take it over (on the Redis
 # server's clock). A live worker extends its leases every third of this, so it only bounds
 # how long a killed worker's pages wait; keep it well above DOWNLOAD_TIMEOUT.
@@ -97,9 +109,10 @@ FRONTIER_HOST_CONCURRENCY = 0
 # Longest robots.txt Crawl-delay honoured, in seconds (a longer one is capped to this). A host's
 # gap is its Crawl-delay when that is longer than DOWNLOAD_DELAY.
 FRONTIER_MAX_CRAWL_DELAY = 30.0
-# Queue entries one lease looks at for requests of hosts that are ready (not waiting on their
-# delay, nor at their concurrency limit). Bounds the work of one lease; a worker finds nothing
-# to do only when the first this-many queued requests all belong to waiting hosts.
+# Lanes (one per host and priority level) one lease looks at for requests of hosts that are
+# ready (not waiting on their delay, nor at their concurrency limit). Bounds the work of one
+# lease; a worker finds nothing to do only when the first this-many lanes all belong to
+# waiting hosts (a lane taken from goes to the back of its level, so hosts take turns).
 FRONTIER_POLITENESS_SCAN = 500
 # Crawl-wide backoff (middlewares.politeness.HostBackoffMiddleware, both modes): a host that
 # answers 429 or 503 with Retry-After (seconds or a date), or twice in a row without one, gets

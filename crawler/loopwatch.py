@@ -2,7 +2,8 @@
 
 A timer fires every ``LOOP_STALL_METER_INTERVAL`` seconds (default 0.02); the longest delay
 past its due time is the loop's longest stall. Stats: ``loop/longest_stall_ms``,
-``loop/stalls_over_100ms``; a stall over a second is logged as it happens. Add it to
+``loop/stalls_over_100ms`` (as the spider closes); a stall over 100 ms is logged as it
+happens, and the longest one, closing included, when the engine stops. Add it to
 ``EXTENSIONS`` (``"crawler.loopwatch.LoopStallMeter": 0``) to measure a crawl;
 ``bench/loop_stall.py`` and ``tests/test_loop_stalls.py`` do.
 """
@@ -46,7 +47,8 @@ class LoopStallMeter:
             crawler.stats, crawler.settings.getfloat("LOOP_STALL_METER_INTERVAL", DEFAULT_INTERVAL)
         )
         crawler.signals.connect(meter.start, signal=signals.engine_started)
-        crawler.signals.connect(meter.stop, signal=signals.spider_closed)
+        crawler.signals.connect(meter.report, signal=signals.spider_closed)
+        crawler.signals.connect(meter.stop, signal=signals.engine_stopped)
         return meter
 
     def start(self) -> None:
@@ -65,7 +67,15 @@ class LoopStallMeter:
             self.longest = stall
             self.stats.set_value("loop/longest_stall_ms", round(stall * 1000))
 
+    def report(self) -> None:
+        """The figure so far, into the stats Scrapy dumps once the spider is closed."""
+        self.stats.set_value("loop/longest_stall_ms", round(self.longest * 1000))
+
     def stop(self) -> None:
+        """Stop measuring once the engine stopped: the spider's closing (the last flushes)
+        is measured too, and logged, the stats having been dumped by then."""
         if self._timer.running:
             self._timer.stop()
-        self.stats.set_value("loop/longest_stall_ms", round(self.longest * 1000))
+        self.report()
+        longest_ms = round(self.longest * 1000)
+        logger.info("Twisted's loop: longest stall %d ms, closing included", longest_ms)

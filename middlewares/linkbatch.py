@@ -1,4 +1,6 @@
-"""Spider middleware that checks all links of one page against the seen filter at once."""
+"""Spider middlewares that deduplicate a page's links: :class:`SeenLinksMiddleware` drops
+those certainly seen as the spider yields them, :class:`BatchDedupeMiddleware` checks the
+rest against the seen filter in one batch."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from scrapy import Request, signals
 from scrapy.http import Response
 
 from crawler.frontier import failure_reason, frontier_for, handle_page
-from crawler.frontier.keys import send_request_dropped
+from crawler.frontier.keys import send_request_dropped, was_checked
 
 if TYPE_CHECKING:
     from typing import Self
@@ -109,3 +111,68 @@ class BatchDedupeMiddleware:
             kept = {id(request) for request in admitted}
             dropped(request for request in batch if id(request) not in kept)
         return admitted
+
+
+class SeenLinksMiddleware:
+    """Drops a page's links whose key is certainly seen as the spider yields them, before
+    any other spider middleware spends anything on them (Scrapy's ``RefererMiddleware``,
+    ``UrlLengthMiddleware``, ``DepthMiddleware``...: about 99% of a real site's links are
+    its navigation, seen long ago).
+
+    Installed closest to the spider (highest order). It only asks what is known without
+    I/O (:meth:`crawler.frontier.Frontier.seen_before`: the in-process filter, or the keys a
+    shared frontier's answers gave this worker) and marks nothing: links it cannot rule out
+    go down the chain unchanged, and :class:`BatchDedupeMiddleware` next to the engine
+    decides them after offsite filtering, depth limits and the rest did their part, as
+    before (a page's repeats of a new link among them: the offsite filter counts each). So
+    a link dropped here is one the batch would have found seen, and what the other
+    middlewares do to new links does not change. Counted as the batch counts duplicates
+    (``seen/duplicate``, ``dupefilter/filtered``), with Scrapy's ``request_dropped``.
+
+    A project middleware that rewrites its links' URLs belongs above this one (a higher
+    order), so the key is that of the URL fetched.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterable[Any]:
+        dropped: list[tuple[Request, str]] = []
+        try:
+            for output in result:
+                if not self._drops(output, dropped):
+                    yield output
+        finally:
+            self._report(dropped)
+
+    async def process_spider_output_async(
+        self, response: Response, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        dropped: list[tuple[Request, str]] = []
+        try:
+            async for output in result:
+                if not self._drops(output, dropped):
+                    yield output
+        finally:
+            self._report(dropped)
+
+    def _drops(self, output: Any, dropped: list[tuple[Request, str]]) -> bool:
+        """True if ``output`` is a link already seen (added to ``dropped``, with its key)."""
+        if not isinstance(output, Request) or output.dont_filter or was_checked(output):
+            return False
+        key = frontier_for(self.crawler).seen_before(output)
+        if key is None:
+            return False
+        dropped.append((output, key))
+        return True
+
+    def _report(self, dropped: list[tuple[Request, str]]) -> None:
+        """Count a page's dropped links and send ``request_dropped`` for them, once the
+        page is done (as its batch does)."""
+        if dropped:
+            frontier_for(self.crawler).keyer.duplicates(dropped)
+            send_request_dropped(self.crawler, [request for request, _ in dropped])

@@ -8,8 +8,12 @@ of the record's natural key, so a batch written twice (a retried flush, two work
 the same page) leaves one row. While the database is unreachable, records stay buffered and
 the flush is retried every ``STORE_FLUSH_INTERVAL`` seconds; the crawl goes on.
 
-Writes run in the crawl's thread, one transaction per batch: about 17,000 records/s into
-SQLite and 9,000/s into a local PostgreSQL, against the 3-5 records a fetched page produces.
+Writes run in the store's background thread, never on Twisted's loop, one transaction per
+batch: about 17,000 records/s into SQLite and 9,000/s into a local PostgreSQL, against the 3-5
+records a fetched page produces. The last flush, when the spider closes, is retried while the
+database stays away (a locked file, a restarting server), up to ``DEFAULT_CLOSE_TIMEOUT``
+seconds, and Scrapy waits for it: the process exits once every record is written (or, past
+that, with an error saying how many were not).
 """
 
 from __future__ import annotations
@@ -73,6 +77,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_STORE_URL = "sqlite:///crawl.sqlite"
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_FLUSH_INTERVAL = 5.0
+#: Seconds the last flush (:meth:`SqlRecordStore.commit_all`) keeps retrying a database that
+#: is away before it gives up, logging how many records it could not write.
+DEFAULT_CLOSE_TIMEOUT = 300.0
 #: A flush that hits a deadlock or a locked SQLite file is retried this many times.
 FLUSH_ATTEMPTS = 5
 #: Seconds to wait for a database server to accept a connection.
@@ -209,6 +216,20 @@ shortener_answers = Table(
 
 def _shortener_answer(row: dict[str, Any]) -> ShortenerAnswer:
     return ShortenerAnswer(row["short_url"], row["status"], row["location"], row["answered_at"])
+
+
+def _page_row(page: PageRecord) -> dict[str, Any]:
+    """``page``'s row in ``pages`` (its content fingerprint columns aside)."""
+    return {
+        "id": record_id(page.fetch_url),
+        "fetch_url": page.fetch_url,
+        "final_url": page.final_url,
+        "key": page.key,
+        "status": page.status,
+        "chain_id": page.chain_id,
+        "flag": page.flag,
+        "fetched_at": page.at,
+    }
 
 
 def record_id(*parts: str | None) -> str:
@@ -377,8 +398,14 @@ class RecordStore(Protocol):
         """Write everything buffered."""
         ...
 
-    def close(self) -> None:
-        """Flush and release connections."""
+    def commit_all(self) -> Deferred[None]:
+        """Write everything buffered, retried while the database is away; fires once
+        committed."""
+        ...
+
+    def close(self) -> Deferred[None] | None:
+        """Flush and release connections; during a crawl off Twisted's loop, returning the
+        Deferred that fires once done."""
         ...
 
     def chains(self) -> list[StoredChain]:
@@ -410,10 +437,12 @@ class SqlRecordStore:
         engine: Engine,
         batch_size: int = DEFAULT_BATCH_SIZE,
         flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+        close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
     ) -> None:
         self.engine = engine
         self.batch_size = max(1, batch_size)
         self.flush_interval = flush_interval
+        self.close_timeout = close_timeout
         self._buffers: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {
             name: {} for name in _UPSERTS
         }
@@ -470,19 +499,7 @@ class SqlRecordStore:
                 self._flush_failed(exc)
 
     def add_page(self, page: PageRecord) -> None:
-        self._buffer(
-            "pages",
-            {
-                "id": record_id(page.fetch_url),
-                "fetch_url": page.fetch_url,
-                "final_url": page.final_url,
-                "key": page.key,
-                "status": page.status,
-                "chain_id": page.chain_id,
-                "flag": page.flag,
-                "fetched_at": page.at,
-            },
-        )
+        self._buffer("pages", _page_row(page))
 
     def add_chain(self, chain: Chain) -> None:
         if chain.outcome is None:
@@ -571,14 +588,7 @@ class SqlRecordStore:
         self._buffer(
             "fingerprints",
             {
-                "id": record_id(page.fetch_url),
-                "fetch_url": page.fetch_url,
-                "final_url": page.final_url,
-                "key": page.key,
-                "status": page.status,
-                "chain_id": page.chain_id,
-                "flag": page.flag,
-                "fetched_at": page.at,
+                **_page_row(page),
                 "content_hash": content.exact,
                 "content_minhash": content.minhash,
                 "content_norm": content.norm,
@@ -717,11 +727,65 @@ class SqlRecordStore:
         # Sorted by key: concurrent workers then lock rows in the same order (no deadlock).
         connection.execute(statement, [rows[key] for key in sorted(rows)])
 
-    def close(self) -> None:
-        if self.background is not None:
-            self.background.close()  # flushes under way end first
-        self.flush()
-        self.engine.dispose()
+    def commit_all(self) -> Deferred[None]:
+        """Write every buffered row, however long the database stays away (retried every
+        ``flush_interval`` seconds, logged, for up to ``close_timeout`` seconds): what the
+        crawl recorded last must outlive the process. In a crawl the writes run in the
+        background thread, after the flushes handed over before (a failed one's rows are back
+        in the buffer by then), and the Deferred fires on the loop once they are committed,
+        or once given up on (logged, a line with the count: no traceback at the user; the
+        rows are buffered again)."""
+        if self.background is None:
+            return self._commit(self._take())
+        earlier = self.background.run(lambda: None)
+        return earlier.addCallback(lambda _: self._commit(self._take()))
+
+    def _commit(self, rows: Rows) -> Deferred[None]:
+        if self.background is None:
+            writing = maybeDeferred(self._write_until_committed, rows)
+        else:
+            writing = self.background.run(self._write_until_committed, rows)
+        return writing.addErrback(self._given_up, rows)
+
+    def _given_up(self, failure: Failure, rows: Rows) -> None:
+        self._restore(rows)
+        failure.trap(OperationalError)  # logged by _write_until_committed
+
+    def _write_until_committed(self, rows: Rows) -> None:
+        """:meth:`_write`, tried again while the database stays away, up to
+        ``close_timeout`` seconds. Blocks: runs in the background thread during a crawl."""
+        deadline = time.monotonic() + self.close_timeout
+        while True:
+            try:
+                self._write(rows)
+                return
+            except OperationalError as exc:
+                count = sum(len(table_rows) for table_rows in rows.values())
+                if time.monotonic() + self.flush_interval > deadline:
+                    logger.error("Record store unavailable, %d records not written: %s", count, exc)
+                    raise
+                logger.error(
+                    "Record store unavailable, %d records wait to be written, retrying in "
+                    "%.1f s: %s",
+                    count,
+                    self.flush_interval,
+                    exc,
+                )
+                time.sleep(self.flush_interval)
+
+    def close(self) -> Deferred[None] | None:
+        """Write everything buffered (:meth:`commit_all`), then release connections. In a
+        crawl, off Twisted's loop: the returned Deferred fires once done (``spider_closed``
+        receivers may return one; Scrapy waits for it before the process exits). The thread
+        stays, idle, for writes that come later (a fingerprint computed while the spider
+        closes), in order; it ends with the process. Shutting it down here would wait on
+        the loop for such a write."""
+        if self.background is None:
+            self.flush()
+            self.engine.dispose()
+            return None
+        background = self.background
+        return self.commit_all().addCallback(lambda _: background.run(self.engine.dispose))
 
     # --- reading -------------------------------------------------------------------------
 

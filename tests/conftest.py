@@ -14,12 +14,23 @@ from typing import TypeVar
 import psycopg
 import pytest
 import redis
+from scrapy.utils.reactor import install_reactor
 
+from crawler.settings import TWISTED_REACTOR
 from tests.cluster import RedisClusterServers
 from tests.servers import RedisServer, Service, ServiceUnavailable
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Install the reactor the project's crawls run on, before any test. Otherwise whether one
+    is installed depends on the tests that ran before (the first ``from twisted.internet
+    import reactor`` installs Twisted's default), and ``scrapy.utils.test.get_crawler`` builds
+    a different crawler for each case: reactorless, with an asyncio-only download handler that
+    fails outside a running loop, when no earlier test installed one."""
+    install_reactor(TWISTED_REACTOR)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

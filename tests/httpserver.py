@@ -53,20 +53,24 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class TestServer:
-    """Serves ``routes`` on ``http://127.0.0.1:<port>``; unknown paths get 404.
+    """Serves ``routes`` on ``http://<host>:<port>`` (``host``: a loopback address, default
+    127.0.0.1; each of 127.0.0.0/8 is a host of its own to a crawler); unknown paths get 404.
 
-    ``delay`` seconds are slept before each answer (to make crawls take time).
-    ``/robots.txt`` allows everything unless a route says otherwise.
+        ``delay`` seconds are slept before each answer (to make crawls take time).
+        ``/robots.txt`` allows everything unless a route says otherwise.
     """
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, routes: Mapping[str, Route], delay: float = 0.0) -> None:
+    def __init__(
+        self, routes: Mapping[str, Route], delay: float = 0.0, host: str = "127.0.0.1"
+    ) -> None:
         self.routes = dict(routes)
         self.delay = delay
+        self.host = host
         self.hits: list[Hit] = []
         self._lock = threading.Lock()
-        self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
+        self._server = _QuietServer((host, 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -75,7 +79,7 @@ class TestServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def paths(self) -> list[str]:
         with self._lock:

@@ -3,7 +3,8 @@
 ``python -m tests.key_counting START_URL STORE_URL [REDIS_URL]``: crawls with the project's
 settings, counting every call of stage 1 (``canonicalize``, wherever it is imported) and of
 ``dedupe_key``, and apart the keys parameter-rule learning computes for its evidence
-(``learn_key``: each fetched page keyed without the learned rules, by design); prints
+(``learn_key``: a fetched page keyed again, without the learned rules, only on a host a
+learned rule touches); prints
 ``{"canonicalize": n, "dedupe_key": n, "learn_key": n, "admitted": n}``. Run in a
 subprocess: a Twisted reactor starts once per process.
 """

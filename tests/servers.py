@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -57,6 +58,77 @@ class Service:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class ProcessService(Service):
+    """A :class:`Service` that runs one server process with a temporary directory of its
+    own: :meth:`stop` ends the process (SIGTERM, SIGKILL if it lingers), :meth:`kill` crashes
+    it, :meth:`close` also deletes the directory. Subclasses spawn it (:meth:`_spawn`) and
+    wait until it answers (:meth:`_wait_until`)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix=prefix))
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _spawn(self, command: list[str]) -> None:
+        self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def _wait_until(self, ready: Callable[[], bool], timeout: float, pause: float = 0.02) -> bool:
+        """Ask ``ready`` until it says True (True), or the process exits or ``timeout``
+        seconds pass (False)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running:
+                return False
+            if ready():
+                return True
+            time.sleep(pause)
+        return False
+
+    def _stderr(self) -> str:
+        """What the process wrote to stderr (read once it exited)."""
+        if self._process is None or self._process.stderr is None:
+            return ""
+        with contextlib.suppress(ValueError, OSError):
+            return (self._process.stderr.read() or b"").decode(errors="replace")
+        return ""
+
+    def _reap(self) -> None:
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait(timeout=10)
+        if self._process.stderr is not None:
+            self._process.stderr.close()
+        self._process = None
+
+    def stop(self) -> None:
+        """Shut down cleanly (SIGTERM). The directory stays."""
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=10)
+        self._reap()
+
+    def kill(self) -> None:
+        """Crash the server (SIGKILL)."""
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            os.kill(self._process.pid, signal.SIGKILL)
+        self._reap()
+
+    def close(self) -> None:
+        """Stop the server and delete its directory."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def redis_server_path() -> Path:
@@ -150,7 +222,7 @@ def make_tls_files(directory: Path) -> TLSFiles:
     return files
 
 
-class RedisServer(Service):
+class RedisServer(ProcessService):
     """A private ``redis-server`` on 127.0.0.1.
 
     ``bloom`` loads RedisBloom; ``appendonly`` turns on the AOF with ``appendfsync always`` so
@@ -171,8 +243,7 @@ class RedisServer(Service):
         self.password = password
         self.tls = tls
         self.port: int | None = None
-        self.dir = Path(tempfile.mkdtemp(prefix="redis-test-"))
-        self._process: subprocess.Popen[bytes] | None = None
+        super().__init__("redis-test-")
 
     @property
     def url(self) -> str:
@@ -227,10 +298,8 @@ class RedisServer(Service):
         for _attempt in range(3):
             if first_start:
                 self.port = free_port()
-            self._process = subprocess.Popen(
-                self._command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-            )
-            if self._wait_ready():
+            self._spawn(self._command())
+            if self._wait_until(self._answers_ping, START_TIMEOUT):
                 return self
             self._reap()
             if not first_start:
@@ -243,71 +312,19 @@ class RedisServer(Service):
             kwargs.setdefault("ssl_ca_certs", str(self.tls.ca))
         return redis.Redis.from_url(self.url, **kwargs)
 
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self._process is None or self._process.poll() is not None:
-                return False
-            try:
-                with self.client(socket_timeout=1, socket_connect_timeout=1) as client:
-                    if client.ping():
-                        return True
-            except redis.BusyLoadingError:
-                pass  # still replaying the AOF
-            except (redis.ConnectionError, redis.TimeoutError):
-                pass
-            time.sleep(0.02)
-        return False
+    def _answers_ping(self) -> bool:
+        try:
+            with self.client(socket_timeout=1, socket_connect_timeout=1) as client:
+                return bool(client.ping())
+        except (redis.ConnectionError, redis.TimeoutError):
+            return False  # not listening yet, or still replaying the AOF (BusyLoadingError)
 
     def _failure_detail(self) -> str:
-        stderr = b""
-        if self._process is not None and self._process.stderr is not None:
-            with contextlib.suppress(ValueError, OSError):
-                stderr = self._process.stderr.read() or b""
         log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        tail = (stderr.decode(errors="replace") + log).strip().splitlines()[-8:]
+        tail = (self._stderr() + log).strip().splitlines()[-8:]
         return "\n".join(tail) or "no output"
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def _reap(self) -> None:
-        if self._process is None:
-            return
-        if self._process.poll() is None:
-            self._process.kill()
-        self._process.wait(timeout=10)
-        if self._process.stderr is not None:
-            self._process.stderr.close()
-        self._process = None
-
-    def stop(self) -> None:
-        """Shut down cleanly (SIGTERM). The directory, and any AOF in it, stays."""
-        if self._process is None:
-            return
-        if self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-        self._reap()
-
-    def kill(self) -> None:
-        """Crash the server (SIGKILL): only what reached the AOF survives."""
-        if self._process is None:
-            return
-        if self._process.poll() is None:
-            os.kill(self._process.pid, signal.SIGKILL)
-        self._reap()
 
     def restart(self) -> RedisServer:
         """Stop (if running) and start again on the same port and directory."""
         self.stop()
         return self.start()
-
-    def close(self) -> None:
-        """Stop the server and delete its directory."""
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)

@@ -8,6 +8,8 @@ every request it answers, which is what crawl tests assert on.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from tests.httpserver import Page, TestServer, html, redirect
@@ -61,3 +63,50 @@ def serve(graph: LinkGraph, delay: float = 0.0) -> TestServer:
     """A :class:`TestServer` for ``graph`` (use it as a context manager); every answer
     takes ``delay`` seconds."""
     return TestServer({"/*": graph.page}, delay=delay)
+
+
+@dataclass(frozen=True)
+class HostsGraph:
+    """A site spread over ``hosts`` hosts (loopback addresses 127.0.0.2, 127.0.0.3, ...,
+    one server each) of ``pages`` pages ``/p/<i>`` each, every one reachable from the first
+    host's ``/p/0``: page ``i`` of host ``h`` links to the next page of its host and to pages
+    of other hosts, so the crawl discovers every host early and keeps all of them busy."""
+
+    hosts: int
+    pages: int
+    #: Links from each page to other hosts' pages.
+    fanout: int = 6
+
+    def addresses(self) -> list[str]:
+        return [f"127.0.0.{host + 2}" for host in range(self.hosts)]
+
+    def links(self, host: int, i: int) -> list[tuple[int, int]]:
+        """(host, page) pairs page ``i`` of ``host`` links to."""
+        links = [(host, (i + 1) % self.pages)]
+        for step in range(1, self.fanout + 1):
+            links.append(((host * 7 + step * 11 + i) % self.hosts, (i * 3 + step) % self.pages))
+        return links
+
+    def route(self, host: int, bases: list[str]) -> Callable[[str], Page | None]:
+        """The pages of ``host``, linking to the servers at ``bases`` (one per host)."""
+
+        def page(path: str) -> Page | None:
+            kind, _, number = path.partition("?")[0].strip("/").partition("/")
+            if kind != "p" or not number.isdigit() or int(number) >= self.pages:
+                return None
+            links = [f"{bases[h]}/p/{p}" for h, p in self.links(host, int(number))]
+            return html(*links, title=f"host {host} page {number}")
+
+        return page
+
+
+@contextmanager
+def serve_hosts(graph: HostsGraph, delay: float = 0.0) -> Iterator[list[TestServer]]:
+    """One :class:`TestServer` per host of ``graph``, each on its own loopback address."""
+    servers = [TestServer({}, delay=delay, host=address) for address in graph.addresses()]
+    bases = [server.url for server in servers]
+    with ExitStack() as stack:
+        for host, server in enumerate(servers):
+            server.routes["/*"] = graph.route(host, bases)
+            stack.enter_context(server)
+        yield servers

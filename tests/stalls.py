@@ -13,9 +13,10 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from tests.servers import RedisServer
 from tests.sitegen import LinkGraph, serve
@@ -95,6 +96,83 @@ def store_locked(path: Path) -> Iterator[None]:
         holder.wait(timeout=10)
 
 
+def crawl_command(site_url: str, store: Path, *extra: str, lease_ttl: float = 30.0) -> list[str]:
+    """``scrapy crawl site`` of the site at ``site_url`` into the SQLite ``store``, with the
+    loop stall meter installed and leases of ``lease_ttl`` s; ``extra`` arguments last."""
+    return [
+        SCRAPY, "crawl", "site",
+        "-a", f"start_url={site_url}/p/0",
+        "-s", f"STORE_URL=sqlite:///{store}",
+        "-s", f"EXTENSIONS={json.dumps(EXTENSIONS)}",
+        "-s", "CONCURRENT_REQUESTS=4",
+        "-s", f"FRONTIER_LEASE_TTL={lease_ttl}",
+        *extra,
+    ]  # fmt: skip
+
+
+def longest_stall_ms(log: str) -> int:
+    """The crawl's longest loop stall, closing included, from its log (-1: not logged)."""
+    match = re.search(r"Twisted's loop: longest stall (\d+) ms", log)
+    return int(match.group(1)) if match else -1
+
+
+@dataclass
+class ClosedCrawl:
+    """A crawl whose store was locked while its spider closed: exit code and log, the pages
+    the site served and those the store holds (final URLs' paths), the longest loop stall
+    (closing included), and whether the spider had begun closing before the lock was
+    released."""
+
+    returncode: int
+    log: str
+    paths: set[str]
+    stored_paths: set[str]
+    expected: set[str]
+    longest_stall_ms: int
+    closed_while_locked: bool
+
+
+def crawl_closing_on_a_locked_store(
+    tmp_path: Path, *, pages: int = 30, after_hits: int = 5, held_after_closing: float = 4.0
+) -> ClosedCrawl:
+    """Crawl a generated site on the embedded frontier, every record buffered until the
+    spider closes; once the site served ``after_hits`` requests, lock the store from another
+    process until ``held_after_closing`` seconds after the spider began closing."""
+    graph = LinkGraph(pages=pages)
+    store = tmp_path / "store.sqlite"
+    sqlite3.connect(store).close()
+    log_path = tmp_path / "crawl.log"
+    with serve(graph, delay=0.1) as site, log_path.open("w") as log:
+        command = crawl_command(
+            site.url, store,
+            "-s", "STORE_FLUSH_INTERVAL=3600",
+            "-s", "STORE_BATCH_SIZE=1000000",
+        )  # fmt: skip
+        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while len(site.paths()) < after_hits and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with store_locked(store):
+            while "Closing spider" not in log_path.read_text() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(held_after_closing)
+            closed_while_locked = "Closing spider" in log_path.read_text()
+        process.wait(timeout=120)
+        paths = {path.partition("?")[0] for path in site.paths()}
+    with closing(sqlite3.connect(store)) as connection:
+        fetched = {url for (url,) in connection.execute("SELECT final_url FROM pages")}
+    text = log_path.read_text()
+    return ClosedCrawl(
+        returncode=process.returncode,
+        log=text,
+        paths=paths,
+        stored_paths={urlsplit(url).path for url in fetched},
+        expected=graph.expected_paths(),
+        longest_stall_ms=longest_stall_ms(text),
+        closed_while_locked=closed_while_locked,
+    )
+
+
 def crawl_with_hang(
     tmp_path: Path,
     hang: Callable[[RedisServer, Path], Callable[[], object]] | None,
@@ -114,18 +192,10 @@ def crawl_with_hang(
     store = tmp_path / "store.sqlite"
     sqlite3.connect(store).close()
     with RedisServer(bloom=True) as redis_server, serve(graph, delay=page_delay) as site:
-        command = [
-            SCRAPY, "crawl", "site",
-            "-a", f"start_url={site.url}/p/0",
-            "-s", f"REDIS_URL={redis_server.url}",
-            "-s", f"STORE_URL=sqlite:///{store}",
-            "-s", f"EXTENSIONS={json.dumps(EXTENSIONS)}",
-            "-s", "CONCURRENT_REQUESTS=4",
-            "-s", f"FRONTIER_LEASE_TTL={lease_ttl}",
-            "-s", "LOG_LEVEL=DEBUG",
-        ]  # fmt: skip
+        extra = ["-s", f"REDIS_URL={redis_server.url}", "-s", "LOG_LEVEL=DEBUG"]
         for name, value in (settings or {}).items():
-            command += ["-s", f"{name}={value}"]
+            extra += ["-s", f"{name}={value}"]
+        command = crawl_command(site.url, store, *extra, lease_ttl=lease_ttl)
         log_path = tmp_path / "crawl.log"
         with log_path.open("w") as log:
             process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -144,13 +214,12 @@ def crawl_with_hang(
             process.wait(timeout=180)
         paths = [path.partition("?")[0] for path in site.paths()]
     text = log_path.read_text()
-    match = re.search(r"'loop/longest_stall_ms': (\d+)", text)
     return StalledCrawl(
         returncode=process.returncode,
         log=text,
         paths=paths,
         expected=graph.expected_paths(),
-        longest_stall_ms=int(match.group(1)) if match else -1,
+        longest_stall_ms=longest_stall_ms(text),
         hang_seconds=took,
         served_during_hang=served_during_hang,
         hang_started_at=hang_started_at,

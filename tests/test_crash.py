@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -40,12 +40,20 @@ CRAWL_TIMEOUT = 120
 class Worker:
     """One ``scrapy crawl site`` process sharing the frontier at ``redis_url``."""
 
-    def __init__(self, name: str, site: TestServer, redis_url: str, tmp_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        site: TestServer,
+        redis_url: str,
+        tmp_path: Path,
+        extra: Sequence[str] = (),
+    ) -> None:
         self.name = name
         self.log = tmp_path / f"{name}.log"
         self.command = [
             SCRAPY, "crawl", "site",
             "-a", f"start_url={site.url}/p/0",
+            *extra,
             "-s", f"REDIS_URL={redis_url}",
             "-s", f"FRONTIER_LEASE_TTL={LEASE_TTL}",
             "-s", f"FRONTIER_LEASE_BATCH={LEASE_BATCH}",

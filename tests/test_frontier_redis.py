@@ -26,7 +26,9 @@ import crawler.defaults as project_defaults
 import crawler.settings as project_settings
 from crawler.commands.seed import Command as SeedCommand
 from crawler.frontier import META_KEY
+from crawler.frontier.decode import record_url
 from crawler.frontier.redis import LEASE_META, QUEUED_META, FrontierKeys, RedisFrontier
+from crawler.frontier.redis.state import queued_records
 from crawler.frontier.scheduler import LeaseMiddleware, RedisScheduler
 from tests.cluster import RedisClusterServers
 from tests.httpserver import Page, TestServer, html, redirect
@@ -235,13 +237,13 @@ def test_heartbeat_keeps_leases_whose_delivery_has_not_reached_the_loop(workers:
     # loop, which may be busy for longer than a lease lives.
     busy, other = workers(lease_ttl=1.0), workers(lease_ttl=1.0)
     busy.admit(None, [Request("https://example.com/")])
-    reply = busy.leases.lease_reply(1)  # granted in Redis, not yet taken by the loop
+    replies = busy.leases.lease_replies(1)  # granted in Redis, not yet taken by the loop
     deadline = time.monotonic() + 1.5
     while time.monotonic() < deadline:
         busy.heartbeat()
         assert other.lease(1) == []
         time.sleep(0.1)
-    [page] = busy.leases.take_delivery(reply)
+    [page] = busy.leases.take_delivery(replies)
     assert page.url == "https://example.com/"
     busy.admit(page, [])
     assert busy.is_drained()
@@ -448,9 +450,9 @@ def test_seed_command_queues_each_url_once(redis_url: str, tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     assert "2 queued, 2 already seen, 2 invalid" in result.stdout
     with redis.Redis.from_url(redis_url) as client:
-        queued = client.zrange("{site}:queue", 0, -1)
-        stored = [json.loads(client.hget("{site}:requests", id_)) for id_ in queued]
-    assert [request["url"] for request in stored] == [
+        queued = queued_records(client, FrontierKeys.for_prefix("{site}"))
+        stored = [record_url(record) for _lane, record in queued]
+    assert stored == [
         "https://example.com/a",
         "https://example.com/b",
     ]
@@ -586,3 +588,39 @@ def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them()
         assert set(keys) <= set(layout.KEY_TYPES), path.name
     documented = layout.__doc__ or ""
     assert all(f"\n{key} " in documented for key in every_key)
+
+
+def test_a_worker_knows_the_keys_redis_answered_it_and_only_those(workers: Any) -> None:
+    """Links whose key is known are dropped before any record is built for them
+    (SeenLinksMiddleware): keys an answer showed in the filter. A key another worker marked,
+    or one of a refused answer, is not known: its admission decides."""
+    first, second = workers(lease_ttl=0.5), workers(lease_ttl=0.5)
+    first.admit(None, [Request("https://example.com/"), Request("https://example.com/a")])
+    assert first.seen_before(Request("https://example.com/a?utm_source=x"))
+    assert second.seen_before(Request("https://example.com/a")) is None  # first's key
+    assert second.admit(None, [Request("https://example.com/a")]) == []  # Redis decides
+    assert second.seen_before(Request("https://example.com/a"))  # and now it knows
+    assert first.seen_before(Request("https://example.com/b")) is None
+
+    # Refused (the page went to another worker): not known, the page's new holder decides.
+    [page] = first.lease(1)
+    time.sleep(0.6)
+    [again] = second.lease(1)
+    assert first.admit(page, [Request("https://example.com/b")]) == []
+    assert stat(first, "frontier/ack_refused") == 1
+    assert first.seen_before(Request("https://example.com/b")) is None
+    assert urls(second.admit(again, [Request("https://example.com/b")])) == [
+        "https://example.com/b"
+    ]
+
+
+def test_a_batchs_repeated_key_gets_no_record_and_counts_as_a_duplicate(workers: Any) -> None:
+    worker = workers()
+    links = [Request("https://example.com/r"), Request("https://example.com/r?utm_source=x")]
+    assert urls(worker.admit(None, [*links, Request("https://example.com/s")])) == [
+        "https://example.com/r",
+        "https://example.com/s",
+    ]
+    assert stat(worker, "frontier/records_built") == 2
+    assert stat(worker, "seen/duplicate") == 1
+    assert worker.counts()["queued"] == 2

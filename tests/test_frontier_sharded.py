@@ -32,20 +32,23 @@ class WorkerKilled(BaseException):
     """Stands for a SIGKILL: nothing the worker meant to do after it happens."""
 
 
-def make_worker(url: str, shards: int, lease_ttl: float) -> RedisFrontier:
+def make_worker(url: str, shards: int, lease_ttl: float, **more: Any) -> RedisFrontier:
+    """A worker of the crawl at ``url``; ``more`` settings (e.g. ``FRONTIER_PARTITIONS``)."""
     settings = {name: getattr(project_settings, name) for name in FRONTIER_SETTINGS}
     settings.update(REDIS_URL=url, FRONTIER_LEASE_TTL=lease_ttl, SEEN_FILTER_SHARDS=shards)
+    settings.update(more)
     crawler = get_crawler(ExampleSpider, settings)
     spider = ExampleSpider.from_crawler(crawler)
     assert crawler.stats is not None
     return RedisFrontier.from_settings(crawler.settings, spider.name, crawler.stats, spider)
 
 
-def worker_factory(url: str) -> Iterator[MakeWorker]:
+def worker_factory(url: str, shards: int = SHARDS, **defaults: Any) -> Iterator[MakeWorker]:
+    """Makes workers of the crawl at ``url`` (``defaults``: more settings), closed after."""
     made: list[RedisFrontier] = []
 
-    def make(shards: int = SHARDS, lease_ttl: float = 60.0) -> RedisFrontier:
-        made.append(make_worker(url, shards, lease_ttl))
+    def make(shards: int = shards, lease_ttl: float = 60.0, **more: Any) -> RedisFrontier:
+        made.append(make_worker(url, shards, lease_ttl, **{**defaults, **more}))
         return made[-1]
 
     yield make

@@ -99,7 +99,7 @@ def test_a_4xx_answer_to_a_variant_is_a_counter_example() -> None:
         page("https://e.org/a/7?from=nav", "gone", ERROR, 404),
     ]
     assert feed(evidence, *gone, *pairs("/a/", 4)) == []
-    (counter,) = evidence._tallies["e.org", "from"].counters
+    (counter,) = evidence.counters("e.org", "from")
     assert counter.reason == "status differs"
 
 

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.stalls import crawl_with_hang, lock_store, pause_redis
+from tests.stalls import (
+    crawl_closing_on_a_locked_store,
+    crawl_with_hang,
+    lock_store,
+    pause_redis,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -28,4 +33,19 @@ def test_loop_keeps_running_while_redis_or_the_store_hangs(tmp_path: Path, hang:
     assert 0 <= crawl.longest_stall_ms < MAX_STALL_MS, crawl.log[-3000:]
     assert crawl.every_page_fetched, sorted(crawl.expected - set(crawl.paths))
     assert crawl.responses_during_hang() >= 1, crawl.log[-3000:]
+    assert "Traceback" not in crawl.log, crawl.log[-3000:]
+
+
+def test_closing_waits_for_a_locked_store_off_the_loop(tmp_path: Path) -> None:
+    # Every record is buffered until the spider closes, and the store is locked then: the
+    # last flush waits for the lock in the store's thread while the loop keeps running, and
+    # the process exits only once every record is written.
+    crawl = crawl_closing_on_a_locked_store(tmp_path, held_after_closing=4.0)
+    assert crawl.returncode == 0, crawl.log[-3000:]
+    assert crawl.closed_while_locked, crawl.log[-3000:]
+    assert crawl.expected <= crawl.paths
+    print(f"longest stall {crawl.longest_stall_ms} ms, closing on a locked store included")
+    assert 0 <= crawl.longest_stall_ms < MAX_STALL_MS, crawl.log[-3000:]
+    pages = {path for path in crawl.expected if not path.startswith("/moved/")}  # redirected
+    assert pages <= crawl.stored_paths, sorted(pages - crawl.stored_paths)
     assert "Traceback" not in crawl.log, crawl.log[-3000:]

@@ -20,7 +20,7 @@ from scrapy.utils.test import get_crawler
 
 import crawler.defaults as project_defaults
 from crawler.frontier.redis import RedisFrontier, quarantine
-from crawler.frontier.redis.layout import KEY_TYPES, FrontierKeys
+from crawler.frontier.redis.layout import KEY_TYPES, FrontierKeys, lane_rank
 from tests.httpserver import Page, TestServer, html
 from tests.redirect_server import ROOT, SCRAPY, scrapy
 from tests.test_decode import ShopCrawlSpider
@@ -49,11 +49,15 @@ POISONS: dict[str, tuple[bytes, str]] = {
 
 
 def inject(client: redis.Redis, keys: FrontierKeys, payload: bytes, score: int = 0) -> str:
-    """Queue ``payload`` as a producer with write access to the crawl's keys could."""
+    """Queue ``payload`` as a producer with write access to the crawl's keys could, in the
+    form a request requeued after its lease expired takes (its record kept under its id, a
+    reference at the front of its lane), so its quarantine record is told by that id."""
     request_id = f"{client.incr(keys.seq):014x}"
+    lane = f"{score}|"
     with client.pipeline(transaction=True) as pipe:  # queued with its payload, at once
-        pipe.hset(keys.requests, request_id, payload).hset(keys.scores, request_id, score)
-        pipe.zadd(keys.queue, {request_id: score}).execute()
+        pipe.hset(keys.requests, request_id, payload).hset(keys.lanes, request_id, lane)
+        pipe.rpush(keys.lane(lane), f"#{request_id}").incr(keys.queued)
+        pipe.zadd(keys.queue, {lane: lane_rank(score, 0)}, nx=True).execute()
     return request_id
 
 
@@ -123,8 +127,8 @@ def test_no_stored_value_makes_a_script_fail(worker: RedisFrontier) -> None:
         client.zadd(keys.leases, {lease: past})
     expired = inject(client, keys, b'{"url":"https://example.com/expired"}', score=0)
     client.zadd(keys.leases, {expired: past})
-    client.zrem(keys.queue, expired)
-    client.hset(keys.scores, expired, "not a number")
+    client.lrem(keys.lane("0|"), 1, f"#{expired}")  # leased: out of its lane
+    client.hset(keys.lanes, expired, "not a lane")
     client.hset(keys.expiries, expired, "many")
     client.hset(keys.host_busy, "example.com", "lots")
     client.hset(keys.host_delay, "example.com", "slow")
@@ -163,13 +167,14 @@ def test_requeue_and_drop(worker: RedisFrontier) -> None:
 
     assert quarantine.requeue(client, keys, ["all"]) == (1, 1)  # a cut payload stays
     assert client.zcard(keys.queue) == 1
-    [(requeued_id, score)] = client.zrange(keys.queue, 0, -1, withscores=True)
-    assert client.hget(keys.requests, requeued_id).endswith(b'"parse_v2"}')
-    assert score == 5
+    [lane] = client.zrange(keys.queue, 0, -1)
+    assert lane == b"5|"  # its old level (priority -5)
+    [requeued] = client.lrange(keys.lane("5|"), 0, -1)
+    assert requeued.endswith(b'"parse_v2"}')
     assert [r["id"] for r in quarantine.records(client, keys)] == [cut]
     assert quarantine.drop(client, keys, [cut]) == 1
     assert quarantine.sizes(client, keys) == (0, 0)
-    assert fixable != requeued_id  # queued as a new request
+    assert not requeued.startswith(f"#{fixable}".encode())  # queued as a new request
 
 
 def test_frontier_command_lists_requeues_and_drops_the_quarantine(redis_url: str) -> None:

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +26,9 @@ from crawler.defaults import with_defaults
 from crawler.frontier.memory import MemoryFrontier
 from crawler.frontier.redis import RedisFrontier
 from crawler.frontier.serialize import request_to_json
+from crawler.learning.state import LiveRules, RedisRuleState
 from crawler.redis_client import redis_from_url
+from crawler.seen.joblock import LOCK_FILE, JobdirBusy, JobdirLock
 from crawler.seen.layers import (
     RulesMismatch,
     read_manifest,
@@ -29,10 +36,10 @@ from crawler.seen.layers import (
 )
 from crawler.seen.rebuild import jobdir_queued_urls, rebuild_redis
 from crawler.spiders.site import SiteSpider
-from pipelines.records import UrlAlias
+from pipelines.records import PROPOSED, REVOKED, ParamRule, UrlAlias
 from pipelines.store import SqlRecordStore
 from tests.httpserver import Page, TestServer, html
-from tests.redirect_server import scrapy
+from tests.redirect_server import ROOT, SCRAPY, scrapy
 
 #: The rule change under test: ``ref`` becomes a tracking parameter on the test host.
 STRIP_REF = {"127.0.0.1": {"strip": ["ref"]}}
@@ -117,6 +124,7 @@ def test_embedded_rebuild_on_jobdir(tmp_path: Path) -> None:
     frontier = memory_frontier(settings)
     # Only the old filter knew /private/x (refused by robots.txt, never recorded): still seen.
     assert urls_admitted(frontier, server.url, "/private/x", "/a?ref=9", "/new") == {"/new"}
+    frontier.close()
 
     # The old rules no longer fit the filter: refused with the fix, not a silent recrawl.
     with pytest.raises(RulesMismatch, match="rebuild-filter"):
@@ -177,7 +185,7 @@ def test_shared_rebuild_while_a_worker_adds_keys(
         assert urls_admitted(old, BASE, "/during") == {"/during"}
 
     record = settings_rules_record(settings, new_rules)
-    new_key = rebuild_redis(
+    new_key, _ = rebuild_redis(
         client, "{site}", manifest, keys_while_the_old_worker_runs(), record, settings
     )
     store.close()
@@ -246,3 +254,183 @@ def test_jobdir_queue_is_read_without_being_consumed(tmp_path: Path) -> None:
         f"{BASE}/lifo/2",
     ]
     assert {path: path.stat().st_size for path in root.rglob("*") if path.is_file()} == sizes
+
+
+def test_rebuild_refuses_while_a_crawl_runs_on_the_jobdir(tmp_path: Path) -> None:
+    jobdir, store = tmp_path / "job", f"sqlite:///{tmp_path / 'store.sqlite'}"
+    routes = {"/": html(*(f"/p{i}?ref=1" for i in range(40))), "/robots.txt": ROBOTS}
+    routes |= {f"/p{i}?ref=1": html() for i in range(40)}
+    common = ("-s", f"JOBDIR={jobdir}", "-s", f"STORE_URL={store}")
+    command = ("rebuild-filter", "site", *common, "-s", f"CANON_HOST_RULES={json.dumps(STRIP_REF)}")
+    with TestServer(routes, delay=0.3) as server:
+        running = subprocess.Popen(
+            [*SCRAPY, "crawl", "site", "-a", f"start_url={server.url}/", *common,
+             "-s", "CONCURRENT_REQUESTS=1"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while "scrapy crawl" not in _read(jobdir / LOCK_FILE):
+                assert running.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+            while len(server.paths()) < 3:  # the crawl is under way: its filter exists
+                assert running.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+            refused = scrapy(*command, "--allow-merges")
+            assert refused.returncode == 2, refused.stdout + refused.stderr
+            (line,) = refused.stderr.strip().splitlines()
+            assert line.startswith(f"error: {jobdir} is in use by scrapy crawl (pid {running.pid})")
+            assert "Rebuilt" not in refused.stdout
+            assert not (jobdir / "seen-older").exists() and not (jobdir / "seen.rebuild").exists()
+            assert running.poll() is None  # the crawl goes on
+        finally:
+            running.send_signal(signal.SIGINT)  # pauses the crawl, as Ctrl-C does
+            _, errors = running.communicate(timeout=120)
+        assert running.returncode == 0, errors[-3000:]
+        # Stopped: the rebuild runs.
+        done = scrapy(*command, "--allow-merges")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Rebuilt the seen filter" in done.stdout
+
+
+def test_a_process_holding_the_jobdir_lock_is_named_and_released_by_its_death(
+    tmp_path: Path,
+) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import time; from crawler.seen.joblock import JobdirLock; "
+         f"lock = JobdirLock({str(tmp_path)!r}); lock.acquire('a test'); print('held', flush=1); "
+         "time.sleep(60)"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(JobdirBusy, match=rf"in use by a test \(pid {holder.pid}\)"):
+            JobdirLock(tmp_path).acquire("another")
+        # A crawl on that JOBDIR stops before it starts, with one line.
+        second = scrapy(
+            "crawl",
+            "site",
+            "-a",
+            "start_url=http://127.0.0.1:9/",
+            "-s",
+            f"JOBDIR={tmp_path}",
+            "-s",
+            f"STORE_URL=sqlite:///{tmp_path}/s.db",
+        )
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert second.stderr.strip().splitlines() == [
+            f"error: {tmp_path} is in use by a test (pid {holder.pid}): stop it first (Ctrl-C "
+            "pauses a crawl), then run again"
+        ]
+    finally:
+        holder.kill()  # kill -9: the kernel releases the lock
+        holder.wait()
+    with JobdirLock(tmp_path) as lock:
+        lock.acquire("the next one")
+        assert "the next one" in _read(tmp_path / LOCK_FILE)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def test_an_applied_learned_rule_is_rebuilt_into_the_filter_and_its_revocation_undone(
+    tmp_path: Path,
+) -> None:
+    """The user applies a learned rule (``from`` changes nothing): the rebuild keys under it,
+    so the variants it merges count as seen. Revoked later, the next rebuild retires the
+    layer keyed under it: the pages it merged are fetched again."""
+    jobdir, store = tmp_path / "job", f"sqlite:///{tmp_path / 'store.sqlite'}"
+    routes = {
+        "/": html("/a?from=1", "/a?from=2"),
+        "/hub": html("/a?from=3", "/a", "/fresh"),
+        "/hub2": html("/a?from=4", "/a?from=1", "/a", "/a?from=3"),
+        "/robots.txt": ROBOTS,
+    }
+    routes |= {path: html() for path in ("/a", "/a?from=1", "/a?from=2", "/a?from=3")}
+    routes |= {"/a?from=4": html(), "/fresh": html()}
+    common = ("-s", f"JOBDIR={jobdir}", "-s", f"STORE_URL={store}")
+    rebuild = ("rebuild-filter", "site", *common)
+    with TestServer(routes) as server:
+        crawl(f"{server.url}/", *common)
+        proposed = ParamRule("127.0.0.1", "from", PROPOSED, ((f"{server.url}/a", "x"),))
+        write_rule(store, proposed)
+        applied = scrapy("audit-rules", "-s", f"STORE_URL={store}", "--apply", proposed.name)
+        assert "0 proposed, 1 applied" in applied.stdout, applied.stdout + applied.stderr
+
+        refused = scrapy(*rebuild)
+        assert refused.returncode == 1, refused.stderr[-3000:]
+        assert "MERGE into" in refused.stdout and "APPLIED 127.0.0.1?from" in refused.stdout
+        assert "Refusing to rebuild" in refused.stderr
+        done = scrapy(*rebuild, "--allow-merges")
+        assert done.returncode == 0, done.stderr[-3000:]
+        recorded = json.loads((jobdir / "seen" / "rules.json").read_text())
+        assert recorded["learned"] == {"127.0.0.1": ["from"]}
+
+        # Resumed (CANON_LEARN="propose" keys with applied rules): /a and its variants are
+        # one page, fetched already.
+        before = len(server.paths())
+        crawl(f"{server.url}/hub", *common)
+        assert pages_since(server, before) == ["/fresh", "/hub"]
+
+        counter = {"url_a": f"{server.url}/a", "url_b": f"{server.url}/a?from=4"}
+        counter["reason"] = "re-check differs"
+        write_rule(store, replace(proposed, state=REVOKED, counter_example=counter))
+        undone = scrapy(*rebuild)
+        assert undone.returncode == 0, undone.stderr[-3000:]
+        assert "Retired" in undone.stdout and "127.0.0.1?from" in undone.stdout
+        assert (jobdir / "seen-retired" / "0" / "rules.json").exists()
+        assert [p.name for p in (jobdir / "seen-older").iterdir()] == ["0"]  # the first one
+
+        before = len(server.paths())
+        crawl(f"{server.url}/hub2", *common)
+        fetched = pages_since(server, before)
+    # The pages the revoked rule merged are fetched; the ones fetched before are not.
+    assert fetched == ["/a", "/a?from=3", "/a?from=4", "/hub2"]
+
+
+def pages_since(server: TestServer, before: int) -> list[str]:
+    return sorted(path for path in server.paths()[before:] if path != "/robots.txt")
+
+
+def write_rule(store_url: str, rule: ParamRule) -> None:
+    store = SqlRecordStore.from_url(store_url)
+    store.add_param_rule(rule)
+    store.close()
+
+
+def test_shared_rebuild_keys_under_the_rules_learned_in_redis(
+    redis_url: str, sqlite_url: str
+) -> None:
+    """``CANON_LEARN="apply"`` put ``from`` in the crawl's shared rules: the rebuild keys
+    under it, and a worker started afterwards keys under the rebuilt filter's version with
+    the learned rules (as the learning extension sets it up), so the variants are seen."""
+    worker = redis_worker(redis_url, sqlite_url)
+    assert len(urls_admitted(worker, BASE, "/a?from=1", "/a?from=2", "/b")) == 3
+    worker.close()
+    fetched_aliases(sqlite_url, "/a?from=1", "/a?from=2", "/b")
+    client = redis_from_url(redis_url)
+    assert RedisRuleState(client, "{site}").publish(0, {"127.0.0.1": ["from"]})
+    command = (
+        "rebuild-filter", "site", "-s", f"REDIS_URL={redis_url}", "-s", f"STORE_URL={sqlite_url}"
+    )  # fmt: skip
+    refused = scrapy(*command, env=env_without_services())
+    assert refused.returncode == 1 and "MERGE into" in refused.stdout, refused.stdout
+    assert "Learned rules in force: 127.0.0.1?from" in refused.stdout
+    done = scrapy(*command, "--allow-merges", env=env_without_services())
+    assert done.returncode == 0, done.stderr[-3000:]
+    current = read_manifest(client, "{site}")["current"]
+    assert current["rules"]["learned"] == {"127.0.0.1": ["from"]}
+
+    new = redis_worker(redis_url, sqlite_url)  # the same CANON_HOST_RULES: accepted
+    assert new.keyer.rules.version == current["rules"]["version"]
+    live = LiveRules(Settings(), RedisRuleState(client, "{site}"))
+    live.key_version = new.keyer.rules.version
+    new.keyer.use_rules(live)
+    assert urls_admitted(new, BASE, "/a?from=7", "/a", "/b?from=2", "/c") == {"/c"}
+    new.close()
+    client.close()

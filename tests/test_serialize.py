@@ -15,7 +15,7 @@ from scrapy.utils.test import get_crawler
 
 from crawler.frontier.decode import RequestNotLoadable, request_from_json
 from crawler.frontier.diskqueue import JsonFifoDiskQueue, JsonLifoDiskQueue
-from crawler.frontier.serialize import RequestNotSerializable, request_to_json
+from crawler.frontier.serialize import RequestNotSerializable, RequestShapes, request_to_json
 
 
 class ExampleSpider(Spider):
@@ -252,3 +252,51 @@ def test_jobdir_scheduler_resumes_from_json_and_keeps_unserializable_in_memory(
     assert resumed.cb_kwargs == {"a": b"\x00"}
     assert scheduler.next_request() is None  # the unserializable one lived in memory only
     scheduler.close("finished")
+
+
+def test_request_shapes_give_what_to_dict_gives_without_asking_it_again(
+    spider: ExampleSpider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shapes = RequestShapes(spider)
+    requests = [
+        Request("https://e.com/a", callback=spider.parse, meta={"depth": 1}),
+        Request("https://e.com/b", callback=spider.parse, priority=3, headers={"X": "1"}),
+        Request(
+            "https://e.com/c",
+            callback=spider.parse_item,
+            errback=spider.on_error,
+            cb_kwargs={"category": "x"},
+        ),
+        FormRequest("https://e.com/f", formdata={"q": "1"}, callback=spider.parse),
+        JsonRequest("https://e.com/j", data={"q": 1}, callback=spider.parse),
+        Request("https://e.com/n"),
+    ]
+    expected = [request.to_dict(spider=spider) for request in requests]
+    assert [shapes.to_dict(request) for request in requests] == expected
+    # Now every shape is known: to_dict (and its search of the spider) is not called.
+    monkeypatch.setattr(Request, "to_dict", lambda *args, **kwargs: pytest.fail("called"))
+    assert [shapes.to_dict(request) for request in requests] == expected
+    again = Request("https://e.com/a2", callback=spider.parse, flags=["f"], method="HEAD")
+    written = json.loads(request_to_json(again, spider, shapes=shapes))
+    assert (written["url"], written["callback"], written["flags"]) == (again.url, "parse", ["f"])
+
+
+def test_request_shapes_refuse_what_to_dict_refuses(spider: ExampleSpider) -> None:
+    shapes = RequestShapes(spider)
+    shapes.to_dict(Request("https://e.com/", callback=spider.parse))
+    for _ in range(2):  # a refusal is not remembered as a shape
+        with pytest.raises(RequestNotSerializable, match="callback"):
+            request_to_json(
+                Request("https://e.com/", callback=Other().handle), spider, shapes=shapes
+            )
+        with pytest.raises(RequestNotSerializable, match="callback"):
+            request_to_json(
+                Request("https://e.com/", callback=lambda r: None), spider, shapes=shapes
+            )
+
+
+def test_stored_meta_replaces_the_requests_own_without_a_copy(spider: ExampleSpider) -> None:
+    request = Request("https://e.com/", callback=spider.parse, meta={"lease": "x", "a": 1})
+    text = request_to_json(request, spider, meta={"a": 1, "dedupe_key": "k"})
+    assert request_from_json(text, spider).meta == {"a": 1, "dedupe_key": "k"}
+    assert request.meta == {"lease": "x", "a": 1}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 from scrapy.settings import Settings
 from sqlalchemy import create_engine
+from sqlalchemy.exc import OperationalError
+from twisted.python.failure import Failure
 
 from pipelines.records import (
     FETCHED,
@@ -219,14 +222,7 @@ def test_reading_a_missing_store_is_an_error(tmp_path: Path) -> None:
 
 
 def test_records_wait_in_memory_while_the_database_is_locked(tmp_path: Path) -> None:
-    path = tmp_path / "store.sqlite"
-    store = SqlRecordStore(
-        create_engine(f"sqlite:///{path}", connect_args={"timeout": 0.05}),
-        batch_size=1,
-        flush_interval=0.2,
-    )
-    blocker = sqlite3.connect(path, isolation_level=None)
-    blocker.execute("BEGIN EXCLUSIVE")  # another process holds the file
+    store, blocker = locked_store(tmp_path / "store.sqlite", batch_size=1, flush_interval=0.2)
     store.add_page(PageRecord(A, A, None, 200))  # the flush fails: kept, no exception
     store.add_page(PageRecord(B, B, None, 200))  # within the retry delay: only buffered
     blocker.execute("ROLLBACK")
@@ -234,4 +230,50 @@ def test_records_wait_in_memory_while_the_database_is_locked(tmp_path: Path) -> 
     time.sleep(0.25)
     store.add_page(PageRecord(C, C, None, 200))  # retried: everything lands
     assert sorted(p["fetch_url"] for p in store.pages()) == [A, B, C]
+    store.close()
+
+
+def locked_store(path: Path, **kwargs: float) -> tuple[SqlRecordStore, sqlite3.Connection]:
+    """A store on ``path`` that waits 0.05 s for a lock, and a connection holding the file's
+    write lock (as another process would) until it rolls back."""
+    store = SqlRecordStore(
+        create_engine(f"sqlite:///{path}", connect_args={"timeout": 0.05}), **kwargs
+    )
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN EXCLUSIVE")
+    return store, blocker
+
+
+def test_the_last_flush_waits_for_a_database_locked_longer_than_a_flush_retries(
+    tmp_path: Path,
+) -> None:
+    store, blocker = locked_store(tmp_path / "store.sqlite", batch_size=100, flush_interval=0.1)
+    store.add_page(PageRecord(A, A, None, 200))
+    store.add_page(PageRecord(B, B, None, 200))
+    with pytest.raises(OperationalError):
+        store.flush()  # one flush's retries (about 1.7 s) give up on a 3 s lock
+    threading.Timer(3.0, blocker.execute, ("ROLLBACK",)).start()
+    failures: list[Failure] = []
+    store.commit_all().addErrback(failures.append)  # blocks here: no background thread
+    assert failures == []
+    assert sorted(p["fetch_url"] for p in store.pages()) == [A, B]
+    blocker.close()
+    store.close()
+
+
+def test_the_last_flush_gives_up_after_close_timeout_keeping_the_records(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, blocker = locked_store(
+        tmp_path / "store.sqlite", batch_size=100, flush_interval=0.1, close_timeout=0.5
+    )
+    store.add_page(PageRecord(A, A, None, 200))
+    failures: list[Failure] = []
+    store.commit_all().addErrback(failures.append)
+    assert failures == []  # a logged line, not a traceback
+    assert "Record store unavailable, 1 records not written" in caplog.text
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    store.flush()  # the records were kept for a later flush
+    assert [p["fetch_url"] for p in store.pages()] == [A]
     store.close()

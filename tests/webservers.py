@@ -11,14 +11,9 @@ from __future__ import annotations
 
 import http.client
 import os
-import shutil
-import signal
 import subprocess
-import tempfile
-import time
-from pathlib import Path
 
-from tests.servers import Service, ServiceUnavailable, free_port
+from tests.servers import ProcessService, ServiceUnavailable, free_port
 from tests.services import debian_tool
 
 START_TIMEOUT = 20.0
@@ -43,13 +38,12 @@ def _run_user() -> tuple[str, str]:
     return "nobody", "nogroup"
 
 
-class _WebServer(Service):
+class _WebServer(ProcessService):
     name = ""
 
     def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-test-"))
+        super().__init__(f"{self.name}-test-")
         self.port = free_port()
-        self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> _WebServer:
         """Install the server if needed; it only runs once something is loaded."""
@@ -73,24 +67,19 @@ class _WebServer(Service):
         check = subprocess.run(self._test_command(), capture_output=True, text=True, check=False)
         if check.returncode != 0:
             raise ConfigRefused((check.stderr + check.stdout).strip())
-        self._process = subprocess.Popen(
-            self._run_command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                detail = (
-                    self._process.stderr.read().decode(errors="replace")
-                    if self._process.stderr
-                    else ""
-                )
-                raise ServiceUnavailable(f"{self.name} exited: {detail.strip()[-2000:]}")
-            try:
-                if self.get("/__alive").status == FALLBACK_STATUS:
-                    return
-            except OSError:
-                time.sleep(0.05)
+        self._spawn(self._run_command())
+        if self._wait_until(self._answers, START_TIMEOUT, pause=0.05):
+            return
+        if not self.running:
+            raise ServiceUnavailable(f"{self.name} exited: {self._stderr().strip()[-2000:]}")
         raise ServiceUnavailable(f"{self.name} did not answer on port {self.port}")
+
+    def _answers(self) -> bool:
+        """The server answers what the map does not redirect."""
+        try:
+            return self.get("/__alive").status == FALLBACK_STATUS
+        except OSError:
+            return False
 
     def get(self, target: str, host: str = "127.0.0.1") -> http.client.HTTPResponse:
         """``GET target`` (sent as is) with ``Host: host``; the response, body read."""
@@ -104,24 +93,6 @@ class _WebServer(Service):
             return response
         finally:
             connection.close()
-
-    def stop(self) -> None:
-        if self._process is None:
-            return
-        if self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout=10)
-        if self._process.stderr is not None:
-            self._process.stderr.close()
-        self._process = None
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class NginxServer(_WebServer):

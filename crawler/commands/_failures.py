@@ -3,8 +3,9 @@ status 2, no traceback, no secret.
 
 :func:`fails_cleanly` wraps a command's ``run``; :func:`explain` turns the errors a user can
 cause (a server down or refusing the password, a bad ``REDIS_URL`` or ``STORE_URL``, an
-unknown spider, an unreadable seed file, a proxy the SSRF guard cannot vouch for, a setting
-that defeats the add-on) into that line. Anything else is a bug and keeps its traceback.
+unknown spider, an unreadable seed file, a ``JOBDIR`` another process holds, a proxy the
+SSRF guard cannot vouch for, a setting that defeats the add-on) into that line. Anything
+else is a bug and keeps its traceback.
 
 Functions, not a base command: Scrapy lists every ``ScrapyCommand`` subclass of this package
 as a command named after its module.
@@ -23,6 +24,7 @@ from sqlalchemy import exc as sql_errors
 
 from crawler.addon import FrontierConflict
 from crawler.redis_client import RedisSetupError
+from crawler.seen.joblock import JobdirBusy
 from middlewares.ssrf import ProxyWithGuard
 
 if TYPE_CHECKING:
@@ -56,7 +58,9 @@ def _first_line(error: BaseException) -> str:
 
 def explain(error: BaseException) -> str | None:
     """The line to print for ``error``, or None if it is not one a user can cause."""
-    if isinstance(error, (CommandFailed, FrontierConflict, RedisSetupError, ProxyWithGuard)):
+    if isinstance(
+        error, (CommandFailed, FrontierConflict, RedisSetupError, ProxyWithGuard, JobdirBusy)
+    ):
         return _first_line(error)
     if isinstance(error, redis.AuthenticationError) or (
         isinstance(error, redis.ResponseError) and str(error).startswith(("WRONGPASS", "NOAUTH"))

@@ -116,6 +116,22 @@ def proposal_merges(
     return merges
 
 
+def proposal_previews(
+    store: SqlRecordStore,
+    learned: list[ParamRule],
+    aliases: list[tuple[str, str]],
+    rules: RuleSet,
+) -> dict[str, list[dict[str, Any]]]:
+    """Per proposed rule, the merges it would make among the stored ``aliases`` on top of
+    ``rules`` (:func:`proposal_merges`, with the stored content fingerprints)."""
+    contents = {page["final_url"]: page["content_hash"] for page in store.fingerprinted_pages()}
+    return {
+        rule.name: proposal_merges(aliases, rules, rule, contents)
+        for rule in learned
+        if rule.state == PROPOSED
+    }
+
+
 def write_learned(rules: list[ParamRule], previews: dict[str, list[Any]], out: TextIO) -> None:
     states = Counter(rule.state for rule in rules)
     out.write(
@@ -214,14 +230,7 @@ class Command(ScrapyCommand):
                 else []
             )
             result = audit(aliases, lambda url: dedupe_key(url, rules))
-            contents = {
-                page["final_url"]: page["content_hash"] for page in store.fingerprinted_pages()
-            }
-            previews = {
-                rule.name: proposal_merges(aliases, rules, rule, contents)
-                for rule in learned
-                if rule.state == PROPOSED
-            }
+            previews = proposal_previews(store, learned, aliases, rules)
         if opts.format == "jsonl":
             write_rows(result.changes(), "jsonl", (), sys.stdout)
             learned_rows = (

@@ -4,7 +4,8 @@ An entry point (``crawler.entry_points.Crawl``), so a user's project that adds t
 gets these checks too; a project without the add-on gets Scrapy's command unchanged.
 
 A crawl that cannot work (unknown spider, Redis down or refusing the password, a
-``REDIS_URL`` or ``STORE_URL`` that is not one, a proxy the SSRF guard cannot vouch for)
+``REDIS_URL`` or ``STORE_URL`` that is not one, a proxy the SSRF guard cannot vouch for, a
+``JOBDIR`` another crawl or a ``rebuild-filter`` is using)
 stops before the engine starts, with one line saying what is wrong and what to do
 (:mod:`crawler.commands._failures`), instead of a traceback from inside the running engine.
 """
@@ -16,12 +17,14 @@ from typing import TYPE_CHECKING
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.crawler import AsyncCrawlerProcess, CrawlerProcess
 from scrapy.spiderloader import get_spider_loader
+from scrapy.utils.job import job_dir
 from scrapy.utils.misc import load_object
 from scrapy.utils.reactor import _asyncio_reactor_path
 
 from crawler.addon import BloomFrontierAddon
 from crawler.commands._failures import fails_cleanly
 from crawler.redis_client import command_client, require_bloom
+from crawler.seen.joblock import JobdirLock
 from middlewares.ssrf import check_proxy_setup
 from pipelines.store import make_engine, store_url_from
 
@@ -47,6 +50,9 @@ def check_crawl_setup(settings: BaseSettings, spider_name: str) -> None:
             require_bloom(client, f"{prefix}:bloom-probe")
         finally:
             client.close()
+    elif jobdir := job_dir(settings):
+        with JobdirLock(jobdir) as lock:  # taken for good by the crawl's frontier
+            lock.acquire("scrapy crawl")
     engine = make_engine(store_url_from(settings))
     try:
         with engine.connect():

@@ -22,6 +22,7 @@ from crawler.commands._failures import fails_cleanly
 from crawler.frontier.politeness import HostLimits
 from crawler.frontier.redis import quarantine
 from crawler.frontier.redis.layout import FrontierKeys
+from crawler.frontier.redis.partitions import partition_keys
 from crawler.frontier.reset import CrawlStillRunning, crawl_keys, reset_crawl
 from crawler.frontier.status import read_status
 from crawler.redis_client import Client, command_client
@@ -117,29 +118,41 @@ class Command(ScrapyCommand):
         finally:
             client.close()
 
-    @staticmethod
-    def quarantine(client: Client, keys: FrontierKeys, opts: argparse.Namespace) -> None:
-        """List, requeue or drop quarantined requests."""
+    @classmethod
+    def quarantine(cls, client: Client, keys: FrontierKeys, opts: argparse.Namespace) -> None:
+        """List, requeue or drop quarantined requests (of every partition)."""
+        parts = partition_keys(client, keys)
         if opts.requeue_quarantined:
-            requeued, kept = quarantine.requeue(client, keys, opts.requeue_quarantined)
+            requeued = kept = 0
+            for index, ids in quarantine.by_partition(opts.requeue_quarantined, len(parts)).items():
+                done, left = quarantine.requeue(client, parts[index], ids)
+                requeued, kept = requeued + done, kept + left
             print(f"{requeued} requeued, {kept} kept (payload cut or record not readable)")
         if opts.drop_quarantined:
-            print(f"{quarantine.drop(client, keys, opts.drop_quarantined)} dropped")
+            groups = quarantine.by_partition(opts.drop_quarantined, len(parts))
+            dropped = sum(quarantine.drop(client, parts[i], ids) for i, ids in groups.items())
+            print(f"{dropped} dropped")
         if not opts.quarantine:
             return
-        for record in quarantine.records(client, keys):
-            if opts.json:
-                print(json.dumps(record, sort_keys=True), flush=True)
-                continue
-            when = time.strftime(
-                "%Y-%m-%d %H:%M:%S", time.gmtime(float(record.get("quarantined_at") or 0))
-            )
-            payload = str(record.get("payload", ""))
-            print(f"{record.get('id')}  {when}Z  {record.get('reason')}")
-            print(
-                f"    {payload[:PAYLOAD_PREVIEW]!r}"
-                + (" ..." if len(payload) > PAYLOAD_PREVIEW else "")
-            )
+        for index, part in enumerate(parts):
+            for record in quarantine.records(client, part):
+                if len(parts) > 1:
+                    record["id"] = f"{record.get('id')}@{index}"
+                cls.print_record(record, opts)
+
+    @staticmethod
+    def print_record(record: dict, opts: argparse.Namespace) -> None:
+        """One quarantine record, as JSON or for a person."""
+        if opts.json:
+            print(json.dumps(record, sort_keys=True), flush=True)
+            return
+        when = time.strftime(
+            "%Y-%m-%d %H:%M:%S", time.gmtime(float(record.get("quarantined_at") or 0))
+        )
+        payload = str(record.get("payload", ""))
+        print(f"{record.get('id')}  {when}Z  {record.get('reason')}")
+        more = " ..." if len(payload) > PAYLOAD_PREVIEW else ""
+        print(f"    {payload[:PAYLOAD_PREVIEW]!r}{more}")
 
     def reset(self, client: Client, keys: FrontierKeys, confirmed: bool) -> None:
         """Clear the crawl under ``keys`` (only with ``--yes``); one line on the outcome,

@@ -2,15 +2,29 @@
 
 Keys the URLs the crawl knows (record store: fetched pages, redirect hops, URL aliases,
 canonical hints; frontier: requests queued, leased, staged or failed) under the rules in
-force now (``CANON_HOST_RULES``) into a new seen filter, and keeps the old filter as a
-read-only layer consulted with the old rules (:mod:`crawler.seen.layers`): nothing seen
-becomes unseen, and URLs the new rules merge with a known one count as seen.
+force now into a new seen filter, and keeps the old filter as a read-only layer consulted
+with the old rules (:mod:`crawler.seen.layers`): nothing seen becomes unseen, and URLs the
+new rules merge with a known one count as seen. The rules in force are ``CANON_HOST_RULES``
+plus the learned parameter rules applied (:mod:`crawler.learning`: ``scrapy audit-rules
+--apply``, or ``CANON_LEARN="apply"``, in the store or the shared crawl's ``<prefix>:learned``)
+and not revoked; the filter records both, and the next crawl keys with them.
 
-First prints what ``scrapy audit-rules`` reports for the change, and refuses (exit status 1)
-when it finds a merge, unless ``--allow-merges``: a false merge is a page never fetched.
+First prints what ``scrapy audit-rules`` reports for the change (the stored keys it merges or
+splits, the learned rules with their evidence), and refuses (exit status 1) when it finds a
+merge, unless ``--allow-merges``: a false merge is a page never fetched.
+
+A learned rule revoked since a rebuild (a counter-example found its pages differ) leaves
+filters whose keys merged those pages: the next rebuild **retires** every layer keyed under
+a revoked rule (``JOBDIR/seen-retired/<n>``, or out of the Redis manifest) instead of keeping
+it as an older layer, so the URLs the rule merged count as new again. Only URLs the crawl
+never recorded (refused by robots.txt, off the site) are forgotten with it: they are met
+and judged again; on a shared crawl, so are the keys workers add to a retired generation
+while the rebuild runs (stop them first to save those fetches).
 
 - Embedded crawl (``-s JOBDIR=DIR``): run it while the crawl is stopped (paused with
-  Ctrl-C); resume the crawl with the new rules.
+  Ctrl-C); resume the crawl with the new rules. A crawl running on that ``JOBDIR`` holds
+  its lock (:mod:`crawler.seen.joblock`): the rebuild refuses with one line (exit status 2)
+  and changes nothing; a crawl started during the rebuild refuses the same way.
 - Shared crawl (``-s REDIS_URL=...``): workers may keep running. The new filter is a new
   generation, switched to in one atomic write of the crawl's layer manifest; keys workers
   add to the old generation meanwhile stay seen (it becomes the newest older layer). Then
@@ -33,17 +47,24 @@ from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.job import job_dir
 
 from crawler.canonical import dedupe_key
-from crawler.canonical.rules import DEFAULT_RULES, rules_from_settings
+from crawler.canonical.rules import DEFAULT_RULES
+from crawler.commands._failures import fails_cleanly
 from crawler.commands._records import reading_store
-from crawler.commands.audit_rules import audit, write_text
+from crawler.commands.audit_rules import audit, proposal_previews, write_learned, write_text
+from crawler.learning.state import (
+    Learned,
+    RedisRuleState,
+    combined_host_rules,
+    learned_in_force,
+)
 from crawler.redis_client import redis_from_url, require_bloom
+from crawler.seen.joblock import JobdirLock
 from crawler.seen.layers import (
     ensure_manifest,
     filter_parameters,
     read_rules_file,
     rules_from_record,
     rules_record,
-    settings_rules_record,
 )
 from crawler.seen.rebuild import (
     KeyedUrls,
@@ -53,6 +74,8 @@ from crawler.seen.rebuild import (
     redis_frontier_urls,
     store_urls,
 )
+from pipelines.records import REVOKED
+from pipelines.store import SqlRecordStore
 
 
 class Command(ScrapyCommand):
@@ -83,6 +106,7 @@ class Command(ScrapyCommand):
             "record them (default: none, the built-in rules)",
         )
 
+    @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         if len(args) != 1:
@@ -90,14 +114,12 @@ class Command(ScrapyCommand):
         name = args[0]
         settings = self.settings.copy()
         get_spider_loader(settings).load(name).update_settings(settings)
-        rules = rules_from_settings(settings)
-        record = settings_rules_record(settings, rules)
         try:
             previous = json.loads(opts.previous_rules)
             default_old = rules_record(previous, DEFAULT_RULES.with_host_rules(previous))
         except ValueError as exc:
             raise UsageError(f"--previous-rules: {exc}", print_help=False) from None
-        self.record, self.default_old, self.allow_merges = record, default_old, opts.allow_merges
+        self.default_old, self.allow_merges = default_old, opts.allow_merges
         jobdir = job_dir(settings)
         if settings.get("REDIS_URL"):
             self._shared(name, settings)
@@ -109,27 +131,44 @@ class Command(ScrapyCommand):
                 print_help=False,
             )
 
-    def _audit(self, settings: Any, old_version: str) -> KeyedUrls | None:
-        """Print the audit of the change from ``old_version``; None (and exit status 1) if
-        it finds a merge that was not allowed, else the store's URLs keyed anew."""
-        rules = rules_from_settings(settings)
+    def _plan(self, store: SqlRecordStore, settings: Any, shared: Learned) -> None:
+        """The rules to rebuild under: ``CANON_HOST_RULES`` plus the learned rules in force
+        (applied in the store or in the crawl's ``shared`` state, not revoked)."""
+        user_rules = settings.getdict("CANON_HOST_RULES")
+        self.param_rules = store.param_rules()
+        learned = learned_in_force(self.param_rules, shared)
+        self.rules = DEFAULT_RULES.with_host_rules(combined_host_rules(user_rules, learned))
+        self.record = rules_record(user_rules, self.rules, learned)
+        self.revoked = {rule.name for rule in self.param_rules if rule.state == REVOKED}
+
+    def _audit(self, store: SqlRecordStore, old_version: str) -> KeyedUrls | None:
+        """Print what ``scrapy audit-rules`` reports for the change from ``old_version``
+        (the stored keys' regrouping, the learned rules); None (and exit status 1) if it
+        finds a merge that was not allowed, else the store's URLs keyed anew."""
+        rules = self.rules
+        versions = store.rules_versions()
+        stored = old_version if old_version in versions else (versions or [None])[-1]
+        aliases = [(a["url"], a["key"]) for a in store.url_aliases(stored)] if stored else []
+        result = audit(aliases, lambda url: dedupe_key(url, rules))
+        if stored is not None:
+            write_text(result, stored, rules.version, sys.stdout)
+        if self.param_rules:
+            previews = proposal_previews(store, self.param_rules, aliases, rules)
+            write_learned(self.param_rules, previews, sys.stdout)
+        in_force = [
+            f"{scope}?{name}" for scope, names in self.record["learned"].items() for name in names
+        ]
+        print(f"\nLearned rules in force: {', '.join(in_force) or 'none'}")
+        if result.merges and not self.allow_merges:
+            print(
+                f"Refusing to rebuild: the new rules merge {len(result.merges)} groups "
+                "of URLs (above). Review them, then run again with --allow-merges.",
+                file=sys.stderr,
+            )
+            self.exitcode = 1
+            return None
         keyed = KeyedUrls()
-        with reading_store(settings) as store:
-            versions = store.rules_versions()
-            stored = old_version if old_version in versions else (versions or [None])[-1]
-            if stored is not None:
-                aliases = ((a["url"], a["key"]) for a in store.url_aliases(stored))
-                result = audit(aliases, lambda url: dedupe_key(url, rules))
-                write_text(result, stored, rules.version, sys.stdout)
-                if result.merges and not self.allow_merges:
-                    print(
-                        f"Refusing to rebuild: the new rules merge {len(result.merges)} groups "
-                        "of URLs (above). Review them, then run again with --allow-merges.",
-                        file=sys.stderr,
-                    )
-                    self.exitcode = 1
-                    return None
-            keyed.add(store_urls(store), rules)
+        keyed.add(store_urls(store), rules)
         return keyed
 
     def _embedded(self, jobdir: Path, settings: Any) -> None:
@@ -137,22 +176,32 @@ class Command(ScrapyCommand):
             raise UsageError(
                 f"no seen filter in {jobdir}: crawl with this JOBDIR first", print_help=False
             )
-        record = self.record
+        with JobdirLock(jobdir) as lock:
+            lock.acquire("scrapy rebuild-filter")
+            self._rebuild_jobdir(jobdir, settings)
+
+    def _rebuild_jobdir(self, jobdir: Path, settings: Any) -> None:
         old = read_rules_file(jobdir / "seen") or self.default_old
-        if old["version"] == record["version"]:
-            print(f"The seen filter in {jobdir} is already keyed under rules {record['version']}")
-            return
-        rules_from_record(old)  # the old layer must be usable: fail now, not in the crawl
-        keyed = self._audit(settings, old["version"])
+        with reading_store(settings) as store:
+            self._plan(store, settings, {})
+            if old["version"] == self.record["version"]:
+                print(f"The seen filter in {jobdir} is already keyed under rules {old['version']}")
+                return
+            rules_from_record(old)  # the old layer must be usable: fail now, not in the crawl
+            keyed = self._audit(store, old["version"])
         if keyed is None:
             return
         stored = keyed.urls
-        keyed.add(jobdir_queued_urls(jobdir), rules_from_settings(settings))
-        older = rebuild_jobdir(jobdir, keyed.keys, record, old, settings)
-        self._report(keyed, stored, record["version"], str(jobdir / "seen"), older and str(older))
+        keyed.add(jobdir_queued_urls(jobdir), self.rules)
+        older, retired = rebuild_jobdir(
+            jobdir, keyed.keys, self.record, old, settings, self.revoked
+        )
+        where = str(jobdir / "seen")
+        self._report(keyed, stored, self.record["version"], where, older and str(older))
+        self._report_retired([str(path) for path in retired])
 
     def _shared(self, name: str, settings: Any) -> None:
-        record, default_old = self.record, self.default_old
+        default_old = self.default_old
         prefix = settings["FRONTIER_KEY_PREFIX"] % {"spider": name}
         client = redis_from_url(settings["REDIS_URL"])
         try:
@@ -160,19 +209,34 @@ class Command(ScrapyCommand):
             parameters = filter_parameters(settings)
             manifest = ensure_manifest(client, prefix, f"{prefix}:seen", default_old, parameters)
             current = manifest["current"]
-            if current["rules"]["version"] == record["version"]:
-                print(f"The seen filter {current['key']} is already keyed under these rules")
-                return
-            rules_from_record(current["rules"])
-            keyed = self._audit(settings, current["rules"]["version"])
+            _, shared = RedisRuleState(client, prefix).load()
+            with reading_store(settings) as store:
+                self._plan(store, settings, shared)
+                if current["rules"]["version"] == self.record["version"]:
+                    print(f"The seen filter {current['key']} is already keyed under these rules")
+                    return
+                rules_from_record(current["rules"])
+                keyed = self._audit(store, current["rules"]["version"])
             if keyed is None:
                 return
             stored = keyed.urls
-            keyed.add(redis_frontier_urls(client, prefix), rules_from_settings(settings))
-            new_key = rebuild_redis(client, prefix, manifest, keyed.keys, record, settings)
+            keyed.add(redis_frontier_urls(client, prefix), self.rules)
+            new_key, retired = rebuild_redis(
+                client, prefix, manifest, keyed.keys, self.record, settings, self.revoked
+            )
         finally:
             client.close()
-        self._report(keyed, stored, record["version"], new_key, current["key"])
+        older = None if current["key"] in retired else current["key"]
+        self._report(keyed, stored, self.record["version"], new_key, older)
+        self._report_retired(retired)
+
+    def _report_retired(self, retired: list[str]) -> None:
+        if retired:
+            print(
+                f"Retired {', '.join(retired)}: keyed under learned rules revoked since "
+                f"({', '.join(sorted(self.revoked))}), so never consulted again; the URLs "
+                "those rules merged count as new (fetched pages are in the new filter)"
+            )
 
     @staticmethod
     def _report(keyed: KeyedUrls, stored: int, version: str, where: str, older: str | None) -> None:

@@ -108,5 +108,5 @@ class ContentFingerprints:
         if not self._pending:
             return None
         waiting: Deferred[Any] = DeferredList(list(self._pending))
-        waiting.addCallback(lambda _: store_for(self.crawler).flush())
+        waiting.addCallback(lambda _: store_for(self.crawler).commit_all())
         return waiting

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from twisted.internet.defer import Deferred
 
+    from crawler.frontier.keys import RequestKeyer
+
 #: ``request.meta`` key holding the request's dedupe key once computed.
 META_KEY = "dedupe_key"
 #: ``request.meta`` key: the URL ``META_KEY`` was computed for. A copy of the request with
@@ -59,6 +61,9 @@ def failure_reason(exception: BaseException) -> str:
 class Frontier(Protocol):
     """Admits a page's links in one batch."""
 
+    #: Gives requests their keys and counts the verdicts.
+    keyer: RequestKeyer
+
     def admit(
         self,
         parent: Request | None,
@@ -81,6 +86,14 @@ class Frontier(Protocol):
         verdict comes after the call returns (it then returns every request, marked
         queued), ``on_late_duplicates`` gets the ones found seen.
         """
+        ...
+
+    def seen_before(self, request: Request) -> str | None:
+        """``request``'s key if it is certainly seen already, so its batch would drop it;
+        no I/O, nothing marked (None is no verdict: the batch decides). The key is carried
+        in its ``meta`` for the batch. Lets
+        :class:`middlewares.linkbatch.SeenLinksMiddleware` drop duplicates as the spider
+        yields them."""
         ...
 
     def request_seen(self, request: Request) -> bool:

@@ -1,4 +1,4 @@
--- KEYS: queue leases failed
+-- KEYS: queue queued leases failed
 -- Sizes of the frontier, read atomically (a lease moves a request from the queue to the
 -- leases: two separate reads could miss it in both). Returns {queued, leased, failed}.
-return {redis.call('ZCARD', QUEUE), redis.call('ZCARD', LEASES), redis.call('HLEN', FAILED)}
+return {queued_count(), redis.call('ZCARD', LEASES), redis.call('HLEN', FAILED)}

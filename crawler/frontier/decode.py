@@ -8,8 +8,14 @@ one there), so before a request is built:
 - its size is capped (``FRONTIER_MAX_REQUEST_BYTES``; the encoder refuses to store a larger
   one) and it must be UTF-8 JSON without ``NaN``/``Infinity``, nested at most
   :data:`MAX_DEPTH` levels;
-- its format version is one this code reads (:data:`FORMAT_VERSION`; the unversioned format
-  of earlier releases is read as version 0, which has the same fields);
+- its format version is one this code reads (:data:`READABLE_VERSIONS`; the unversioned
+  format of earlier releases is read as version 0, which has the same fields as 1 and as
+  2's JSON objects);
+- a compact record (format 2, ``2<TAB><shape id><TAB><url>[<TAB><JSON fields>]``, see
+  :mod:`crawler.frontier.serialize`) names a shape the crawl's table holds, given beside
+  it; the shape (JSON) and the fields are checked as strictly as a JSON request, and may
+  only hold what each may hold (:data:`SHAPE_FIELDS` in the shape, the other fields beside
+  the URL);
 - the request class is compared, as a string and before anything is imported, with Scrapy's
   request classes and ``FRONTIER_REQUEST_CLASSES``;
 - every field is one the class takes, of the type it takes (unknown fields are refused,
@@ -34,6 +40,7 @@ import re
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider
@@ -45,10 +52,19 @@ if TYPE_CHECKING:
 
     from scrapy.settings import BaseSettings
 
-#: The stored format written now. Version 0 (no ``"v"`` field) has the same fields.
-FORMAT_VERSION = 1
+#: The stored format written now: compact records in the shared frontier's lanes, JSON
+#: objects (``"v": 2``) elsewhere. Versions 0 (no ``"v"`` field) and 1 are JSON objects with
+#: the same fields.
+FORMAT_VERSION = 2
 #: Versions this code reads.
-READABLE_VERSIONS = frozenset({0, FORMAT_VERSION})
+READABLE_VERSIONS = frozenset({0, 1, FORMAT_VERSION})
+#: A compact record starts with its version and a tab.
+COMPACT_PREFIX = f"{FORMAT_VERSION}\t"
+#: Fields a compact record keeps in its shape, shared by the requests of one call site.
+SHAPE_FIELDS = ("_class", "callback", "errback", "flags", "method", "encoding", "dont_filter")
+#: Longest text in front of the URL in a ``meta`` value a shape names (the key's ``r2|``).
+MAX_URL_META_PREFIX = 8
+_SHAPE_ID = re.compile(r"[0-9]{1,12}")
 #: Default of ``FRONTIER_MAX_REQUEST_BYTES``: the largest stored request, in bytes of JSON.
 DEFAULT_MAX_BYTES = 1_048_576
 #: Deepest nesting of lists and dicts in a stored request (its meta, cb_kwargs, cookies).
@@ -268,6 +284,38 @@ def spider_method(spider: Spider, name: Any) -> Callable[..., Any]:
     return types.MethodType(function, spider)
 
 
+def _json_object(text: str, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except RequestNotLoadable:
+        raise
+    except RecursionError:
+        raise _refuse(f"{what} is nested more than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise _refuse(f"{what} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise _refuse(f"{what} is a JSON {_type_name(data)}, not an object")
+    return data
+
+
+@lru_cache(maxsize=1024)
+def _shape(text: str) -> dict[str, Any]:
+    """A shape's JSON checked: :data:`SHAPE_FIELDS` (checked again with the request's
+    fields), ``url_meta`` as (name, prefix) pairs, ``host_meta``. Shared: never mutated."""
+    shape = _json_object(text, "shape")
+    for name, value in shape.items():
+        if name == "url_meta":
+            pairs = tuple(_str_dict(value, "url_meta").items())
+            if not all(isinstance(p, str) and len(p) <= MAX_URL_META_PREFIX for _, p in pairs):
+                raise _refuse(f"url_meta prefixes must be text of {MAX_URL_META_PREFIX} or less")
+            shape[name] = pairs
+        elif name == "host_meta":
+            _expect(value, str, "host_meta")
+        elif name not in SHAPE_FIELDS:
+            raise _refuse(f"unknown shape field {name[:40]!r}")
+    return shape
+
+
 @dataclass(frozen=True)
 class RequestDecoder:
     """Decodes stored requests under the crawl's limits (see the module docstring)."""
@@ -284,31 +332,62 @@ class RequestDecoder:
             raise ValueError(f"FRONTIER_MAX_REQUEST_BYTES must be positive, got {max_bytes}")
         return cls(max_bytes, frozenset(settings.getlist("FRONTIER_REQUEST_CLASSES")))
 
-    def loads(self, text: str | bytes) -> dict[str, Any]:
-        """The stored JSON object, size-checked and parsed; tags not yet decoded."""
-        if not isinstance(text, (str, bytes, bytearray)):
-            raise _refuse(f"stored request is a {_type_name(text)}, not text")
-        if len(text) > self.max_bytes:
+    def text(self, stored: str | bytes, what: str = "stored request") -> str:
+        """``stored`` as text, size-checked and UTF-8."""
+        if not isinstance(stored, (str, bytes, bytearray)):
+            raise _refuse(f"{what} is a {_type_name(stored)}, not text")
+        if len(stored) > self.max_bytes:
             raise _refuse(
-                f"stored request is {len(text)} bytes, more than FRONTIER_MAX_REQUEST_BYTES "
+                f"{what} is {len(stored)} bytes, more than FRONTIER_MAX_REQUEST_BYTES "
                 f"({self.max_bytes})"
             )
-        if isinstance(text, (bytes, bytearray)):
+        if isinstance(stored, (bytes, bytearray)):
             try:
-                text = bytes(text).decode("utf-8")
+                return bytes(stored).decode("utf-8")
             except UnicodeDecodeError:
-                raise _refuse("stored request is not UTF-8 text") from None
-        try:
-            data = json.loads(text, parse_constant=_refuse_constant)
-        except RequestNotLoadable:
-            raise
-        except RecursionError:
-            raise _refuse(f"stored request is nested more than {MAX_DEPTH} levels") from None
-        except ValueError as exc:
-            raise _refuse(f"stored request is not JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise _refuse(f"stored request is a JSON {_type_name(data)}, not an object")
-        return data
+                raise _refuse(f"{what} is not UTF-8 text") from None
+        return stored
+
+    def loads(self, text: str | bytes, what: str = "stored request") -> dict[str, Any]:
+        """The stored JSON object, size-checked and parsed; tags not yet decoded."""
+        return _json_object(self.text(text, what), what)
+
+    def parse(
+        self, stored: str | bytes, shape: str | bytes | None = None, host: str | None = None
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """A stored request (a JSON object, or a compact record with the JSON of the shape
+        it names, None when the crawl's table has none, and the host of its lane) as the
+        JSON object of its fields, tags not yet decoded, and the ``meta`` entries its shape
+        names."""
+        text = self.text(stored)
+        if not text.startswith(COMPACT_PREFIX):
+            return _json_object(text, "stored request"), {}
+        parts = text.split("\t", 3)
+        if len(parts) < 3:
+            raise _refuse("a compact record is its version, a shape id and a URL, tab-separated")
+        shape_id, url = parts[1], parts[2]
+        if not _SHAPE_ID.fullmatch(shape_id):
+            raise _refuse(f"shape id {shape_id[:20]!r} is not a number")
+        if not shape:
+            raise _refuse(f"shape {shape_id} is not in the crawl's table of request shapes")
+        data: dict[str, Any] = {"v": FORMAT_VERSION, "url": url}
+        named: dict[str, str] = {}
+        for name, value in _shape(self.text(shape, "shape")).items():
+            if name == "url_meta":
+                for meta_name, prefix in value:
+                    named[meta_name] = prefix + url
+            elif name == "host_meta":
+                if host is None:
+                    raise _refuse(f"shape {shape_id} names the host, and no lane was given")
+                named[value] = host
+            else:
+                data[name] = value
+        if len(parts) == 4:
+            for name, value in _json_object(parts[3], "compact record's fields").items():
+                if name in data or name in SHAPE_FIELDS or name == "v":
+                    raise _refuse(f"field {name[:40]!r} may not stand beside the URL")
+                data[name] = value
+        return data, named
 
     def request_class(self, name: Any) -> type[Request]:
         """The request class named ``name``, checked by name before it is imported."""
@@ -371,10 +450,24 @@ class RequestDecoder:
             kwargs["_class"] = f"{request_class.__module__}.{request_class.__qualname__}"
         return kwargs
 
-    def decode(self, text: str | bytes, spider: Spider | None = None) -> Request:
-        """The request stored as ``text``; callbacks are methods of ``spider``."""
+    def decode(
+        self,
+        text: str | bytes,
+        spider: Spider | None = None,
+        *,
+        shape: str | bytes | None = None,
+        host: str | None = None,
+    ) -> Request:
+        """The request stored as ``text`` (a compact record: with the JSON of its
+        ``shape`` and the ``host`` of its lane); callbacks are methods of ``spider``."""
         try:
-            request_class, kwargs = self.fields(self.loads(text))
+            data, named = self.parse(text, shape, host)
+            request_class, kwargs = self.fields(data)
+            if named:
+                meta = kwargs.setdefault("meta", {})
+                if not named.keys().isdisjoint(meta):
+                    raise _refuse("meta has an entry its shape names too")
+                meta.update(named)
             for name in ("callback", "errback"):
                 if kwargs.get(name) is None:
                     continue
@@ -387,6 +480,27 @@ class RequestDecoder:
         except Exception as exc:  # the promise: only the decoder's own error escapes
             reason = f"cannot rebuild the stored request: {type(exc).__name__}: {exc}"
             raise _refuse(reason) from None
+
+
+def record_url(stored: bytes | str) -> str | None:
+    """The URL of a stored request, a compact record or a JSON object, the rest unchecked;
+    None when the text (untrusted) is not one. For reading what a frontier holds.
+
+    >>> record_url("2\t1\thttps://example.com/a")
+    'https://example.com/a'
+    >>> record_url('{"url": "https://example.com/b"}')
+    'https://example.com/b'
+    """
+    if isinstance(stored, (bytes, bytearray)):
+        stored = bytes(stored).decode("utf-8", "replace")
+    if stored.startswith(COMPACT_PREFIX):
+        parts = stored.split("\t", 3)
+        return parts[2] if len(parts) > 2 and parts[2] else None
+    try:
+        url = json.loads(stored).get("url")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    return url if isinstance(url, str) else None
 
 
 #: Decoder with the default limits.

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from pydispatch.dispatcher import getAllReceivers, liveReceivers
 from scrapy import signals
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
@@ -32,7 +34,14 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
+    from crawler.learning.state import LiveRules
+
 logger = logging.getLogger(__name__)
+
+#: ``request.meta``: the learned rules' version the carried key was made under, by a keyer
+#: whose rules change while the crawl runs (never stored: a key of another version is made
+#: again, see ``RequestKeyer._carried``).
+META_KEY_RULES = "dedupe_key_rules"
 
 
 def request_key(request: Request, rules: RuleSet = DEFAULT_RULES) -> str:
@@ -101,7 +110,11 @@ class OffsiteFilter:
 def send_request_dropped(crawler: Crawler, requests: Iterable[Request]) -> None:
     """Fire Scrapy's ``request_dropped`` for ``requests`` the frontier did not admit, as
     Scrapy's scheduler does for the requests its dupefilter refuses. For answers that arrive
-    later (the shared frontier), call it when they do."""
+    later (the shared frontier), call it when they do. Nothing to do when no receiver
+    listens (asked once per call: a page's duplicates are hundreds)."""
+    receivers = getAllReceivers(crawler.signals.sender, signals.request_dropped)
+    if next(liveReceivers(receivers), None) is None:
+        return
     for request in requests:
         crawler.signals.send_catch_log(
             signal=signals.request_dropped, request=request, spider=crawler.spider
@@ -125,7 +138,8 @@ class RequestKeyer:
         self.rules = rules
         #: Set by a crawl (:meth:`for_crawler`); None: every host is on the site.
         self.offsite: OffsiteFilter | None = None
-        self.rules_source: Callable[[], RuleSet] | None = None
+        #: The crawl's learned rules, when they may change while it runs (:meth:`use_rules`).
+        self.live: LiveRules | None = None
         self._logged_reasons: set[str] = set()
         self._logged_duplicate = False
 
@@ -139,21 +153,82 @@ class RequestKeyer:
         self.offsite = OffsiteFilter(crawler)
         return self
 
-    def use_rules(self, source: Callable[[], RuleSet]) -> None:
-        """Key each batch with ``source()`` from now on: rules that change while the crawl
-        runs (learned rules, :mod:`crawler.learning.state`)."""
-        self.rules_source = source
+    def use_version(self, version: str) -> None:
+        """Key under the version prefix ``version`` (that of the seen filter, when it was
+        rebuilt with learned rules on top of these, :mod:`crawler.seen.layers`)."""
+        if version != self.rules.version:
+            self.rules = replace(self.rules, version=version)
+
+    def use_rules(self, live: LiveRules) -> None:
+        """Key each batch with ``live.current()`` from now on: rules that change while the
+        crawl runs (learned rules, :mod:`crawler.learning.state`). A key carried in a
+        request's ``meta`` serves only under the version it was made under."""
+        self.live = live
+
+    def _rules(self) -> RuleSet:
+        return self.rules if self.live is None else self.live.current()
+
+    @property
+    def rules_version(self) -> str:
+        """The learned rules' version the last keys were made under ('': rules that never
+        change), for the admission to check against the crawl's."""
+        return "" if self.live is None else str(self.live.version)
+
+    def _carried(self, request: Request, rules: RuleSet) -> str | None:
+        """The key ``request`` carries, if it is its key under ``rules``: with learned
+        rules, one this keyer made under their current version, or one made without them
+        (no version: redirects, canonical hints) on a host none of them touches."""
+        key = carried_key(request, rules)
+        live = self.live
+        if key is None or live is None:
+            return key
+        made_under = request.meta.get(META_KEY_RULES)
+        if made_under == live.version or (made_under is None and not live.touches(key_host(key))):
+            return key
+        return None
+
+    def _carry(self, request: Request, key: str) -> None:
+        carry_key(request, key)
+        if self.live is not None:
+            request.meta[META_KEY_RULES] = self.live.version
+
+    def key_of(self, request: Request) -> str | None:
+        """``request``'s key, carried in its ``meta`` for its batch; None (not counted: its
+        batch rejects it and counts it) if its URL cannot be keyed."""
+        rules = self._rules()
+        key = self._carried(request, rules)
+        if key is None:
+            try:
+                key = request_key(request, rules)
+            except InvalidURL:
+                return None
+            self._carry(request, key)
+        return key
+
+    def merged_by_learned(self, request: Request, key: str) -> bool:
+        """True if ``key`` (``request``'s, from :meth:`key_of`) is not the key the request
+        has without the learned rules: a learned rule merged it with another URL. Such a
+        key is trusted only by an admission that checks its rules' version (a rule revoked
+        a moment ago may still be in force here)."""
+        live = self.live
+        # Learned rules drop query parameters only: a URL without a query keys alike.
+        if live is None or "?" not in request.url or not live.touches(key_host(key)):
+            return False
+        try:
+            return key != request_key(request, live.without_learned())
+        except InvalidURL:
+            return True
 
     def keyed(self, requests: Sequence[Request]) -> list[tuple[Request, str]]:
         """Pair each request with its dedupe key; requests whose URL is invalid are dropped,
         logged with the reason and counted, as are requests off the site."""
         pairs = []
-        rules = self.rules if self.rules_source is None else self.rules_source()
+        rules = self._rules()
         for request in requests:
             if self.offsite is not None and self.offsite.refuses(request):
                 continue
             try:
-                key = carried_key(request, rules) or request_key(request, rules)
+                key = self._carried(request, rules) or request_key(request, rules)
             except InvalidURL as exc:
                 self.stats.inc_value(f"dupefilter/invalid/{exc.reason}")
                 first = exc.reason not in self._logged_reasons
@@ -171,19 +246,34 @@ class RequestKeyer:
         admitted = []
         for (request, key), is_new in zip(pairs, fresh, strict=True):
             if is_new:
-                carry_key(request, key)
+                self._carry(request, key)
                 # The URL, not True: a request copied with another URL must be checked again.
                 request.meta[META_CHECKED] = request.url
                 admitted.append(request)
             elif self.debug or not self._logged_duplicate:
-                logger.debug("Filtered duplicate request %s (key %s)", request, key)
-                self._logged_duplicate = True
+                self._log_duplicate(request, key)
         self.stats.inc_value("seen/new", len(admitted))
-        duplicates = len(pairs) - len(admitted)
+        self.count_duplicates(len(pairs) - len(admitted))
+        return admitted
+
+    def duplicates(self, pairs: Sequence[tuple[Request, str]]) -> None:
+        """Count (and log, as :meth:`verdicts` does) requests found seen before their
+        batch, with their keys."""
+        if self.debug:
+            for request, key in pairs:
+                self._log_duplicate(request, key)
+        elif pairs and not self._logged_duplicate:
+            self._log_duplicate(*pairs[0])
+        self.count_duplicates(len(pairs))
+
+    def count_duplicates(self, duplicates: int) -> None:
         if duplicates:
             self.stats.inc_value("seen/duplicate", duplicates)
             self.stats.inc_value("dupefilter/filtered", duplicates)
-        return admitted
+
+    def _log_duplicate(self, request: Request, key: str) -> None:
+        logger.debug("Filtered duplicate request %s (key %s)", request, key)
+        self._logged_duplicate = True
 
 
 def was_checked(request: Request) -> bool:

@@ -1,21 +1,23 @@
--- KEYS: queue requests scores leases owners seq failed expiries staged hosts in_flight host_next host_busy host_delay quarantine quarantine_order quarantine_dropped
--- Lease up to N requests to a worker, best priority first among those whose host is ready
--- (politeness.lua: requests of hosts that are not are passed over, within the first
--- FRONTIER_POLITENESS_SCAN entries of the queue). Leases that expired (their
--- worker died or lost Redis for too long) go back to the queue first, unless they expired
+-- KEYS: queue requests lanes leases owners seq queued failed expiries staged in_flight host_next host_busy host_delay quarantine quarantine_order quarantine_dropped shapes shape_ids
+-- Lease up to N requests to a worker, best priority level first among those whose host is
+-- ready (pick_ready: lanes of hosts that are not are passed over, within the first
+-- FRONTIER_POLITENESS_SCAN lanes of the queue). Leases that expired (their worker died or
+-- lost Redis for too long) go back to the front of their lane first, unless they expired
 -- too often: a page that kills every worker fetching it is recorded as failed instead.
 -- An expired lease holding a staged batch (stage.lua) has its batch queued instead.
--- A stored request longer than FRONTIER_MAX_REQUEST_BYTES is quarantined here, by its length,
--- before it leaves Redis. The script never decodes a stored request (its text is untrusted):
--- nothing stored can make it fail half-way.
+-- A leased request's record is kept under its lease id (REQUESTS, LANES) until answered, so
+-- a crash requeues it. A stored request longer than FRONTIER_MAX_REQUEST_BYTES is
+-- quarantined here, by its length, before it leaves Redis. The script never decodes a
+-- stored request (its text is untrusted): nothing stored can make it fail half-way.
 -- ARGV: owner, N, lease TTL in ms, most expired leases to reclaim in one call, expiries
 -- after which a request is given up, largest stored request in bytes, quarantine cap, then
 -- the politeness rules (read_rules).
 -- Returns {requeued, given up, staged batches recovered, requests queued from them,
---          requests passed over, ms until a host waiting on its delay is ready (-1: none),
+--          lanes passed over, ms until a host waiting on its delay is ready (-1: none),
 --          hosts waiting, requests queued and leased after this call (by any worker),
---          requests quarantined, id1, json1, delay1, id2, json2, delay2, ...}, where a delay
---          is the ms the request's host observes between two requests.
+--          requests quarantined, then per request: id, record, delay, host, shape}, where
+--          a delay is the ms the request's host observes between two requests and a shape
+--          the JSON of the shape a compact record names ('' for none).
 local owner, n, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_expiries, max_bytes, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local rules = read_rules(8)
@@ -34,39 +36,63 @@ for _, id in ipairs(expired) do
     requeue(id)
     requeued = requeued + 1
   else
-    local json = redis.call('HGET', REQUESTS, id)
-    -- The URL as our encoder writes it, found without decoding the text (else the id).
-    local url = json and string.match(json, '"url":"([^"\\]*)"') or id
+    local record = redis.call('HGET', REQUESTS, id)
+    -- The URL as our encoders write it, found without decoding the text (else the id); a
+    -- compact record is kept with its shape and host, to be read back (state.py).
+    local url = record and record_url(record) or id
+    local shape_id = record and string.match(record, '^2\t([^\t]*)\t')
+    local _, host = lane_parts(redis.call('HGET', LANES, id) or '')
     local reason = 'lease expired ' .. max_expiries .. ' times (workers killed or stalled on it)'
     redis.call('HSET', FAILED, url, cjson.encode({url = url, reason = reason, worker = cjson.null,
-      failed_at = now / 1000, request = json or cjson.null}))
+      failed_at = now / 1000, request = record or cjson.null,
+      shape = shape_id and redis.call('HGET', SHAPES, shape_id) or cjson.null,
+      host = host or cjson.null}))
     drop(id)
     given_up = given_up + 1
   end
 end
-local picked, delays, skipped, soonest = pick_ready(QUEUE, n, now, rules)
-local result = {requeued, given_up, recovered_batches, recovered, skipped, soonest,
-  hosts_waiting(now, rules), 0, 0, 0}
-if #picked > 0 then
-  redis.call('ZREM', QUEUE, unpack(picked))
-end
-for i, id in ipairs(picked) do
-  local json = redis.call('HGET', REQUESTS, id)
-  if json and #json > max_bytes then
-    quarantine(id, json, 'stored request is ' .. #json ..
-      ' bytes, more than FRONTIER_MAX_REQUEST_BYTES (' .. max_bytes .. ')', owner, now, cap)
-    drop(id)
-    result[10] = result[10] + 1
-  elseif json then
-    redis.call('ZADD', LEASES, now + ttl, id)
-    redis.call('HSET', OWNERS, id, owner)
-    result[#result + 1] = id
-    result[#result + 1] = json
-    result[#result + 1] = delays[i]
+local picks, skipped, soonest = pick_ready(n, now, rules)
+local result = {requeued, given_up, recovered_batches, recovered, skipped, soonest, 0, 0, 0, 0}
+local shapes = {}
+for _, pick in ipairs(picks) do
+  local id, record = nil, pick.item
+  if string.sub(record, 1, 1) == REF then
+    -- A request requeued after its lease expired: leased again under its id.
+    id = string.sub(record, 2)
+    record = redis.call('HGET', REQUESTS, id)
+    if redis.call('HEXISTS', OWNERS, id) == 1 then
+      record = nil -- held already (a stale reference): not leased twice
+    elseif not record then
+      redis.call('HDEL', LANES, id)
+    end
   else
-    drop(id) -- lost its JSON: not leased after all
+    id = string.format('%014x', next_seq())
+    redis.call('HSET', REQUESTS, id, record)
+    redis.call('HSET', LANES, id, pick.lane)
+  end
+  if record then
+    if pick.host ~= '' then
+      host_leased(id, pick.host)
+    end
+    if #record > max_bytes then
+      quarantine(id, record, 'stored request is ' .. #record ..
+        ' bytes, more than FRONTIER_MAX_REQUEST_BYTES (' .. max_bytes .. ')', owner, now, cap)
+      drop(id)
+      result[10] = result[10] + 1
+    else
+      redis.call('ZADD', LEASES, now + ttl, id)
+      redis.call('HSET', OWNERS, id, owner)
+      local shape_id = string.match(record, '^2\t([^\t]*)\t') or ''
+      if not shapes[shape_id] then
+        shapes[shape_id] = shape_id ~= '' and redis.call('HGET', SHAPES, shape_id) or ''
+      end
+      for _, value in ipairs({id, record, pick.delay, pick.host, shapes[shape_id]}) do
+        result[#result + 1] = value
+      end
+    end
   end
 end
-result[8] = redis.call('ZCARD', QUEUE)
+result[7] = hosts_waiting(now, rules)
+result[8] = queued_count()
 result[9] = redis.call('ZCARD', LEASES)
 return result

@@ -10,7 +10,8 @@ from scrapy import signals
 from scrapy.utils.job import job_dir
 
 from crawler.frontier.keys import RequestKeyer
-from crawler.seen.layers import OlderLayers, prepare_jobdir, settings_rules_record
+from crawler.seen.joblock import JobdirLock
+from crawler.seen.layers import OlderLayers, prepare_jobdir
 from crawler.seen.memory import MemoryBloomSeenFilter
 
 if TYPE_CHECKING:
@@ -20,36 +21,48 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from twisted.internet.defer import Deferred
 
-    from crawler.seen import SeenFilter
-
 
 class MemoryFrontier:
     """Checks a page's links against the seen filter in one ``add_many`` call and returns
     the new ones for Scrapy's scheduler (which then does not check them again). Links an
     ``older`` read-only layer has seen (``JOBDIR`` after ``scrapy rebuild-filter``, see
-    :mod:`crawler.seen.layers`) count as seen too."""
+    :mod:`crawler.seen.layers`) count as seen too. A crawl on a ``JOBDIR`` holds its
+    lock (:mod:`crawler.seen.joblock`) until the spider closes."""
 
     def __init__(
-        self, seen: SeenFilter, keyer: RequestKeyer, older: OlderLayers | None = None
+        self,
+        seen: MemoryBloomSeenFilter,
+        keyer: RequestKeyer,
+        older: OlderLayers | None = None,
+        lock: JobdirLock | None = None,
     ) -> None:
         self.seen = seen
         self.keyer = keyer
         self.older = older or OlderLayers([])
+        self.lock = lock
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         settings = crawler.settings
         jobdir = job_dir(settings)
-        seen = MemoryBloomSeenFilter.from_settings(
-            settings, directory=str(Path(jobdir, "seen")) if jobdir else None
-        )
-        assert crawler.stats is not None
-        keyer = RequestKeyer.from_settings(crawler.stats, settings).for_crawler(crawler)
-        older = None
-        if jobdir:
-            record = settings_rules_record(settings, keyer.rules)
-            older = prepare_jobdir(Path(jobdir, "seen"), record)
-        frontier = cls(seen, keyer, older)
+        lock = JobdirLock(jobdir) if jobdir else None
+        if lock is not None:
+            lock.acquire("scrapy crawl")
+        try:
+            seen = MemoryBloomSeenFilter.from_settings(
+                settings, directory=str(Path(jobdir, "seen")) if jobdir else None
+            )
+            assert crawler.stats is not None
+            keyer = RequestKeyer.from_settings(crawler.stats, settings).for_crawler(crawler)
+            older = None
+            if jobdir:
+                host_rules = settings.getdict("CANON_HOST_RULES")
+                older = prepare_jobdir(Path(jobdir, "seen"), keyer, host_rules)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+        frontier = cls(seen, keyer, older, lock)
         crawler.signals.connect(frontier.close, signal=signals.spider_closed)
         return frontier
 
@@ -69,6 +82,12 @@ class MemoryFrontier:
         fresh = self.seen.add_many([key for _, key in pairs])
         return self.keyer.verdicts(pairs, fresh)
 
+    def seen_before(self, request: Request) -> str | None:
+        """``request``'s key if the filter holds it already (read only: its batch decides
+        the others)."""
+        key = self.keyer.key_of(request)
+        return key if key is not None and self.seen.contains(key) else None
+
     def request_seen(self, request: Request) -> bool:
         """Mark ``request``'s key seen; True if it was already (or cannot be keyed)."""
         return not self.admit(None, [request])
@@ -78,3 +97,5 @@ class MemoryFrontier:
 
     def close(self) -> None:
         self.seen.close()
+        if self.lock is not None:
+            self.lock.release()

@@ -1,14 +1,14 @@
 -- Global per-host politeness, shared by every worker of a crawl. Prepended to every
--- frontier script, before common.lua (whose helpers call set_host, host_released and
--- forget_host). A host is ready for a new lease when its next-allowed time (Redis server
+-- frontier script, before common.lua (whose helpers call host_released and the helpers
+-- pick_ready uses to look at hosts). A host is ready for a new lease when its next-allowed time (Redis server
 -- clock) has come and fewer than its limit of requests are leased; leasing one of its
 -- requests moves the next-allowed time one delay ahead and counts the request in flight
 -- until its lease ends (answered, failed, given back, expired). Hosts are Scrapy's download
 -- slot keys, computed by the worker that queues a request (in its meta, HOST_META).
 -- Keys (bound by name from each script's "-- KEYS:" line, see crawler/frontier/lua.py):
--- HOSTS, IN_FLIGHT, HOST_NEXT, HOST_BUSY, HOST_DELAY, HOST_PAUSED, documented in
+-- IN_FLIGHT, HOST_NEXT, HOST_BUSY, HOST_DELAY, HOST_PAUSED, documented in
 -- crawler/frontier/redis/layout.py; each helper names those it needs.
--- The politeness rules passed in ARGV[i] to ARGV[i + 4]: queue entries one lease looks at,
+-- The politeness rules passed in ARGV[i] to ARGV[i + 4]: queue lanes one lease looks at,
 -- delay between two requests to a host (ms), requests of a host in flight at once, cap on a
 -- robots.txt Crawl-delay (ms), per-host overrides as JSON {host: {"delay": ms,
 -- "concurrency": n}} (Scrapy's DOWNLOAD_SLOTS).
@@ -51,15 +51,6 @@ local function host_delay(rules, host)
   return delay
 end
 
--- Remember the host of a newly queued request, given beside its payload (scripts never
--- decode a stored request: its text is untrusted). A request without one is never held back.
--- Keys: HOSTS.
-local function set_host(id, host)
-  if type(host) == 'string' and host ~= '' then
-    redis.call('HSET', HOSTS, id, host)
-  end
-end
-
 -- A request of `host` is leased: one more in flight.
 -- Keys: IN_FLIGHT HOST_BUSY.
 local function host_leased(id, host)
@@ -81,67 +72,36 @@ local function host_released(id)
   end
 end
 
--- Drop the host of a request that left the frontier.
--- Keys: HOSTS.
-local function forget_host(id)
-  redis.call('HDEL', HOSTS, id)
+-- What one lease call knows of `host` (cached in `state`): its next-allowed time, its
+-- requests in flight, its limit. Keys: HOST_NEXT HOST_BUSY.
+local function host_state(state, host, rules)
+  local s = state[host]
+  if not s then
+    s = {
+      next_at = tonumber(redis.call('ZSCORE', HOST_NEXT, host) or 0),
+      busy = tonumber(redis.call('HGET', HOST_BUSY, host)) or 0,
+      limit = host_limit(rules, host),
+    }
+    state[host] = s
+  end
+  return s
 end
 
--- Pick up to `n` queued requests (best first) whose host is ready, counting each pick
--- against its host (one more in flight, next-allowed = now + delay). Requests of hosts that
--- are not ready are passed over, so one slow host never holds the others back; requests
--- without a recorded host are always ready. Looks at the first rules.scan entries of
--- `queue` at most, fetched a few at a time. Returns the picked ids, the delay (ms) each
--- one's host observes, how many requests were passed over, and ms until the soonest
--- passed-over host is ready again by time (-1: none waits on time, only on its requests in
--- flight).
--- Keys: HOST_NEXT HOSTS HOST_BUSY IN_FLIGHT HOST_DELAY.
-local function pick_ready(queue, n, now, rules)
-  redis.call('ZREMRANGEBYSCORE', HOST_NEXT, '-inf', now)
-  local state, picked, delays, skipped, soonest = {}, {}, {}, 0, -1
-  local first, chunk = 0, math.max(4 * n, 32)
-  while #picked < n and first < rules.scan do
-    local last = math.min(first + chunk, rules.scan) - 1
-    local ids = redis.call('ZRANGE', queue, first, last)
-    if #ids == 0 then break end
-    local hosts = redis.call('HMGET', HOSTS, unpack(ids))
-    for i = 1, #ids do
-      if #picked >= n then break end
-      local host = hosts[i]
-      if not host then
-        picked[#picked + 1] = ids[i]
-        delays[#delays + 1] = 0
-      else
-        local s = state[host]
-        if not s then
-          s = {
-            next_at = tonumber(redis.call('ZSCORE', HOST_NEXT, host) or 0),
-            busy = tonumber(redis.call('HGET', HOST_BUSY, host)) or 0,
-            limit = host_limit(rules, host),
-          }
-          state[host] = s
-        end
-        if s.next_at <= now and s.busy < s.limit then
-          picked[#picked + 1] = ids[i]
-          s.busy = s.busy + 1
-          host_leased(ids[i], host)
-          local delay = host_delay(rules, host)
-          delays[#delays + 1] = delay
-          if delay > 0 then
-            s.next_at = now + delay
-            redis.call('ZADD', HOST_NEXT, s.next_at, host)
-          end
-        else
-          skipped = skipped + 1
-          if s.next_at > now and (soonest < 0 or s.next_at - now < soonest) then
-            soonest = s.next_at - now
-          end
-        end
-      end
-    end
-    first, chunk = last + 1, math.min(2 * chunk, 1000) -- unpack() is limited by Lua's stack
+local function host_ready(s, now)
+  return s.next_at <= now and s.busy < s.limit
+end
+
+-- One more request of `host` (its state `s`) picked for a lease at `now`: counted against
+-- the host's limit, its next-allowed time one delay ahead. Returns that delay (ms).
+-- Keys: HOST_NEXT HOST_DELAY.
+local function host_picked(s, host, now, rules)
+  s.busy = s.busy + 1
+  local delay = host_delay(rules, host)
+  if delay > 0 then
+    s.next_at = now + delay
+    redis.call('ZADD', HOST_NEXT, s.next_at, host)
   end
-  return picked, delays, skipped, soonest
+  return delay
 end
 
 -- A request already leased needs a new turn at its host (its previous one was used by

@@ -14,10 +14,11 @@ to the queue and enforced atomically by the lease script (``politeness.lua``):
   the limit is ``FRONTIER_HOST_CONCURRENCY`` (default ``CONCURRENT_REQUESTS_PER_DOMAIN``, or
   the host's ``DOWNLOAD_SLOTS`` ``concurrency``);
 - requests of hosts that are not ready are passed over (``frontier/politeness_skipped``)
-  among the first ``FRONTIER_POLITENESS_SCAN`` queue entries, so a worker never idles behind
+  among the first ``FRONTIER_POLITENESS_SCAN`` lanes of the queue (one lane per host and
+  priority level, see :mod:`crawler.frontier.redis.layout`), so a worker never idles behind
   one slow host while others are ready; a worker that finds nothing ready asks again when
-  the soonest waiting host is due. Only when those first entries all belong to waiting
-  hosts does a worker wait although a later request's host is ready.
+  the soonest waiting host is due. Only when those first lanes all belong to waiting hosts
+  does a worker wait although a later lane's host is ready.
 
 The worker's side (:class:`middlewares.politeness.GlobalPolitenessMiddleware`) keeps each
 download on its turn: a request is sent right after its lease (the scheduler leases no more
@@ -29,9 +30,13 @@ the others through Redis; its ``Crawl-delay`` is recorded for all.
 
 A host is Scrapy's download slot key (``meta["download_slot"]``, else the host name), stored
 with each queued request as ``meta["frontier_host"]``. Two requests to a host are at least
-its delay apart, less the jitter of the time a request takes from its lease to the wire
-(milliseconds; at most ``STALE_TURN``). ``DOWNLOAD_DELAY_JITTER`` does not apply to the
-shared delay. AutoThrottle, if enabled, still adjusts each worker's own slots on top.
+its delay apart, less the jitter of the time a request takes from its turn to the wire:
+milliseconds on an idle machine. A request that waits in its worker longer than
+``STALE_TURN`` takes a new turn, but a stall of the worker's loop before the lease's reply is
+handled (the wait is counted from then) or after that check adds to the jitter: the
+politeness test allows the longest loop stall the workers measured.
+``DOWNLOAD_DELAY_JITTER`` does not apply to the shared delay. AutoThrottle, if enabled, still
+adjusts each worker's own slots on top.
 
 Crawl-wide backoff: a 429 or 503 answer with ``Retry-After`` (seconds or an HTTP date), or
 ``BACKOFF_STRIKES`` of them in a row without one, pauses its host for every worker (its
@@ -73,6 +78,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
     from crawler.frontier.redis.layout import FrontierKeys
+    from crawler.frontier.redis.partitions import Partitions
 
 logger = logging.getLogger(__name__)
 
@@ -85,8 +91,7 @@ HOST_META = "frontier_host"
 #: leased, seconds its host observes between two requests]``. Never stored in Redis.
 TURN_META = "frontier_turn"
 #: Seconds a leased request may wait in the worker (e.g. for its host's robots.txt) and
-#: still be sent on the turn of its lease; later, it takes a new turn first. Two requests
-#: to a host are at most this much closer than its delay.
+#: still be sent on the turn of its lease; later, it takes a new turn first.
 STALE_TURN = 0.05
 #: Seconds a robots.txt fetched by one worker is shared with the others (Redis keys
 #: ``<prefix>:robots_txt:<url>``, expiring). Longer would keep more of them in Redis; a
@@ -242,16 +247,27 @@ class HostPoliteness:
     """
 
     def __init__(
-        self, client: redis.Redis, keys: FrontierKeys, limits: HostLimits, stats: StatsCollector
+        self,
+        client: redis.Redis,
+        keys: FrontierKeys,
+        limits: HostLimits,
+        stats: StatsCollector,
+        partitions: Partitions,
     ) -> None:
         self.client = client
+        #: The crawl's keys (shared robots.txt copies); a host's politeness state lives in
+        #: its partition (``partitions``, whose scripts include turn, pause, paused, waiting).
         self.keys = keys
         self.limits = limits
         self.stats = stats
+        self.partitions = partitions
         #: Seconds until the soonest host the last lease passed over is ready again (None:
         #: none was waiting on its delay).
         self.ready_in: float | None = None
-        self._scripts = FrontierScripts(client, keys, ("turn", "pause", "paused"))
+
+    def _run(self, host: str, name: str, args: list[Any]) -> Any:
+        """Run the script ``name`` in ``host``'s partition."""
+        return self.partitions.run(self.partitions.of_host(host), name, args)
 
     def leased(self, skipped: int, soonest_ms: int, waiting: int) -> None:
         """Note what the lease script reported about politeness."""
@@ -261,42 +277,45 @@ class HostPoliteness:
         self.ready_in = soonest_ms / 1000 if soonest_ms >= 0 else None
 
     def hosts_waiting(self) -> int:
-        """Hosts waiting on politeness now, across all workers (:func:`hosts_waiting`)."""
-        return hosts_waiting(self.client, self.keys, self.limits)
+        """Hosts waiting on politeness now, across all workers and partitions
+        (:func:`hosts_waiting`)."""
+        args = self.limits.script_args()
+        partitions = range(self.partitions.count)
+        return sum(int(self.partitions.run(index, "waiting", args)) for index in partitions)
 
     def take_turn(self, host: str) -> float:
         """Take a new turn at ``host`` for a request already leased: 0 when taken, else
         the seconds to wait before asking again."""
-        return int(self._scripts.run("turn", [host, *self.limits.script_args()])) / 1000
+        return int(self._run(host, "turn", [host, *self.limits.script_args()])) / 1000
 
     def strike(self, host: str) -> int:
         """Count a 429/503 answer without ``Retry-After`` from ``host``: how many in a row,
         across all workers, now."""
-        return int(self.client.hincrby(self.keys.host_strikes, host, 1))
+        return int(self.client.hincrby(self.partitions.keys_of(host).host_strikes, host, 1))
 
     def clear_strikes(self, host: str) -> None:
         """``host`` answered something else: its next 429/503 starts a new count."""
-        self.client.hdel(self.keys.host_strikes, host)
+        self.client.hdel(self.partitions.keys_of(host).host_strikes, host)
 
     def pause(self, host: str, seconds: float) -> float:
         """Pause ``host`` for every worker for ``seconds`` (crawl-wide backoff): the
         seconds it is paused for from now (longer if another pause already ends later)."""
-        return int(self._scripts.run("pause", [host, math.ceil(seconds * 1000)])) / 1000
+        return int(self._run(host, "pause", [host, math.ceil(seconds * 1000)])) / 1000
 
     def paused_for(self, host: str) -> float:
         """Seconds ``host`` is still paused for by a backoff (0: not paused)."""
-        return int(self._scripts.run("paused", [host])) / 1000
+        return int(self._run(host, "paused", [host])) / 1000
 
     def record_crawl_delay(self, host: str, seconds: float | None) -> None:
         """Record the ``Crawl-delay`` ``host``'s robots.txt asks for (None: none), for every
         worker's leases. Capped when used, at ``FRONTIER_MAX_CRAWL_DELAY``."""
         if seconds is None:
-            self.client.hdel(self.keys.host_delay, host)
+            self.client.hdel(self.partitions.keys_of(host).host_delay, host)
             return
         if not math.isfinite(seconds) or seconds < 0:
             logger.warning("Ignoring Crawl-delay %r of %s's robots.txt", seconds, host)
             return
-        self.client.hset(self.keys.host_delay, host, round(seconds * 1000))
+        self.client.hset(self.partitions.keys_of(host).host_delay, host, round(seconds * 1000))
         self.stats.inc_value("robotstxt/crawl_delay")
         capped = min(seconds, self.limits.max_crawl_delay)
         logger.log(

@@ -1,4 +1,4 @@
--- KEYS: queue scores leases owners in_flight host_busy
+-- KEYS: queue requests lanes leases owners seq queued in_flight host_busy
 -- A worker shutting down gives back the leases it holds, so others need not wait for them
 -- to expire. ARGV: owner, ids. Returns how many were requeued.
 local owner, count = ARGV[1], 0

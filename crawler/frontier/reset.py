@@ -4,7 +4,8 @@
 A crawl's shared state is every key under its prefix (:mod:`crawler.frontier.redis.layout`:
 queue, requests, leases, failures, staged batches, politeness state, shared robots.txt,
 status records, crawl-wide limit counters, the quarantine, the seen filter) plus, with
-``SEEN_FILTER_SHARDS`` > 1, the filter's shards, which live under hash tags of their own.
+``SEEN_FILTER_SHARDS`` > 1, the filter's shards, and with ``FRONTIER_PARTITIONS`` > 1, the
+queue's partitions, which live under hash tags of their own.
 The record store (``STORE_URL``) is not touched: its redirect maps are results, not state.
 """
 
@@ -58,7 +59,9 @@ def reporting_workers(client: redis.Redis, keys: FrontierKeys) -> list[str]:
 
 def crawl_keys(client: redis.Redis, keys: FrontierKeys) -> Iterator[str]:
     """Every Redis key holding the crawl's shared state (see the module docstring)."""
-    patterns = [f"{glob_escape(keys.prefix)}:*"]
+    # Every partition's keys whatever their number (even if its record was overwritten).
+    stem = keys.prefix.replace("{", "").replace("}", "")
+    patterns = [f"{glob_escape(keys.prefix)}:*", f"{{{glob_escape(stem)}:part:*/*:*}}:*"]
     shards = int(client.get(f"{keys.seen}:shards") or 1)
     if shards > 1:
         patterns += [f"{glob_escape(shard)}*" for shard in shard_keys(keys.seen, shards)]

@@ -20,9 +20,11 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
 from crawler.frontier import frontier_for
+from crawler.frontier.lua import FrontierScripts
 from crawler.frontier.politeness import HostLimits, hosts_waiting
-from crawler.frontier.redis import RedisFrontier, quarantine
+from crawler.frontier.redis import RedisFrontier, quarantine, state
 from crawler.frontier.redis.layout import FrontierKeys
+from crawler.frontier.redis.partitions import partition_keys
 from crawler.progress import RateWindow
 from crawler.seen.layers import current_seen_key
 from crawler.seen.redis import BloomInfo, bloom_info
@@ -84,6 +86,8 @@ class FrontierStatus:
     #: Stored requests in quarantine, and quarantine records dropped past its cap.
     quarantined: int = 0
     quarantine_dropped: int = 0
+    #: Requests queued in each partition of the queue (``FRONTIER_PARTITIONS``).
+    partitions_queued: list[int] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -92,7 +96,12 @@ class FrontierStatus:
         """The reading as a person reads it."""
         lines = [
             f"frontier {self.prefix}",
-            f"  queued:   {self.queued}",
+            f"  queued:   {self.queued}"
+            + (
+                f" (partitions: {', '.join(map(str, self.partitions_queued))})"
+                if len(self.partitions_queued) > 1
+                else ""
+            ),
             f"  leased:   {self.leased}",
             f"  failed:   {self.failed}",
             f"  quarantined: {self.quarantined}"
@@ -122,13 +131,23 @@ class FrontierStatus:
 def read_status(
     client: redis.Redis, prefix: str, error_rate: float, limits: HostLimits
 ) -> FrontierStatus:
-    """Read the frontier under ``prefix``; sizes in one transaction (a lease moves a request
-    between the queue and the leases: two separate reads could count it twice or not).
+    """Read the frontier under ``prefix``; sizes in one script per partition (a lease moves
+    a request between the queue and the leases: two separate reads could count it twice or
+    not).
     ``limits`` are the crawl's politeness limits, to tell which hosts are waiting."""
     keys = FrontierKeys.for_prefix(prefix)
-    with client.pipeline(transaction=True) as pipe:
-        pipe.zcard(keys.queue).zcard(keys.leases).hlen(keys.failed)
-        queued, leased, failed = pipe.execute()
+    partitions = partition_keys(client, keys)
+    # Each partition's sizes in one script (the counts script); summed across partitions.
+    per_partition = state.partition_sizes(
+        FrontierScripts(client, part, ("counts",)) for part in partitions
+    )
+    partitions_queued = [queued for queued, _leased, _failed in per_partition]
+    leased = sum(leased for _queued, leased, _failed in per_partition)
+    failed = sum(failed for _queued, _leased, failed in per_partition)
+    waiting = sum(hosts_waiting(client, part, limits) for part in partitions)
+    held = [quarantine.sizes(client, part) for part in partitions]
+    quarantined = sum(count for count, _dropped in held)
+    quarantine_dropped = sum(dropped for _count, dropped in held)
     seen_key = current_seen_key(client, prefix, keys.seen)  # after `scrapy rebuild-filter`
     shards = int(client.get(f"{seen_key}:shards") or 1)
     infos = [info for key in shard_keys(seen_key, shards) if (info := bloom_info(client, key))]
@@ -140,15 +159,15 @@ def read_status(
             client.srem(keys.workers, owner)
         else:
             workers.append(json.loads(record))
-    quarantined, quarantine_dropped = quarantine.sizes(client, keys)
     return FrontierStatus(
         prefix=prefix,
         quarantined=quarantined,
         quarantine_dropped=quarantine_dropped,
-        queued=queued,
+        queued=sum(partitions_queued),
+        partitions_queued=partitions_queued,
         leased=leased,
         failed=failed,
-        hosts_waiting=hosts_waiting(client, keys, limits),
+        hosts_waiting=waiting,
         seen_keys=sum(info.items_inserted for info in infos) if infos else None,
         filter_bytes=sum(info.size_bytes for info in infos) if infos else None,
         filter_capacity=sum(info.capacity for info in infos) if infos else None,

@@ -20,14 +20,40 @@ evidence from at least two sections of the site (top-level directories, or pages
 root) and the host has no counter-example; otherwise for each path prefix (``/docs/``) that
 has ``min_pairs`` and none, the shallowest first. A rule reaches no further than its
 evidence: pairs seen only under ``/articles/`` say nothing about ``/products/``.
+
+**Bounded memory** (``CANON_LEARN_MEMORY``): the learner remembers at most ``max_pages``
+fetched pages with their families and evidence. Past that it forgets the section (of a
+host) it was fed from least recently, whole (a family never leaves its path, so none is
+split), and keeps only what can veto, in a fixed-size Bloom filter: every parameter the
+forgotten pages carried is **barred** in that section and for the whole host, for the rest
+of the crawl (a comparison it can no longer make might have been a counter-example; rules
+for other sections of the host are still learned); a forgotten page's content never counts
+as evidence again (it may be a generic page whose other copies were forgotten); a page or
+family base met again is not compared, and bars its parameters. The filter's false
+positives only bar more. So forgetting may delay or prevent a proposal, never make one that
+unbounded memory would not have made (a test checks this against an unbounded learner on
+random crawls).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import logging
+from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
+from rbloom import Bloom
+
 from crawler.content.fingerprint import OK
+from crawler.defaults import CANON_LEARN_MEMORY
+
+#: Entries of the forgotten-facts filter per remembered page (about 2 are added per page
+#: forgotten, so it fills once some 8 times ``max_pages`` pages were forgotten; about 2 bytes
+#: each), and its false-positive rate. Past its capacity it answers "forgotten" more and more
+#: often: more bars, learning slows down, never a wrong proposal (a warning is logged).
+FORGOTTEN_PER_PAGE = 16
+FORGOTTEN_ERROR_RATE = 0.001
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -78,6 +104,18 @@ class _Tally:
     )
 
 
+@dataclass
+class _Section:
+    """What the learner remembers of one section of a host (a top-level directory, or a
+    page at the root): its pages (key -> first page fetched with it), families ((name, key
+    without it) -> a page; a family never leaves its path) and tallies (by parameter)."""
+
+    pages: dict[str, Page] = field(default_factory=dict)
+    families: dict[tuple[str, str], Page] = field(default_factory=dict)
+    names_by_base: defaultdict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    tallies: defaultdict[str, _Tally] = field(default_factory=lambda: defaultdict(_Tally))
+
+
 def split_key(key: str) -> tuple[str, str, str] | None:
     """(host without port, path, query) of a key's URL; None for identity keys.
 
@@ -109,6 +147,16 @@ def without_param(key: str, name: str) -> str:
     return f"{head}?{'&'.join(kept)}" if kept else head
 
 
+def section_of(path: str) -> str:
+    """The section of the site ``path`` is in: its top-level directory, or itself at the
+    root.
+
+    >>> section_of("/docs/api/x.html"), section_of("/x.html"), section_of("/docs/")
+    ('/docs/', '/x.html', '/docs/')
+    """
+    return (path_prefixes(path) or [path])[0]
+
+
 def path_prefixes(path: str) -> list[str]:
     """The directories above ``path``, shallowest first, the root excluded.
 
@@ -123,42 +171,114 @@ class ParamEvidence:
     """Evidence and counter-examples for dropping parameters, from the pages fed to
     :meth:`observe` (see the module docstring)."""
 
-    def __init__(self, min_pairs: int = 3) -> None:
+    def __init__(self, min_pairs: int = 3, max_pages: int = CANON_LEARN_MEMORY) -> None:
         self.min_pairs = max(1, min_pairs)
-        self._pages: dict[str, Page] = {}  # key -> first page fetched with it
-        self._families: dict[tuple[str, str], Page] = {}  # (name, key without it) -> a page
-        self._names_by_base: defaultdict[str, set[str]] = defaultdict(set)
+        self.max_pages = max(1, max_pages)
+        #: (host, section) -> its memory, least recently fed first.
+        self._sections: OrderedDict[tuple[str, str], _Section] = OrderedDict()
+        self._sections_of_host: defaultdict[str, set[str]] = defaultdict(set)
         self._paths_by_content: defaultdict[str, set[str]] = defaultdict(set)
-        self._tallies: defaultdict[tuple[str, str], _Tally] = defaultdict(_Tally)
+        self._forgotten_capacity = self.max_pages * FORGOTTEN_PER_PAGE
+        self._forgotten = Bloom(self._forgotten_capacity, FORGOTTEN_ERROR_RATE)
+        self._forgotten_entries = 0
+        #: Pages remembered now, and forgotten so far (with their sections).
+        self.remembered = 0
+        self.forgotten_pages = 0
 
     def observe(self, page: Page) -> tuple[set[tuple[str, str]], list[CounterExample]]:
         """Record ``page``; return the (host, parameter) whose evidence changed and the new
         counter-examples."""
-        if split_key(page.key) is None or page.key in self._pages:
+        parts = split_key(page.key)
+        if parts is None:
             return set(), []
-        self._pages[page.key] = page
+        host, path, query = parts
+        where = (host, section_of(path))
+        memory = self._sections.get(where)
+        if memory is not None and page.key in memory.pages:
+            return set(), []
+        names = {p.partition("=")[0].lower() for p in query.split("&")} if query else set()
+        if f"b\t{page.key}" in self._forgotten:  # met before, forgotten (or a false positive)
+            known = memory.names_by_base.get(page.key, set()) if memory else set()
+            self._unknown(page, where, names | known)
+            return set(), []
+        if memory is None:
+            memory = self._sections[where] = _Section()
+            self._sections_of_host[host].add(where[1])
+        self._sections.move_to_end(where)
+        memory.pages[page.key] = page
+        self.remembered += 1
         paths = self._paths_by_content[page.exact]
         if len(paths) < 2:  # one path or more: all that matters
-            paths.add(split_key(page.key)[1])  # type: ignore[index]
+            paths.add(path)
         touched: set[tuple[str, str]] = set()
         counters: list[CounterExample] = []
-        query = page.key.partition("?")[2]
-        names = {p.partition("=")[0].lower() for p in query.split("&")} if query else set()
         for name in sorted(names):
             base = without_param(page.key, name)
-            other = self._pages.get(base) or self._families.get((name, base))
-            self._families.setdefault((name, base), page)
-            self._names_by_base[base].add(name)
+            if f"b\t{base}" in self._forgotten:  # its family was forgotten: cannot compare
+                self._bar(where, name)
+                continue
+            other = memory.pages.get(base) or memory.families.get((name, base))
+            memory.families.setdefault((name, base), page)
+            memory.names_by_base[base].add(name)
             if other is not None:
-                self._compare(name, base, other, page, touched, counters)
-        for name in sorted(self._names_by_base.get(page.key, ())):
-            member = self._families.get((name, page.key))
+                self._compare(memory, name, base, other, page, touched, counters)
+        for name in sorted(memory.names_by_base.get(page.key, ())):
+            member = memory.families.get((name, page.key))
             if member is not None:
-                self._compare(name, page.key, member, page, touched, counters)
+                self._compare(memory, name, page.key, member, page, touched, counters)
+        while self.remembered > self.max_pages:
+            self._forget(next(iter(self._sections)))
         return touched, counters
+
+    def _bar(self, where: tuple[str, str], name: str) -> None:
+        """No rule for ``name`` on the host, nor in the section, of ``where``: a comparison
+        there was lost."""
+        host, section = where
+        self._add_forgotten(f"x\t{host}\t{name}")
+        self._add_forgotten(f"s\t{host}\t{name}\t{section}")
+
+    def _unknown(self, page: Page, where: tuple[str, str], names: set[str]) -> None:
+        """``page`` cannot be compared as unbounded memory would (it was forgotten): bar
+        the parameters it carries or is a base for, and never count its content or compare
+        with it as a base."""
+        for name in names:
+            self._bar(where, name)
+        self._add_forgotten(f"c\t{page.exact}")
+        self._add_forgotten(f"b\t{page.key}")
+
+    def _add_forgotten(self, fact: str) -> None:
+        self._forgotten.add(fact)
+        self._forgotten_entries += 1
+        if self._forgotten_entries == self._forgotten_capacity:
+            logger.warning(
+                "Parameter-rule learning has forgotten more than its memory holds: it will "
+                "learn less and less from now on (raise CANON_LEARN_MEMORY)"
+            )
+
+    def _forget(self, where: tuple[str, str]) -> None:
+        """Forget a section whole, keeping what can veto (see the module docstring)."""
+        memory = self._sections.pop(where)
+        host, section = where
+        self._sections_of_host[host].discard(section)
+        if not self._sections_of_host[host]:
+            del self._sections_of_host[host]
+        names = set(memory.tallies)
+        for page in memory.pages.values():
+            self._add_forgotten(f"b\t{page.key}")  # met again: not compared, nor compared with
+            self._add_forgotten(f"c\t{page.exact}")
+            self._paths_by_content.pop(page.exact, None)
+        for base, family_names in memory.names_by_base.items():
+            if base not in memory.pages:
+                self._add_forgotten(f"b\t{base}")
+            names |= family_names
+        for name in names:
+            self._bar(where, name)
+        self.remembered -= len(memory.pages)
+        self.forgotten_pages += len(memory.pages)
 
     def _compare(
         self,
+        memory: _Section,
         name: str,
         base: str,
         a: Page,
@@ -169,7 +289,7 @@ class ParamEvidence:
         parts = split_key(base)
         assert parts is not None
         host, path, _ = parts
-        tally = self._tallies[host, name]
+        tally = memory.tallies[name]
         if a.kind == OK and b.kind == OK:
             if a.exact == b.exact:
                 tally.evidence.setdefault(base, (a.url, b.url, a.exact, path))
@@ -186,33 +306,70 @@ class ParamEvidence:
         counters.append(counter)
         touched.add((host, name))
 
-    def _proves(self, tally: _Tally, exact: str) -> bool:
-        """True if the content belongs to one document (not a generic page)."""
-        return (
-            len(self._paths_by_content[exact]) == 1 and len(tally.families_by_content[exact]) == 1
-        )
+    def _tallies(self, host: str, name: str) -> list[_Tally]:
+        sections = (self._sections[host, section] for section in self._sections_of_host[host])
+        return [memory.tallies[name] for memory in sections if name in memory.tallies]
 
     def page(self, key: str) -> Page | None:
-        """The first page fetched with ``key``."""
-        return self._pages.get(key)
+        """The first page fetched with ``key``, if remembered."""
+        parts = split_key(key)
+        memory = self._sections.get((parts[0], section_of(parts[1]))) if parts else None
+        return memory.pages.get(key) if memory else None
+
+    def merged_into(self, key: str, names: list[str]) -> Page | None:
+        """A page fetched that a rule dropping ``names`` keys as ``key``: the one fetched
+        with ``key`` itself, else one differing from it by one of ``names`` alone (the
+        first of its family), if remembered."""
+        found = self.page(key)
+        parts = split_key(key)
+        memory = self._sections.get((parts[0], section_of(parts[1]))) if parts else None
+        for name in names:
+            if found is not None or memory is None:
+                break
+            found = memory.families.get((name, key))
+        return found
+
+    def counters(self, host: str, name: str) -> list[CounterExample]:
+        """The counter-examples to dropping ``name`` on ``host`` remembered now."""
+        if host not in self._sections_of_host:
+            return []
+        return [counter for tally in self._tallies(host, name) for counter in tally.counters]
 
     def add_counter(self, counter: CounterExample) -> None:
         """A counter-example found elsewhere (a re-check): no scope covering it is proposed."""
-        self._tallies[counter.host, counter.param].counters.append(counter)
+        where = (counter.host, section_of(counter.path))
+        memory = self._sections.get(where)
+        if memory is None:  # forgotten: what it said is kept as a bar
+            self._bar(where, counter.param)
+        else:
+            memory.tallies[counter.param].counters.append(counter)
 
     def proposals(self, host: str, name: str) -> list[Proposal]:
         """The scopes where dropping ``name`` on ``host`` is proven now (possibly none)."""
-        tally = self._tallies.get((host, name))
-        if tally is None:
+        if host not in self._sections_of_host:
             return []
+        tallies = self._tallies(host, name)
+        families_by_content: Counter[str] = Counter()
+        for tally in tallies:
+            for exact, bases in tally.families_by_content.items():
+                families_by_content[exact] += len(bases)
         valid = [
             (path, (url_a, url_b))
-            for base, (url_a, url_b, exact, path) in sorted(tally.evidence.items())
-            if self._proves(tally, exact)
+            for _, (url_a, url_b, exact, path) in sorted(
+                entry for tally in tallies for entry in tally.evidence.items()
+            )
+            if len(self._paths_by_content.get(exact, ())) == 1
+            and families_by_content[exact] == 1
+            and f"c\t{exact}" not in self._forgotten
         ]
-        bad_paths = [counter.path for counter in tally.counters]
-        sections = {(path_prefixes(path) or [path])[0] for path, _ in valid}
-        if not bad_paths and len(valid) >= self.min_pairs and len(sections) >= 2:
+        bad_paths = [counter.path for tally in tallies for counter in tally.counters]
+        sections = {section_of(path) for path, _ in valid}
+        if (
+            not bad_paths
+            and len(valid) >= self.min_pairs
+            and len(sections) >= 2
+            and f"x\t{host}\t{name}" not in self._forgotten
+        ):
             return [Proposal(host, name, tuple(pair for _, pair in valid))]
         prefixes = sorted(
             {prefix for path, _ in valid for prefix in path_prefixes(path)},
@@ -222,6 +379,8 @@ class ParamEvidence:
         proposals = []
         for prefix in prefixes:
             if any(prefix.startswith(shallower) for shallower in found):
+                continue
+            if f"s\t{host}\t{name}\t{section_of(prefix)}" in self._forgotten:
                 continue
             inside = [pair for path, pair in valid if path.startswith(prefix)]
             if len(inside) >= self.min_pairs and not any(p.startswith(prefix) for p in bad_paths):

@@ -15,7 +15,8 @@ a worker opens. A counter-example found later, by the crawl or by the sampled re
 (:mod:`crawler.learning.recheck`), revokes a proposed or applied rule for good: recorded with
 the counter-example, removed from the active rules, logged as a warning. Stats:
 ``learn/proposed``, ``learn/applied``, ``learn/revoked``, ``learn/rechecked``,
-``learn/recheck_confirmed``.
+``learn/recheck_confirmed``, ``learn/recheck_unmatched`` (no page the URL was merged into is
+remembered to compare with), ``learn/forgotten_pages`` (``CANON_LEARN_MEMORY``).
 
 Each worker learns from the pages it fetched itself; the rules it proposes or applies, and
 revocations, are shared with all.
@@ -35,8 +36,16 @@ from scrapy.exceptions import NotConfigured
 from crawler.canonical import InvalidURL, dedupe_key
 from crawler.content.extension import content_fingerprinted
 from crawler.content.fingerprint import OK
+from crawler.defaults import CANON_LEARN_MEMORY
 from crawler.frontier import frontier_for
-from crawler.learning.evidence import CounterExample, Page, ParamEvidence, Proposal, split_key
+from crawler.frontier.keys import carried_key, key_host
+from crawler.learning.evidence import (
+    CounterExample,
+    Page,
+    ParamEvidence,
+    Proposal,
+    split_key,
+)
 from crawler.learning.state import (
     Learned,
     LiveRules,
@@ -80,10 +89,12 @@ def covers(scope: str, host: str, path: str) -> bool:
 class ParamRuleLearning:
     """See the module docstring."""
 
-    def __init__(self, crawler: Crawler, mode: str, min_pairs: int) -> None:
+    def __init__(
+        self, crawler: Crawler, mode: str, min_pairs: int, max_pages: int = CANON_LEARN_MEMORY
+    ) -> None:
         self.crawler = crawler
         self.mode = mode
-        self.evidence = ParamEvidence(min_pairs)
+        self.evidence = ParamEvidence(min_pairs, max_pages)
         self.known: dict[tuple[str, str], ParamRule] = {}
         self.state: RuleState = MemoryRuleState()
         self.live = LiveRules(crawler.settings, self.state, on_change=self._rules_changed)
@@ -96,7 +107,12 @@ class ParamRuleLearning:
             raise ValueError(f"CANON_LEARN must be one of {MODES}, not {mode!r}")
         if mode == "off":
             raise NotConfigured
-        learning = cls(crawler, mode, settings.getint("CANON_LEARN_MIN_PAIRS", 3))
+        learning = cls(
+            crawler,
+            mode,
+            settings.getint("CANON_LEARN_MIN_PAIRS", 3),
+            settings.getint("CANON_LEARN_MEMORY", CANON_LEARN_MEMORY),
+        )
         crawler.signals.connect(learning.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(learning.observe, signal=content_fingerprinted)
         _learners[crawler] = learning
@@ -120,8 +136,9 @@ class ParamRuleLearning:
         applied = applied_rules(self.known.values())
         if applied:
             self._change_rules(lambda learned: _merged(learned, applied))
+        self.live.key_version = frontier.keyer.rules.version  # the seen filter's prefix
         self.live.reload()
-        frontier.keyer.use_rules(self.live.current)  # type: ignore[attr-defined]
+        frontier.keyer.use_rules(self.live)  # type: ignore[attr-defined]
 
     def _change_rules(self, change: Callable[[Learned], Learned]) -> None:
         """Apply ``change`` to the shared learned rules (compare-and-set, retried)."""
@@ -149,9 +166,7 @@ class ParamRuleLearning:
         """Compare a freshly fingerprinted page with the pages it differs from by one
         parameter; propose, apply or revoke rules accordingly."""
         try:
-            # Evidence is about the parameters as written: keys without the learned rules,
-            # or a page merged by a wrong rule would be blamed on another parameter.
-            key = dedupe_key(page.final_url, self.live.without_learned())
+            key = self._plain_key(page.final_url, request)
         except InvalidURL:
             return
         fetched = Page(page.final_url, key, content.exact, content.kind, page.status)
@@ -160,20 +175,38 @@ class ParamRuleLearning:
             self._recheck(fetched, recheck)
             return
         touched, counters = self.evidence.observe(fetched)
+        if self.evidence.forgotten_pages:
+            assert self.crawler.stats is not None
+            self.crawler.stats.set_value("learn/forgotten_pages", self.evidence.forgotten_pages)
         for counter in counters:
             self._revoke_covering(counter)
         for host, name in sorted(touched):
             for proposal in self.evidence.proposals(host, name):
                 self._propose(proposal)
 
+    def _plain_key(self, url: str, request: Request) -> str:
+        """The key of the fetched ``url`` without the learned rules: evidence is about the
+        parameters as written, or a page merged by a wrong rule would be blamed on another
+        parameter. The key the request carries when it is that one (no learned rule touches
+        its host), so a page is not keyed twice; else made anew."""
+        plain = self.live.without_learned()
+        if url == request.url and request.method == "GET":
+            carried = carried_key(request, plain)
+            if carried is not None and not self.live.touches(key_host(carried)):
+                return carried
+        return dedupe_key(url, plain)
+
     def _recheck(self, fetched: Page, recheck: dict[str, Any]) -> None:
         """A URL an applied rule merged, fetched anyway: same content as its key's page?"""
         stats = self.crawler.stats
         assert stats is not None
         stats.inc_value("learn/rechecked")
-        merged = self.evidence.page(recheck["key"])
+        merged = self.evidence.merged_into(recheck["key"], recheck["params"])
         parts = split_key(recheck["key"])
-        if merged is None or parts is None or merged.kind != OK or fetched.kind != OK:
+        if merged is None or parts is None:
+            stats.inc_value("learn/recheck_unmatched")  # no page it merged is remembered
+            return
+        if merged.kind != OK or fetched.kind != OK:
             return
         if merged.exact == fetched.exact:
             stats.inc_value("learn/recheck_confirmed")

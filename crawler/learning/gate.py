@@ -2,10 +2,16 @@
 
 A link is keyed when its page is handled; a rule learned later (``CANON_LEARN="apply"``)
 would not stop the variants already queued. This downloader middleware keys each request
-again before it is downloaded, when learned rules are active: if its key changed and the new
-key is already in the seen filter, the request is dropped (``learn/dropped_queued``), its
-lease (shared frontier) released; otherwise the new key is marked seen and it goes on.
+again before it is downloaded, when a learned rule is active on its host (any other request
+keeps the key the frontier made and it carries): if its key changed and the new key is
+already in the seen filter, the request is dropped (``learn/dropped_queued``), its lease
+(shared frontier) released; otherwise the new key is marked seen and it goes on.
 Re-check fetches (:mod:`crawler.learning.recheck`) and ``dont_filter`` requests pass.
+Before it marks or drops, it reloads the learned rules (one Redis read when shared): the
+version a worker last read may be a second old, and a rule revoked since must not drop a page.
+The reload and the mark are two calls, not one atomic step as the admission's version check
+is (:mod:`crawler.frontier.redis.admission`): a revocation landing between them (a few
+milliseconds) is not caught.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from scrapy.http.request import NO_CALLBACK
 
 from crawler.canonical import InvalidURL, dedupe_key
 from crawler.frontier import META_KEY, frontier_for
+from crawler.frontier.keys import key_host
 from crawler.learning.extension import RECHECK_META, learning_for
 
 if TYPE_CHECKING:
@@ -43,15 +50,20 @@ class LearnedRuleGate:
         old = request.meta.get(META_KEY)
         if (
             learning is None
-            or not learning.has_applied
             or old is None
             or request.dont_filter
             or request.callback is NO_CALLBACK
             or request.meta.get(RECHECK_META)
         ):
             return
+        live = learning.live
+        live.current()  # reloaded if the learned rules changed, as last read
+        if not live.touches(key_host(old)):
+            return
         try:
-            new = dedupe_key(request.url, learning.live.current())
+            new = dedupe_key(request.url, live.current())
+            if new != old:  # about to mark or drop: not under a rule revoked a moment ago
+                new = dedupe_key(request.url, live.latest())
         except InvalidURL:
             return
         if new == old:

@@ -21,19 +21,25 @@ Where the layers live:
 
 A crawl records its rules beside its filter the first time it starts, and refuses to start
 with other rules than those its filter was filled (or rebuilt) under: the keys would not
-match, and every page would count as new.
+match, and every page would count as new. Learned parameter rules (:mod:`crawler.learning`)
+are the exception: a filter rebuilt under ``CANON_HOST_RULES`` plus learned rules records
+both (``learned``), and a crawl with the same ``CANON_HOST_RULES`` keys under that filter's
+version prefix with whichever learned rules are applied now (a learned rule only drops a
+parameter proven to change nothing; one revoked since makes the pages it merged new again,
+never merges more).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from crawler.canonical import InvalidURL, dedupe_key
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet
+from crawler.learning.state import combined_host_rules
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -59,13 +65,16 @@ class SupportsContains(Protocol):
         ...
 
 
-def rules_record(host_rules: dict[str, Any], rules: RuleSet) -> dict[str, Any]:
-    """What is stored beside a filter about its rules: enough to key URLs with them again.
+def rules_record(
+    host_rules: dict[str, Any], rules: RuleSet, learned: Mapping[str, list[str]] | None = None
+) -> dict[str, Any]:
+    """What is stored beside a filter about its rules: enough to key URLs with them again:
+    ``CANON_HOST_RULES`` and the learned drop rules (scope -> names) ``rules`` include.
 
     >>> rules_record({}, DEFAULT_RULES)["host_rules"]
     {}
     """
-    return {"version": rules.version, "host_rules": host_rules}
+    return {"version": rules.version, "host_rules": host_rules, "learned": dict(learned or {})}
 
 
 def settings_rules_record(settings: BaseSettings, rules: RuleSet) -> dict[str, Any]:
@@ -77,7 +86,9 @@ def rules_from_record(record: dict[str, Any]) -> RuleSet:
     """The ruleset a :func:`rules_record` describes; ValueError when the built-in rules of
     this version of the code no longer give the recorded version (keys made then cannot be
     made again)."""
-    rules = DEFAULT_RULES.with_host_rules(record["host_rules"])
+    rules = DEFAULT_RULES.with_host_rules(
+        combined_host_rules(record["host_rules"], record.get("learned") or {})
+    )
     if rules.version != record["version"]:
         raise ValueError(
             f"the recorded rules were version {record['version']}, this code makes "
@@ -86,16 +97,41 @@ def rules_from_record(record: dict[str, Any]) -> RuleSet:
     return rules
 
 
-def check_rules(recorded: dict[str, Any], version: str, where: str) -> None:
-    """:class:`RulesMismatch` unless the filter at ``where`` was filled under rules
-    ``version``."""
-    if recorded["version"] != version:
-        raise RulesMismatch(
-            f"the seen filter at {where} was filled under rules {recorded['version']} "
-            f"(CANON_HOST_RULES={json.dumps(recorded['host_rules'])}), this crawl keys with "
-            f"{version}: set CANON_HOST_RULES as it was, or run `scrapy rebuild-filter` "
-            "to apply the new rules"
-        )
+def revoked_in(record: dict[str, Any], revoked: set[str]) -> list[str]:
+    """The learned rules (``scope?param``) a filter's rules ``record`` includes that are
+    among ``revoked``: its keys merge pages no longer proven equal.
+
+    >>> revoked_in({"learned": {"e.org": ["ref", "src"]}}, {"e.org?ref"})
+    ['e.org?ref']
+    """
+    learned = record.get("learned") or {}
+    return sorted(
+        f"{scope}?{name}"
+        for scope, names in learned.items()
+        for name in names
+        if f"{scope}?{name}" in revoked
+    )
+
+
+def check_rules(recorded: dict[str, Any], record: dict[str, Any], where: str) -> str:
+    """The version prefix to key with, for a crawl with the rules of ``record``, on the
+    filter at ``where`` filled under ``recorded``: that filter's version, when it was filled
+    under these rules or under these ``CANON_HOST_RULES`` plus learned rules (see the module
+    docstring). :class:`RulesMismatch` otherwise."""
+    version = record["version"]
+    if recorded["version"] == version:
+        return version
+    learned = recorded.get("learned") or {}
+    if learned:
+        mine = DEFAULT_RULES.with_host_rules(combined_host_rules(record["host_rules"], learned))
+        if mine.version == recorded["version"]:
+            return mine.version
+    raise RulesMismatch(
+        f"the seen filter at {where} was filled under rules {recorded['version']} "
+        f"(CANON_HOST_RULES={json.dumps(recorded['host_rules'])}), this crawl keys with "
+        f"{version}: set CANON_HOST_RULES as it was, or run `scrapy rebuild-filter` "
+        "to apply the new rules"
+    )
 
 
 @dataclass(frozen=True)
@@ -194,14 +230,16 @@ def jobdir_layers(jobdir: Path) -> OlderLayers:
     return OlderLayers(layers)
 
 
-def prepare_jobdir(seen_dir: Path, record: dict[str, Any]) -> OlderLayers:
+def prepare_jobdir(seen_dir: Path, keyer: RequestKeyer, host_rules: dict[str, Any]) -> OlderLayers:
     """Check (or, on a first start, record) the rules of the filter in ``seen_dir``
-    (``JOBDIR/seen``) and load the older layers beside it."""
+    (``JOBDIR/seen``) against the ``keyer``'s (made from ``host_rules``), which keys under
+    that filter's version from now on, and load the older layers beside it."""
+    record = rules_record(host_rules, keyer.rules)
     recorded = read_rules_file(seen_dir)
     if recorded is None:
         write_rules_file(seen_dir, record)
     else:
-        check_rules(recorded, record["version"], str(seen_dir))
+        keyer.use_version(check_rules(recorded, record, str(seen_dir)))
     return jobdir_layers(seen_dir.parent)
 
 
@@ -269,14 +307,15 @@ def open_redis_layer(client: Client, entry: dict[str, Any]) -> OlderLayer:
 
 
 def redis_layers(
-    client: Client, keys: FrontierKeys, settings: BaseSettings, rules: RuleSet
+    client: Client, keys: FrontierKeys, settings: BaseSettings, keyer: RequestKeyer
 ) -> tuple[FrontierKeys, OlderLayers]:
     """A worker's frontier keys with the current filter generation, and the older layers
     (see the module docstring). A first worker records its rules; a worker whose rules
-    differ from the current filter's refuses to start (:class:`RulesMismatch`)."""
-    record = settings_rules_record(settings, rules)
+    differ from the current filter's refuses to start (:class:`RulesMismatch`); the
+    ``keyer`` keys under the current filter's version."""
+    record = settings_rules_record(settings, keyer.rules)
     manifest = ensure_manifest(client, keys.prefix, keys.seen, record, filter_parameters(settings))
     current = manifest["current"]
-    check_rules(current["rules"], record["version"], current["key"])
+    keyer.use_version(check_rules(current["rules"], record, current["key"]))
     older = OlderLayers([open_redis_layer(client, entry) for entry in manifest["older"]])
     return replace(keys, seen=manifest["current"]["key"]), older

@@ -112,8 +112,13 @@ class MemoryBloomSeenFilter:
 
     def contains_many(self, keys: Sequence[str]) -> list[bool]:
         """Per key, True if the filter (probably) holds it; adds nothing."""
-        layers = self._layers
-        return [any(_hash128(key) in layer.bloom for layer in layers) for key in keys]
+        return [self.contains(key) for key in keys]
+
+    def contains(self, key: str) -> bool:
+        """True if the filter (probably) holds ``key``; adds nothing. Asked for each link a
+        page yields (:meth:`crawler.frontier.memory.MemoryFrontier.seen_before`)."""
+        hashed = _hash128(key)
+        return any(hashed in layer.bloom for layer in self._layers)
 
     def close(self) -> None:
         if self.directory:

@@ -23,13 +23,17 @@ import redis
 from queuelib import queue
 
 from crawler.canonical import InvalidURL, dedupe_key
+from crawler.frontier.decode import COMPACT_PREFIX, record_url
 from crawler.frontier.redis.layout import FrontierKeys
+from crawler.frontier.redis.partitions import partition_keys
+from crawler.frontier.redis.state import queued_records
 from crawler.seen.layers import (
     OLDER_DIR,
     filter_parameters,
     manifest_key,
     older_dirs,
     read_rules_file,
+    revoked_in,
     write_rules_file,
 )
 from crawler.seen.memory import MemoryBloomSeenFilter
@@ -43,6 +47,9 @@ if TYPE_CHECKING:
     from pipelines.store import RecordStore
 
 logger = logging.getLogger(__name__)
+
+#: Directory (in ``JOBDIR``) of layers retired by a revoked learned rule.
+RETIRED_DIR = "seen-retired"
 
 #: Keys added to the new filter per call.
 BATCH = 1000
@@ -89,24 +96,21 @@ def store_urls(store: RecordStore) -> Iterator[str]:
             yield hint["canonical_url"]
 
 
-def _url_of(text: bytes | str) -> str | None:
-    """The ``url`` of a stored request; None when the text (untrusted, written by anyone
-    with access to the crawl's keys) is not one."""
-    try:
-        url = json.loads(text).get("url")
-    except (ValueError, AttributeError, RecursionError):
-        return None
-    return url if isinstance(url, str) else None
-
-
-def _staged_requests(text: bytes | str) -> list[Any]:
-    """The stored requests of a staged batch (entries ``[score, host, JSON]``, or
-    ``[score, JSON]`` from before politeness hosts): the last item of each."""
+def _staged_entries(text: bytes | str) -> list[Any]:
+    """The entries of a staged batch (``[score, host, shape, rest of the record]``, or from
+    older workers ``[score, host, JSON]`` and ``[score, JSON]``)."""
     try:
         entries = json.loads(text)["entries"]
-        return [entry[-1] for entry in entries]
-    except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+        return [entry for entry in entries if isinstance(entry, list) and entry]
+    except (ValueError, TypeError, KeyError, RecursionError):
         return []
+
+
+def _staged_record(entry: list[Any]) -> str:
+    """A staged entry's record as a lane would hold it (the shape id is not needed here)."""
+    if len(entry) == 4 and entry[2]:
+        return f"{COMPACT_PREFIX}0\t{entry[3]}"
+    return entry[-1]
 
 
 def jobdir_queued_urls(jobdir: Path) -> Iterator[str]:
@@ -127,24 +131,27 @@ def jobdir_queued_urls(jobdir: Path) -> Iterator[str]:
         ]
         for disk_queue in queues:
             while (data := disk_queue.pop()) is not None:
-                if url := _url_of(data):
+                if url := record_url(data):
                     yield url
             disk_queue.close()
 
 
 def redis_frontier_urls(client: Client, prefix: str) -> Iterator[str]:
-    """URLs of the requests in a shared frontier: queued or leased, staged (a batch being
-    admitted through a sharded filter) or failed for good."""
-    keys = FrontierKeys.for_prefix(prefix)
-    for _id, text in client.hscan_iter(keys.requests):
-        if url := _url_of(text):
-            yield url
-    for _lease, text in client.hscan_iter(keys.staged):
-        for request_json in _staged_requests(text):
-            if isinstance(request_json, str) and (url := _url_of(request_json)):
+    """URLs of the requests in a shared frontier (every partition of its queue): queued or
+    leased, staged (a batch being admitted through a sharded filter) or failed for good."""
+    for keys in partition_keys(client, FrontierKeys.for_prefix(prefix)):
+        for _lane, item in queued_records(client, keys):
+            if url := record_url(item):  # requeued ones ("#<id>") are found in `requests`
                 yield url
-    for url, _record in client.hscan_iter(keys.failed):
-        yield url.decode() if isinstance(url, bytes) else url
+        for _id, text in client.hscan_iter(keys.requests):
+            if url := record_url(text):
+                yield url
+        for _lease, text in client.hscan_iter(keys.staged):
+            for entry in _staged_entries(text):
+                if isinstance(entry[-1], str) and (url := record_url(_staged_record(entry))):
+                    yield url
+        for url, _record in client.hscan_iter(keys.failed):
+            yield url.decode() if isinstance(url, bytes) else url
 
 
 def _batches(keys: Iterable[str]) -> Iterator[list[str]]:
@@ -167,11 +174,14 @@ def rebuild_jobdir(
     record: dict[str, Any],
     old_record: dict[str, Any],
     settings: BaseSettings,
-) -> Path | None:
+    revoked: set[str] = frozenset(),  # type: ignore[assignment]
+) -> tuple[Path | None, list[Path]]:
     """Replace ``JOBDIR/seen`` by a filter of ``keys`` (made under the rules of ``record``),
     the old one moving to ``JOBDIR/seen-older/<n>`` with ``old_record`` if it had no rules
-    file. The crawl must be stopped. Returns the older layer's directory (None if there was
-    no filter)."""
+    file. A layer keyed under a learned rule now ``revoked`` (``scope?param``) is retired
+    instead, to ``JOBDIR/seen-retired/<n>``, never consulted again: its keys merge pages no
+    longer proven equal. The crawl must be stopped. Returns the older layer's directory
+    (None if there was no filter, or it was retired) and the retired ones."""
     seen_dir = jobdir / "seen"
     building = jobdir / "seen.rebuild"
     shutil.rmtree(building, ignore_errors=True)
@@ -180,16 +190,30 @@ def rebuild_jobdir(
         new.add_many(batch)
     new.close()
     write_rules_file(building, record)
+    retired = [
+        _move_to(directory, jobdir / RETIRED_DIR)
+        for directory in older_dirs(jobdir)
+        if revoked_in(read_rules_file(directory) or {}, revoked)
+    ]
     older = None
     if seen_dir.exists():
-        existing = older_dirs(jobdir)
-        older = jobdir / OLDER_DIR / str(int(existing[-1].name) + 1 if existing else 0)
-        older.parent.mkdir(exist_ok=True)
         if read_rules_file(seen_dir) is None:
             write_rules_file(seen_dir, old_record)
-        seen_dir.rename(older)
+        if revoked_in(old_record, revoked):
+            retired.append(_move_to(seen_dir, jobdir / RETIRED_DIR))
+        else:
+            older = _move_to(seen_dir, jobdir / OLDER_DIR)
     building.rename(seen_dir)
-    return older
+    return older, retired
+
+
+def _move_to(directory: Path, parent: Path) -> Path:
+    """Move ``directory`` to the next numbered directory in ``parent``."""
+    parent.mkdir(exist_ok=True)
+    numbers = [int(p.name) for p in parent.iterdir() if p.name.isdigit()]
+    target = parent / str(max(numbers) + 1 if numbers else 0)
+    directory.rename(target)
+    return target
 
 
 # --- shared crawls ----------------------------------------------------------------------------
@@ -223,11 +247,15 @@ def rebuild_redis(
     keys: Iterable[str],
     record: dict[str, Any],
     settings: BaseSettings,
-) -> str:
+    revoked: set[str] = frozenset(),  # type: ignore[assignment]
+) -> tuple[str, list[str]]:
     """Fill the next generation of the shared crawl's filter with ``keys`` (made under the
     rules of ``record``), then switch to it in one atomic step: the manifest names it as
     current and the previous generation as the newest older layer. Workers may run
-    meanwhile: what they add to the previous generation stays seen. Returns the new key.
+    meanwhile: what they add to the previous generation stays seen. A generation keyed
+    under a learned rule now ``revoked`` is retired instead: left out of the manifest (its
+    Redis keys are left in place), never consulted again. Returns the new key and the
+    retired ones.
 
     :class:`RebuildConflict` if the manifest changed meanwhile (another rebuild)."""
     parameters = filter_parameters(settings)
@@ -238,9 +266,11 @@ def rebuild_redis(
     for batch in _batches(keys):
         new.add_many(batch)
     older_entry = {**current["parameters"], "key": current["key"], "rules": current["rules"]}
+    older = [older_entry, *manifest["older"]]
+    retired = [entry["key"] for entry in older if revoked_in(entry["rules"], revoked)]
     switched = {
         "current": {"key": new_key, "rules": record, "parameters": parameters},
-        "older": [older_entry, *manifest["older"]],
+        "older": [entry for entry in older if entry["key"] not in retired],
     }
     name = manifest_key(prefix)
     with client.pipeline(transaction=True) as pipe:
@@ -253,4 +283,4 @@ def rebuild_redis(
             pipe.execute()
         except redis.WatchError:
             raise RebuildConflict(f"{name} changed while rebuilding: run it again") from None
-    return new_key
+    return new_key, retired

@@ -3,7 +3,9 @@
 Every worker of one crawl (``scrapy crawl SPIDER -s REDIS_URL=...``) shares, under one key
 prefix (``FRONTIER_KEY_PREFIX``, one Redis Cluster hash tag):
 
-- a queue of serialized requests (JSON) ordered by priority, then first in, first out;
+- a queue of compact stored requests in lanes, one Redis list per priority level and host:
+  best level first, each host's requests first in, first out, hosts of a level taking turns
+  (:mod:`.layout`, "The queue");
 - the RedisBloom seen filter of their dedupe keys: one key beside the queue, or
   ``SEEN_FILTER_SHARDS`` keys spread over the cluster's masters (past one key's 512 MiB);
 - leases: a request handed to a worker stays in Redis, owned by that worker until its
@@ -15,11 +17,14 @@ Each step is one Lua script, so it is atomic (``crawler/frontier/*.lua``, each n
 keys it uses). One module per concern:
 
 - :mod:`.layout`: every Redis key of a crawl, documented;
+- :mod:`.partitions`: one crawl's queue split over the masters of a cluster
+  (``FRONTIER_PARTITIONS``), and which partition holds what;
 - :mod:`.admission`: admit a page's links and release its lease (crash-safe, also with a
   sharded filter);
 - :mod:`.leases`: lease, heartbeat, failure, release: the requests a worker holds;
 - :mod:`.outbox`: answers delivered in order, waiting while Redis is away;
-- :mod:`.state`: sizes and failure records.
+- :mod:`.state`: sizes and failure records;
+- :mod:`.upgrade`: a crawl queued by an older release moved to lanes when a worker starts.
 
 So each page is fetched at least once, and twice only when its lease expired while it was
 being fetched (worker killed, or stalled longer than the lease). Redis being unreachable or
@@ -49,7 +54,9 @@ from crawler.frontier.redis.admission import QUEUED_META, Admission
 from crawler.frontier.redis.layout import FrontierKeys
 from crawler.frontier.redis.leases import LEASE_META, Leases, worker_id
 from crawler.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
+from crawler.frontier.redis.partitions import Partitions, partition_count
 from crawler.frontier.redis.quarantine import QUARANTINE_MAX
+from crawler.frontier.redis.upgrade import upgrade_layout
 from crawler.redis_client import Client, describe, redis_from_url, require_bloom
 from crawler.seen.layers import OlderLayers, redis_layers
 from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
@@ -90,6 +97,8 @@ SCRIPTS = (
     "counts",
     "quarantine",
 )
+#: The scripts each partition's politeness runs (:class:`HostPoliteness`).
+POLITENESS_SCRIPTS = ("turn", "pause", "paused", "waiting")
 
 
 def _warn_about_setup(client: redis.Redis) -> None:
@@ -132,6 +141,7 @@ class RedisFrontier:
         decoder: RequestDecoder = DEFAULT_DECODER,
         quarantine_cap: int = QUARANTINE_MAX,
         older: OlderLayers | None = None,
+        partitions: int = 1,
     ) -> None:
         if lease_ttl <= 0:
             raise ValueError(f"FRONTIER_LEASE_TTL must be positive, got {lease_ttl}")
@@ -142,11 +152,16 @@ class RedisFrontier:
         self.seen = seen
         self.keyer = keyer
         self.stats = stats
-        self.politeness = HostPoliteness(client, keys, limits or HostLimits(), stats)
-        self.scripts = FrontierScripts(client, keys, SCRIPTS)
+        #: The queue's partitions (one by default: the crawl's own keys).
+        self.partitions = Partitions(
+            client, keys, partition_count(client, keys, partitions), SCRIPTS + POLITENESS_SCRIPTS
+        )
+        self.politeness = HostPoliteness(
+            client, keys, limits or HostLimits(), stats, self.partitions
+        )
         self.outbox = Outbox(stats)
         self.leases = Leases(
-            self.scripts,
+            self.partitions,
             self.outbox,
             self.politeness,
             stats,
@@ -159,7 +174,7 @@ class RedisFrontier:
         #: Read-only layers of the seen filter (after `scrapy rebuild-filter`).
         self.older = older or OlderLayers([])
         self.admission = Admission(
-            self.scripts, seen, keyer, self.leases, self.outbox, stats, self.older
+            self.partitions, seen, keyer, self.leases, self.outbox, stats, self.older
         )
         self.spider = spider
         #: Where Redis is called from in a crawl (:meth:`go_background`); None: the
@@ -197,6 +212,11 @@ class RedisFrontier:
         self.leases.spider = self.admission.spider = spider
 
     @property
+    def scripts(self) -> FrontierScripts:
+        """The scripts of the first partition (of the crawl's only one, by default)."""
+        return self.partitions.scripts[0]
+
+    @property
     def owner(self) -> str:
         return self.leases.owner
 
@@ -226,7 +246,9 @@ class RedisFrontier:
             keys = FrontierKeys.for_prefix(prefix)
             keyer = RequestKeyer.from_settings(stats, settings)
             # After `scrapy rebuild-filter`: the current generation and the older layers.
-            keys, older = redis_layers(client, keys, settings, keyer.rules)
+            keys, older = redis_layers(client, keys, settings, keyer)
+            if moved := upgrade_layout(client, keys):
+                logger.warning("Moved %d requests of an older release's queue to lanes", moved)
             seen = seen_filter_from_settings(client, keys.seen, settings)
             frontier = cls(
                 client,
@@ -241,6 +263,7 @@ class RedisFrontier:
                 decoder=RequestDecoder.from_settings(settings),
                 quarantine_cap=settings.getint("FRONTIER_QUARANTINE_MAX", QUARANTINE_MAX),
                 older=older,
+                partitions=settings.getint("FRONTIER_PARTITIONS", 1),
             )
         except BaseException:
             client.close()
@@ -304,6 +327,17 @@ class RedisFrontier:
         parent = self.leases.take_replaced(request)
         return bool(self.admission.admit(parent, [request], dropped_by_caller=True))
 
+    def seen_before(self, request: Request) -> str | None:
+        """``request``'s key if an answer to this worker said the filter holds it
+        (:mod:`crawler.frontier.known`); no Redis call. Not for a key a learned rule merged:
+        this worker's rules may be a second old (a rule revoked since), so its admission,
+        which checks their version, decides."""
+        keyer = self.keyer
+        key = keyer.key_of(request)
+        if key is None or not self.admission.seen_before(key):
+            return None
+        return None if keyer.merged_by_learned(request, key) else key
+
     def request_seen(self, request: Request) -> bool:
         """True if ``request``'s key is in the seen filter (or it cannot be keyed); marks
         and queues nothing (:meth:`enqueue` does both at once). Calls Redis in the caller's
@@ -323,7 +357,7 @@ class RedisFrontier:
         """Lease up to ``count`` requests from the background thread (in the caller's
         thread without one); errbacks with Redis' error. Afterwards :meth:`seems_drained`
         tells whether the crawl looked drained then."""
-        leasing = self.call(self.leases.lease_reply, count)
+        leasing = self.call(self.leases.lease_replies, count)
         return leasing.addCallback(self.leases.take_delivery)
 
     def seems_drained(self) -> bool:
@@ -346,8 +380,9 @@ class RedisFrontier:
         return self.leases.answer_dropped(grace)
 
     def heartbeat(self) -> None:
-        """Extend the leases of requests this worker is still working on, in the caller's
-        thread (in a crawl, :attr:`heartbeats` calls it from a thread of its own)."""
+        """Extend the leases of requests this worker is still working on, in every
+        partition, in the caller's thread (in a crawl, :attr:`heartbeats` calls it from a
+        thread of its own)."""
         self.leases.heartbeat()
 
     def release_all(self) -> int:
@@ -377,16 +412,16 @@ class RedisFrontier:
         worker, no answer of this worker waiting. Raises ``REDIS_UNAVAILABLE`` errors."""
         if self.outbox or self.leases:
             return False
-        queued, leased, _failed = state.sizes(self.scripts)
+        queued, leased, _failed = state.sizes(self.partitions.scripts)
         return queued == 0 and leased == 0
 
     def counts(self) -> dict[str, int]:
         """Sizes of the shared state: queued, leased and failed requests, keys seen."""
-        return state.counts(self.scripts, self.seen)
+        return state.counts(self.partitions.scripts, self.seen)
 
     def failures(self) -> dict[str, dict[str, Any]]:
         """The failed requests' records, by URL."""
-        return state.failures(self.client, self.keys)
+        return state.failures(self.client, self.partitions.keys)
 
     def close(self) -> None:
         """Deliver what can be delivered, then release the connection."""

@@ -11,10 +11,31 @@ request whose handling produced them (the parent), so a crash can never lose the
   next lease call queues the whole batch (``frontier/staged_recovered``): a key marked seen
   always has its request staged or queued, at the cost of a few pages fetched twice after a
   crash. A commit arriving after its lease expired does the same (see ``commit.lua``).
+- With a partitioned queue (``FRONTIER_PARTITIONS`` > 1, :mod:`.partitions`) the seen
+  filter is never beside the queue and a page's links may belong to several partitions:
+  every batch takes the three steps, each partition's part staged and committed in its own
+  partition. The parent's part (under its lease) is staged last and committed last: every
+  other part is staged before the parent's lease can be taken over by a recovery, and queued
+  before it is released. A worker killed in between leaves staged parts that the partitions'
+  next lease calls queue whole, and the parent's lease expires (fetched again) unless its
+  own part was staged: a page whose links span partitions may be fetched again after a
+  crash, never lost. When the parent's lease is refused, the parts staged already are
+  dropped again (committed with nothing to queue).
 
 An answer from a worker whose lease expired is still accepted if nobody has leased the
 request again; if another worker holds it, it is refused and dropped
 (``frontier/ack_refused``): the other worker fetches the same page and admits the same links.
+
+Keys depend on the crawl's learned parameter rules (:mod:`crawler.learning.state`), which
+another worker may change at any moment (a rule applied, or revoked by a counter-example),
+and a worker reads their version only about once a second. So each batch carries the version
+its keys were made under; admit and stage change nothing and answer **stale** when the
+crawl's version differs (a revoked rule would drop a page as its variant's duplicate), and
+the worker reloads the rules (in the background thread, in order with its other answers),
+keys the batch again and sends it again, under the same parent lease, released only with the
+accepted batch (``frontier/stale_rules``). A commit whose rules moved after its stage queues
+the whole batch (``commit.lua``). A worker killed in between loses nothing: the lease expires
+and the page is fetched again.
 """
 
 from __future__ import annotations
@@ -23,15 +44,17 @@ import logging
 import math
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from crawler.frontier import META_CHECKED, META_KEY
-from crawler.frontier.keys import was_checked
+from crawler.frontier.keys import META_KEY_RULES, was_checked
+from crawler.frontier.known import KnownKeys
 from crawler.frontier.politeness import HOST_META, politeness_key
-from crawler.frontier.redis.leases import text, without_lease
+from crawler.frontier.redis.leases import refused_batch, text, without_lease
 from crawler.frontier.redis.outbox import Answer
-from crawler.frontier.serialize import RequestNotSerializable, request_to_json
+from crawler.frontier.serialize import RequestNotSerializable, RequestShapes, compact_record
 from crawler.seen.layers import OlderLayers
 from crawler.seen.redis import REPLY_TTL
 
@@ -41,9 +64,9 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     from crawler.frontier.keys import RequestKeyer
-    from crawler.frontier.lua import FrontierScripts
     from crawler.frontier.redis.leases import Leases
     from crawler.frontier.redis.outbox import Outbox
+    from crawler.frontier.redis.partitions import Partitions
     from crawler.seen.sharded import ShardedBloomSeenFilter
 
 logger = logging.getLogger(__name__)
@@ -52,30 +75,35 @@ logger = logging.getLogger(__name__)
 QUEUED_META = "frontier_queued"
 #: The filter's parameters admit.lua takes, in its order.
 BLOOM_ARGS = ("capacity", "error_rate", "expansion")
-#: Values per request in a batch's rows: queue score, politeness host, JSON (admit.lua,
-#: stage.lua).
-ROW = 3
+#: The admission scripts' answer to a batch keyed under learned rules the crawl changed since.
+STALE = "stale"
+#: Values per request in a batch's rows: queue score (-priority), politeness host, shape
+#: JSON, the rest of the record (admit.lua, stage.lua; see serialize.compact_record).
+ROW = 4
 
 
-def stored_form(request: Request, key: str) -> Request:
-    """``request`` as it is stored: with its key, without this worker's lease id."""
+def stored_meta(request: Request, key: str) -> dict[str, Any]:
+    """The ``meta`` ``request`` is stored with: its key, without this worker's lease id."""
     meta = without_lease(request.meta)
     meta.pop(QUEUED_META, None)
+    meta.pop(META_KEY_RULES, None)
     meta[META_KEY] = key
     meta[HOST_META] = politeness_key(request)
     # The URL, not True: a copy of the request with another URL is checked again.
     meta[META_CHECKED] = request.url
-    return request.replace(meta=meta)
+    return meta
 
 
 class StagedAdmission:
-    """Delivers one batch in the three steps a sharded filter needs (module docstring):
-    stage it, mark its checked keys in the shards, commit it. Called again after a
+    """Delivers one batch in the three steps a sharded filter or a partitioned queue needs
+    (module docstring): stage each partition's part of it (the parent's last), mark its
+    checked keys in the filter, commit each part (the parent's last). Called again after a
     ``REDIS_UNAVAILABLE`` error, it resumes at the step that failed; a retried step repeats
-    harmlessly (the stage and the shards' answers are kept under the batch's id).
+    harmlessly (the stages and the filter's answers are kept under the batch's id).
 
     Returns what the admit script returns: per request "1" if queued, else "0"; or
-    "refused" when the parent's lease may not be released by this worker (nothing done).
+    "refused" when the parent's lease may not be released by this worker, "stale" when the
+    crawl's learned rules are no longer those of ``version`` (nothing done either way).
     """
 
     def __init__(
@@ -85,27 +113,63 @@ class StagedAdmission:
         checked_keys: list[str],
         checks: list[bool],
         rows: list[Any],
+        version: str,
     ) -> None:
         self.admission = admission
         self.parent = parent
         self.checked_keys = checked_keys
         self.checks = checks
         self.rows = rows
+        self.version = version
         self.batch = uuid.uuid4().hex
-        #: The lease holding the staged batch, once step 1 is done.
-        self.lease: str | None = None
-        #: The shards' answers for ``checked_keys``, once step 2 is done.
+        #: Each partition's part: the positions of its requests, the lead's (the parent's
+        #: partition, else the first) first; once placed (step 1).
+        self.parts: dict[int, list[int]] | None = None
+        #: The lease holding each partition's staged part, once staged.
+        self.leases: dict[int, str] = {}
+        #: The filter's answers for ``checked_keys``, once step 2 is done.
         self.fresh: list[bool] | None = None
+        #: Each committed part's flags.
+        self.committed: dict[int, str] = {}
+
+    def _place(self) -> dict[int, list[int]]:
+        """Each partition's part of the batch (assigning hosts seen for the first time)."""
+        partitions = self.admission.partitions
+        parts: dict[int, list[int]] = {}
+        if self.parent is not None:
+            parts[partitions.split(self.parent)[0]] = []
+        for position, partition in enumerate(partitions.of_hosts(self.rows[1::ROW])):
+            parts.setdefault(partition, []).append(position)
+        return parts
 
     def __call__(self) -> str:
         admission = self.admission
-        scripts = admission.scripts
-        if self.lease is None:
-            args = [admission.owner, self.parent or "", self.batch, admission.lease_ttl_ms]
-            reply = text(scripts.run("stage", [*args, *self.rows]))
-            if reply == "refused":
+        partitions = admission.partitions
+        # One partition: its scripts check the learned rules' version atomically. Several:
+        # the crawl's version is in another slot; it is read before the filter is marked.
+        version = self.version if partitions.count == 1 else ""
+        if self.parts is None:
+            self.parts = self._place()
+        lead = next(iter(self.parts), None)
+        for partition in reversed(self.parts):  # the lead's last: it holds the parent
+            if partition in self.leases:
+                continue
+            positions = self.parts[partition]
+            parent = partitions.split(self.parent)[1] if self.parent and partition == lead else ""
+            args = [admission.owner, parent, self.batch, admission.lease_ttl_ms, version]
+            args += [cell for p in positions for cell in self.rows[ROW * p : ROW * p + ROW]]
+            reply = text(partitions.run(partition, "stage", args))
+            if reply in ("refused", STALE):  # only the lead's: drop the parts staged already
+                for staged, lease in self.leases.items():
+                    nothing = "0" * len(self.parts[staged])
+                    partitions.run(staged, "commit", [lease, self.batch, nothing, 0, ""])
                 return reply
-            self.lease = reply
+            self.leases[partition] = reply
+        if self.fresh is None and version != self.version and partitions.rules_stale(self.version):
+            # Keyed under rules revoked meanwhile: mark nothing, queue the batch whole (some
+            # pages may be fetched twice, none merged), as commit.lua does when they change.
+            admission.stats.inc_value("frontier/stale_rules")
+            self.fresh = [True] * len(self.checked_keys)
         if self.fresh is None:
             self.fresh = admission.seen.add_many(
                 self.checked_keys, batch_id=self.batch, reply_ttl=admission.seen_reply_ttl
@@ -113,17 +177,30 @@ class StagedAdmission:
         answers = iter(self.fresh)
         flags = "".join("1" if not check or next(answers) else "0" for check in self.checks)
         cap = admission.leases.quarantine_cap
-        status = text(scripts.run("commit", [self.lease, self.batch, flags, cap]))
-        if status == "late":
-            admission.stats.inc_value("frontier/staged_recovered", len(self.checks))
-            logger.warning(
-                "Batch %s committed after its lease expired: all its %d requests queued "
-                "(some may be fetched twice)",
-                self.batch,
-                len(self.checks),
-            )
-            return "1" * len(self.checks)
-        return flags if status == "ok" else status
+        for partition in reversed(self.parts):  # the lead's last: it releases the parent
+            if partition in self.committed:
+                continue
+            positions = self.parts[partition]
+            part_flags = "".join(flags[p] for p in positions)
+            args = [self.leases[partition], self.batch, part_flags, cap, version]
+            status = text(partitions.run(partition, "commit", args))
+            if status == "refused" and partition == lead:
+                return status
+            if status in ("late", "changed"):
+                admission.stats.inc_value("frontier/staged_recovered", len(positions))
+                logger.warning(
+                    "Batch %s committed %s: all its %d requests queued (some may be fetched twice)",
+                    self.batch,
+                    "after its lease expired" if status == "late" else "as learned rules changed",
+                    len(positions),
+                )
+            # Late, changed, or refused: the part was queued whole.
+            self.committed[partition] = part_flags if status == "ok" else "1" * len(positions)
+        answer = [""] * len(self.checks)
+        for partition, positions in self.parts.items():
+            for position, flag in zip(positions, self.committed[partition], strict=True):
+                answer[position] = flag
+        return "".join(answer)
 
 
 class WithoutOlder:
@@ -139,12 +216,14 @@ class WithoutOlder:
         entries: list[tuple[Request, str]],
         checks: list[bool],
         rows: list[Any],
+        version: str,
     ) -> None:
         self.admission = admission
         self.parent = parent
         self.entries = entries
         self.checks = checks
         self.rows = rows
+        self.version = version
         #: Per entry, True if an older layer holds it; once asked.
         self.hits: list[bool] | None = None
         self.step: Callable[[], Any] | None = None
@@ -162,25 +241,150 @@ class WithoutOlder:
                 [self.entries[index][1] for index in kept],
                 [self.checks[index] for index in kept],
                 [cell for index in kept for cell in self.rows[ROW * index : ROW * index + ROW]],
+                self.version,
             )
             self.hits = hits
         reply = text(self.step())
-        if reply == "refused":
+        if reply in ("refused", STALE):
             return reply
         flags = iter(reply)
         return "".join("0" if hit else next(flags) for hit in self.hits)
 
 
+@dataclass
+class Batch:
+    """A page's links keyed under the learned rules of ``version`` ('': rules that never
+    change): ``pairs`` as the keyer made them, the ``entries`` to send (with their
+    ``checks`` and queue ``rows``, :data:`ROW` values each) and the ``repeats`` of an
+    earlier entry's key."""
+
+    pairs: list[tuple[Request, str]]
+    version: str
+    entries: list[tuple[Request, str]] = field(default_factory=list)
+    checks: list[bool] = field(default_factory=list)
+    rows: list[Any] = field(default_factory=list)
+    repeats: list[tuple[Request, str]] = field(default_factory=list)
+
+
+class Delivery:
+    """One page's batch on its way to the frontier: keyed, sent, and on a stale answer
+    keyed again under the rules reloaded and sent again, until an answer is accepted or
+    refused (:attr:`settled`). The parent's lease stays held until then."""
+
+    def __init__(
+        self,
+        admission: Admission,
+        parent: str | None,
+        on_late_duplicates: Callable[[list[Request]], None] | None,
+        dropped_by_caller: bool,
+    ) -> None:
+        self.admission = admission
+        self.parent = parent
+        self.on_late_duplicates = on_late_duplicates
+        self.dropped_by_caller = dropped_by_caller
+        #: The new requests, once an answer was accepted.
+        self.admitted: list[Request] = []
+        #: True once the admit call returned without the verdict.
+        self.late = False
+        self.settled = False
+        self.batch = Batch([], "")
+
+    def submit(self, children: Sequence[Request], after: Deferred[Any] | None = None) -> bool:
+        """Key ``children`` and send them (once ``after`` fired); False if there is
+        nothing to send."""
+        admission = self.admission
+        batch = self.batch = admission.keyed_batch(children)
+        if self.parent is None and not batch.entries:
+            self.settled = True
+            return False
+        # Against frontier/enqueued: records built for links that were not queued.
+        admission.stats.inc_value("frontier/records_built", len(batch.entries))
+        keys = [key for _, key in batch.entries]
+        args = (self.parent, keys, batch.checks, batch.rows, batch.version)
+        if admission.older and any(batch.checks):
+            deliver: Callable[[], Any] = WithoutOlder(
+                admission, self.parent, batch.entries, *args[2:]
+            )
+        else:
+            deliver = admission.step(*args)
+        name = "stage+commit" if isinstance(deliver, StagedAdmission) else "admit"
+        leases = admission.leases
+        answered = leases.reply_handler(self.parent, refused=refused_batch, accepted=self.accepted)
+        on_reply = partial(self.on_reply, answered)
+        # The answer releases the parent's lease: heartbeated while it waits in the outbox.
+        admission.outbox.send(Answer(name, deliver, on_reply, after, lease=self.parent))
+        return True
+
+    def on_reply(self, answered: Callable[[Any], bool], reply: bytes | str) -> bool:
+        if text(reply) == STALE:
+            self.stale()
+            return False
+        self.settled = True
+        return answered(reply)
+
+    def stale(self) -> None:
+        """The crawl's learned rules moved since the batch was keyed: reload them (from the
+        background thread, after the answers sent before) and send the batch again."""
+        admission = self.admission
+        admission.stats.inc_value("frontier/stale_rules")
+        live = admission.keyer.live
+        assert live is not None  # only a batch keyed under learned rules is stale
+        logger.info(
+            "Learned rules changed since a batch of %d links was keyed (version %s): "
+            "reloading them and keying it again",
+            len(self.batch.entries),
+            self.batch.version,
+        )
+        # The parent's lease stays held until the batch keyed again is answered: the reload
+        # carries it, so the heartbeat extends it until that batch is in the outbox.
+        reload = Answer("load learned rules", live.state.load, self.reloaded, lease=self.parent)
+        admission.outbox.send(reload)
+
+    def reloaded(self, loaded: tuple[int, Any]) -> bool:
+        live = self.admission.keyer.live
+        assert live is not None
+        live.apply(*loaded)
+        batch = self.batch
+        kept = {id(request) for request, _ in (*batch.entries, *batch.repeats)}
+        self.submit([request for request, _ in batch.pairs if id(request) in kept])
+        return True
+
+    def accepted(self, reply: bytes | str) -> None:
+        admission, batch = self.admission, self.batch
+        if self.parent is not None:
+            admission.stats.inc_value("frontier/acked")
+        # Every checked key is in the filter now, found there or marked.
+        admission.known.update(
+            key for (_, key), check in zip(batch.entries, batch.checks, strict=True) if check
+        )
+        fresh = [flag == "1" for flag in text(reply)]
+        admission.stats.inc_value("frontier/enqueued", sum(fresh))
+        admission.keyer.duplicates(batch.repeats)
+        new_ones = admission.keyer.verdicts(batch.entries, fresh)
+        self.admitted.extend(new_ones)
+        duplicates = [
+            request for (request, _), new in zip(batch.entries, fresh, strict=True) if not new
+        ]
+        if admission.on_verdict is not None:
+            reported = duplicates if self.late or not self.dropped_by_caller else []
+            admission.on_verdict(new_ones, reported)
+        if self.late and duplicates and self.on_late_duplicates is not None:
+            self.on_late_duplicates(duplicates)
+
+
 class Admission:
     """Admits requests into the shared frontier (see the module docstring).
 
-    Stats: ``frontier/enqueued``, ``frontier/acked``, ``frontier/unserializable``; the
-    seen-filter verdicts as in the embedded frontier (``seen/new``, ...).
+    Stats: ``frontier/enqueued``, ``frontier/acked``, ``frontier/unserializable``,
+    ``frontier/records_built`` (stored records made, for new links and for links whose key
+    this worker did not know, see :mod:`crawler.frontier.known`), ``frontier/stale_rules``
+    (batches keyed again because the crawl's learned rules changed since, module docstring);
+    the seen-filter verdicts as in the embedded frontier (``seen/new``, ...).
     """
 
     def __init__(
         self,
-        scripts: FrontierScripts,
+        partitions: Partitions,
         seen: ShardedBloomSeenFilter,
         keyer: RequestKeyer,
         leases: Leases,
@@ -188,7 +392,7 @@ class Admission:
         stats: StatsCollector,
         older: OlderLayers | None = None,
     ) -> None:
-        self.scripts = scripts
+        self.partitions = partitions
         self.seen = seen
         self.keyer = keyer
         self.leases = leases
@@ -196,15 +400,31 @@ class Admission:
         self.stats = stats
         #: Read-only layers of the seen filter (after ``scrapy rebuild-filter``).
         self.older = older or OlderLayers([])
-        self.spider: Spider | None = None
+        #: Keys this worker heard the filter hold (:meth:`seen_before`).
+        self.known = KnownKeys()
+        self.shapes = RequestShapes()
         #: Called on each answer with the requests found new and those found seen (a crawl
         #: counts them and fires ``request_dropped`` for the latter).
         self.on_verdict: Callable[[list[Request], list[Request]], None] | None = None
         self._logged_unserializable = False
 
     @property
+    def spider(self) -> Spider | None:
+        return self.shapes.spider
+
+    @spider.setter
+    def spider(self, spider: Spider | None) -> None:
+        self.shapes = RequestShapes(spider)
+
+    @property
     def owner(self) -> str:
         return self.leases.owner
+
+    def seen_before(self, key: str) -> bool:
+        """True if ``key`` is certainly in the shared filter already: an answer to this
+        worker said so (found seen, or marked by its admission). No Redis call: a key
+        another worker marked is not known here, its batch's admission decides."""
+        return key in self.known
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -235,78 +455,74 @@ class Admission:
         away), every request is returned; ``on_late_duplicates`` gets those it finds seen
         when it comes. :attr:`on_verdict` hears of every answer; of its duplicates only
         when late, if ``dropped_by_caller`` (the caller reports those it gets back itself:
-        Scrapy's engine sends ``request_dropped`` when ``enqueue_request`` says False)."""
-        pairs = self.keyer.keyed(children)
-        entries: list[tuple[Request, str]] = []
-        checks: list[bool] = []
-        rows: list[Any] = []  # per entry: queue score, politeness host, JSON
-        max_bytes = self.leases.decoder.max_bytes
-        for request, key in pairs:
-            stored_request = stored_form(request, key)
-            try:
-                stored = request_to_json(stored_request, self.spider, max_bytes)
-            except RequestNotSerializable as exc:
-                self._count_unserializable(request, exc)
-                continue
-            entries.append((request, key))
-            checks.append(not (request.dont_filter or was_checked(request)))
-            rows += [-request.priority, stored_request.meta[HOST_META], stored]
-        if parent is None and not entries:
+        Scrapy's engine sends ``request_dropped`` when ``enqueue_request`` says False).
+        A request repeating the key of an earlier checked one of the batch gets no record
+        (the filter would say seen) and is never returned: counted as a duplicate with the
+        answer. A stale answer (module docstring) sends the batch again, keyed anew."""
+        delivery = Delivery(self, parent, on_late_duplicates, dropped_by_caller)
+        if not delivery.submit(children, after):
             return []
-        admitted: list[Request] = []
-        late = False
-
-        def on_reply(reply: bytes | str) -> bool:
-            flags = text(reply)
-            if flags == "refused":
-                self.leases.refused(parent)
-                return False
-            if parent is not None:
-                self.stats.inc_value("frontier/acked")
-            fresh = [flag == "1" for flag in flags]
-            self.stats.inc_value("frontier/enqueued", sum(fresh))
-            new_ones = self.keyer.verdicts(entries, fresh)
-            admitted.extend(new_ones)
-            duplicates = [
-                request for (request, _), new in zip(entries, fresh, strict=True) if not new
-            ]
-            if self.on_verdict is not None:
-                self.on_verdict(new_ones, duplicates if late or not dropped_by_caller else [])
-            if late and duplicates and on_late_duplicates is not None:
-                on_late_duplicates(duplicates)
-            return True
-
-        keys = [key for _, key in entries]
-        if self.older and any(checks):
-            deliver: Callable[[], Any] = WithoutOlder(self, parent, entries, checks, rows)
-        else:
-            deliver = self.step(parent, keys, checks, rows)
-        name = "stage+commit" if isinstance(deliver, StagedAdmission) else "admit"
-        answer = Answer(name, deliver, on_reply, after, lease=parent)
-        self.outbox.send(answer)
-        result = admitted
-        if answer.outcome is None:  # not delivered yet: the verdict is not known
-            late = True
-            result = [request for request, _ in entries]
+        result = delivery.admitted
+        if not delivery.settled:  # not answered yet: the verdict is not known
+            delivery.late = True
+            result = [request for request, _ in delivery.batch.entries]
         for request in result:
             request.meta[QUEUED_META] = True
         return result
 
+    def keyed_batch(self, children: Sequence[Request]) -> Batch:
+        """``children`` keyed under the crawl's rules now, with their stored records."""
+        batch = Batch(self.keyer.keyed(children), self.keyer.rules_version)
+        batch_keys: set[str] = set()  # keys of the checked entries
+        max_bytes = self.leases.decoder.max_bytes
+        for request, key in batch.pairs:
+            check = not (request.dont_filter or was_checked(request))
+            if check and key in batch_keys:
+                batch.repeats.append((request, key))
+                continue
+            meta = stored_meta(request, key)
+            host = meta[HOST_META]
+            try:
+                shape, rest = compact_record(
+                    request,
+                    self.spider,
+                    max_bytes,
+                    host=host,
+                    host_meta=HOST_META,
+                    shapes=self.shapes,
+                    meta=meta,
+                )
+            except RequestNotSerializable as exc:
+                self._count_unserializable(request, exc)
+                continue
+            batch.entries.append((request, key))
+            batch.checks.append(check)
+            batch.rows += [-request.priority, host, shape, rest]
+            if check:
+                batch_keys.add(key)
+        return batch
+
     def step(
-        self, parent: str | None, keys: list[str], checks: list[bool], rows: list[Any]
+        self,
+        parent: str | None,
+        keys: list[str],
+        checks: list[bool],
+        rows: list[Any],
+        version: str = "",
     ) -> Callable[[], str]:
         """The call that admits the entries of ``keys`` (with their ``checks`` and queue
-        ``rows``) and releases ``parent``: the admit script, or the three steps of a sharded
-        filter when some keys need checking. Raises ``REDIS_UNAVAILABLE`` errors, to be
+        ``rows``, keyed under the learned rules of ``version``) and releases ``parent``:
+        the admit script, or the three steps of a sharded filter when some keys need
+        checking, or of a partitioned queue. Raises ``REDIS_UNAVAILABLE`` errors, to be
         called again."""
-        if len(self.seen.shards) > 1 and any(checks):
+        if self.partitions.count > 1 or (len(self.seen.shards) > 1 and any(checks)):
             checked_keys = [key for key, check in zip(keys, checks, strict=True) if check]
-            return StagedAdmission(self, parent, checked_keys, checks, rows)
+            return StagedAdmission(self, parent, checked_keys, checks, rows, version)
         bloom = self.seen.parameters  # to recreate a lost filter (admit.lua)
-        args = [self.owner, parent or "", *(bloom[name] for name in BLOOM_ARGS)]
+        args = [self.owner, parent or "", version, *(bloom[name] for name in BLOOM_ARGS)]
         for index, key in enumerate(keys):
             args += ["1" if checks[index] else "0", key, *rows[ROW * index : ROW * index + ROW]]
-        return partial(self.scripts.run, "admit", args)
+        return partial(self.partitions.run, 0, "admit", args)
 
     def _count_unserializable(self, request: Request, exc: RequestNotSerializable) -> None:
         self.stats.inc_value("frontier/unserializable")

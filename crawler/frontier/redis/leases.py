@@ -55,13 +55,15 @@ from crawler.frontier.redis.quarantine import QUARANTINE_MAX
 from crawler.frontier.serialize import RequestNotSerializable, request_to_json
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy import Request, Spider
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
-    from crawler.frontier.lua import FrontierScripts
     from crawler.frontier.politeness import HostPoliteness
     from crawler.frontier.redis.outbox import Outbox
+    from crawler.frontier.redis.partitions import Partitions
 
 logger = logging.getLogger(__name__)
 
@@ -71,11 +73,25 @@ LEASE_META = "frontier_lease"
 RECLAIM_BATCH = 1000
 #: Items before the leased requests in the lease script's reply (lease.lua).
 LEASE_REPLY_HEAD = 10
+#: Items per leased request there: lease id, record, delay, host, shape JSON.
+LEASE_ROW = 5
 
 
 def text(value: bytes | str) -> str:
     """A Redis reply as text, whether or not the client decodes responses."""
     return value.decode() if isinstance(value, bytes) else value
+
+
+def none_done(reply: int | bytes | str) -> bool:
+    """Whether a script answering how many requests it updated (fail, quarantine) refused
+    this worker's answer: 0, the lease was not this worker's to answer."""
+    return not int(reply)
+
+
+def refused_batch(reply: bytes | str) -> bool:
+    """Whether a script answering a batch's flags (admit, stage and commit) refused this
+    worker's answer: "refused", the parent's lease was not this worker's to release."""
+    return text(reply) == "refused"
 
 
 def without_lease(meta: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +117,7 @@ class Leases:
 
     def __init__(
         self,
-        scripts: FrontierScripts,
+        partitions: Partitions,
         outbox: Outbox,
         politeness: HostPoliteness,
         stats: StatsCollector,
@@ -112,7 +128,7 @@ class Leases:
         decoder: RequestDecoder = DEFAULT_DECODER,
         quarantine_cap: int = QUARANTINE_MAX,
     ) -> None:
-        self.scripts = scripts
+        self.partitions = partitions
         self.decoder = decoder
         self.quarantine_cap = quarantine_cap
         self.outbox = outbox
@@ -154,15 +170,30 @@ class Leases:
         """Lease up to ``count`` requests (best priority first, of hosts ready by
         politeness) to this worker, after putting expired leases back in the queue. Raises
         ``REDIS_UNAVAILABLE`` errors."""
-        return self.take_delivery(self.scripts.run("lease", self.lease_args(count)))
+        return self.take_delivery(self.lease_replies(count))
 
-    def lease_reply(self, count: int) -> list[Any]:
-        """The lease script's reply for ``count`` requests, its leases noted as arriving
-        (heartbeated until :meth:`take_delivery` holds them): called in the background
-        thread, while the loop that takes the delivery may be busy for seconds."""
-        reply = self.scripts.run("lease", self.lease_args(count))
-        self._arriving.update(map(text, reply[LEASE_REPLY_HEAD::3]))
-        return reply
+    def lease_replies(self, count: int) -> list[tuple[int, list[Any]]]:
+        """Run the lease script for up to ``count`` requests: on the next partition in turn,
+        then on the following ones while fewer were leased than asked (every partition when
+        the crawl is short of ready requests). Each partition's reply, with its index. Its
+        leases are noted as arriving (heartbeated until :meth:`take_delivery` holds them):
+        in a crawl this runs in the background thread, while the loop that takes the
+        delivery may be busy for seconds. Raises ``REDIS_UNAVAILABLE`` errors when no
+        partition answered."""
+        replies: list[tuple[int, list[Any]]] = []
+        for partition in self.partitions.lease_order():
+            try:
+                reply = self.partitions.run(partition, "lease", self.lease_args(count))
+            except REDIS_UNAVAILABLE:
+                if not replies:
+                    raise
+                break  # keep what was leased: this partition is asked again next time
+            replies.append((partition, reply))
+            self._arriving.update(self._lease_ids(partition, reply))
+            count -= (len(reply) - LEASE_REPLY_HEAD) // LEASE_ROW
+            if count <= 0:
+                break
+        return replies
 
     def lease_args(self, count: int) -> list[Any]:
         """The lease script's arguments for ``count`` requests."""
@@ -170,12 +201,22 @@ class Leases:
         args += [self.decoder.max_bytes, self.quarantine_cap]
         return [*args, *self.politeness.limits.script_args()]
 
-    def take_delivery(self, reply: list[Any]) -> list[Request]:
-        """Hold the requests the lease script's ``reply`` hands out; note the rest."""
-        reclaimed, given_up, triples = int(reply[0]), int(reply[1]), reply[LEASE_REPLY_HEAD:]
-        self.shared_sizes = int(reply[7]), int(reply[8])
-        recovered_batches, recovered = int(reply[2]), int(reply[3])
-        self.politeness.leased(int(reply[4]), int(reply[5]), int(reply[6]))
+    def take_delivery(self, replies: list[tuple[int, list[Any]]]) -> list[Request]:
+        """Hold the requests the lease script's ``replies`` (one per partition asked, see
+        :meth:`lease_replies`) hand out; note the rest."""
+        heads = [[int(value) for value in reply[:LEASE_REPLY_HEAD]] for _, reply in replies]
+        reclaimed, given_up, recovered_batches, recovered = (
+            sum(head[index] for head in heads) for index in range(4)
+        )
+        # Sizes of the partitions asked: all of them unless requests were leased (not drained).
+        self.shared_sizes = sum(head[7] for head in heads), sum(head[8] for head in heads)
+        soonest = [head[5] for head in heads if head[5] >= 0]
+        self.politeness.leased(
+            sum(head[4] for head in heads),
+            min(soonest, default=-1),
+            sum(head[6] for head in heads),
+        )
+        quarantined = sum(head[9] for head in heads)
         if recovered:
             self.stats.inc_value("frontier/staged_recovered", recovered)
         if recovered_batches:
@@ -188,11 +229,11 @@ class Leases:
         if reclaimed:
             self.stats.inc_value("frontier/reclaimed", reclaimed)
             logger.info("Requeued %d requests whose lease had expired", reclaimed)
-        if int(reply[9]):
-            self.stats.inc_value("frontier/quarantined", int(reply[9]))
+        if quarantined:
+            self.stats.inc_value("frontier/quarantined", quarantined)
             logger.warning(
                 "Quarantined %d stored requests longer than FRONTIER_MAX_REQUEST_BYTES",
-                int(reply[9]),
+                quarantined,
             )
         if given_up:
             self.stats.inc_value("frontier/given_up", given_up)
@@ -203,10 +244,10 @@ class Leases:
             )
         leased = []
         leased_at = time.monotonic()
-        for lease, stored, delay in zip(triples[::3], triples[1::3], triples[2::3], strict=True):
-            lease = text(lease)
+        for partition, request_id, stored, delay, host, shape in self._rows(replies):
+            lease = self.partitions.lease_id(partition, request_id)
             try:
-                request = self.decoder.decode(stored, self.spider)
+                request = self.decoder.decode(stored, self.spider, shape=shape, host=text(host))
             except RequestNotLoadable as exc:
                 self.quarantine(lease, exc.reason)
                 continue
@@ -214,9 +255,25 @@ class Leases:
             request.meta[TURN_META] = [leased_at, int(delay) / 1000]
             self._hold(lease, request)
             leased.append(request)
-        self._arriving.difference_update(map(text, triples[::3]))  # held, or answered
+        for partition, reply in replies:  # held now, or answered
+            self._arriving.difference_update(self._lease_ids(partition, reply))
         self.stats.inc_value("frontier/leased", len(leased))
         return leased
+
+    def _lease_ids(self, partition: int, reply: list[Any]) -> list[str]:
+        """The lease ids the lease script's ``reply`` from ``partition`` grants."""
+        granted = reply[LEASE_REPLY_HEAD::LEASE_ROW]
+        return [self.partitions.lease_id(partition, request_id) for request_id in granted]
+
+    @staticmethod
+    def _rows(replies: list[tuple[int, list[Any]]]) -> list[tuple[Any, ...]]:
+        """The leased requests of ``replies``: partition, then a reply's row (request id,
+        record, delay, host, shape JSON; the shape is of that partition's table)."""
+        return [
+            (partition, *row)
+            for partition, reply in replies
+            for row in zip(*[iter(reply[LEASE_REPLY_HEAD:])] * LEASE_ROW, strict=True)
+        ]
 
     # --- which request holds which lease -----------------------------------------------
 
@@ -293,19 +350,19 @@ class Leases:
     # --- keeping and giving back -------------------------------------------------------
 
     def heartbeat(self) -> None:
-        """Extend the leases of requests this worker is still working on. In a crawl this
-        runs in a thread of its own (:attr:`from_thread`), and what it finds goes back to
-        the loop."""
+        """Extend the leases of requests this worker is still working on, in every
+        partition. In a crawl this runs in a thread of its own (:attr:`from_thread`), and
+        what it finds goes back to the loop."""
         now = time.monotonic()
         if self._last_beat is not None:
             gap_ms = round((now - self._last_beat) * 1000)
             self._on_loop(self.stats.max_value, "frontier/heartbeat_longest_gap_ms", gap_ms)
         self._last_beat = now
-        args = self.heartbeat_args()
-        if not args:
+        leases = self.to_extend()
+        if not leases:
             return
         try:
-            lost = self.scripts.run("heartbeat", args)
+            lost = self.extend(leases)
         except redis.RedisError as exc:
             self._on_loop(self.heartbeat_failed, exc)
             return
@@ -319,16 +376,25 @@ class Leases:
 
         reactor.callFromThread(function, *args)  # type: ignore[attr-defined]
 
-    def heartbeat_args(self) -> list[Any] | None:
-        """The heartbeat script's arguments (None: no lease to extend): every lease this
-        worker still works on, whether its delivery is on its way to the loop, its
-        request is buffered, queued in a downloader slot, downloading or being handled, or
-        its answer waits in the outbox. Reads copies, so the heartbeat thread may call it
-        while the other threads change them."""
+    def to_extend(self) -> list[str]:
+        """The leases the heartbeat extends: every lease this worker still works on and
+        has not found lost, whether its delivery is on its way to the loop, its request is
+        buffered, queued in a downloader slot, downloading or being handled, or its answer
+        waits in the outbox (a batch sent again after a stale answer included). Reads
+        copies, so the heartbeat thread may call it while the other threads change them."""
         lost = set(self._lost)
         working = [*set(self._arriving), *list(self._held), *self.outbox.leases()]
-        leases = [lease for lease in working if lease not in lost]
-        return [self.owner, self.lease_ttl_ms, *leases] if leases else None
+        return [lease for lease in dict.fromkeys(working) if lease not in lost]
+
+    def extend(self, leases: list[str]) -> list[str]:
+        """Extend ``leases`` (the heartbeat script, once per partition: lease ids carry
+        theirs); those this worker no longer holds. Raises Redis' errors."""
+        lost = []
+        for partition, ids in self.partitions.by_partition(leases).items():
+            args = [self.owner, self.lease_ttl_ms, *ids]
+            replies = self.partitions.run(partition, "heartbeat", args)
+            lost += [self.partitions.lease_id(partition, request_id) for request_id in replies]
+        return lost
 
     def note_lost(self, lost: list[Any]) -> None:
         """Note the leases the heartbeat found taken over, among those still held or whose
@@ -356,7 +422,10 @@ class Leases:
         if not leases:
             return 0
         try:
-            released = int(self.scripts.run("release", [self.owner, *leases]))
+            released = sum(
+                int(self.partitions.run(partition, "release", [self.owner, *ids]))
+                for partition, ids in self.partitions.by_partition(leases).items()
+            )
         except REDIS_UNAVAILABLE as exc:
             logger.warning("Cannot give back %d leases (they will expire): %s", len(leases), exc)
             return 0
@@ -403,15 +472,15 @@ class Leases:
             }
         )
 
-        def on_reply(reply: int) -> bool:
-            if int(reply):
-                self.stats.inc_value("frontier/failed")
-                logger.info("Request %s failed for good: %s", url or lease, reason)
-                return True
-            self.refused(lease)
-            return False
+        def counted(_: int) -> None:
+            self.stats.inc_value("frontier/failed")
+            logger.info("Request %s failed for good: %s", url or lease, reason)
 
-        deliver = partial(self.scripts.run, "fail", [self.owner, lease, url or lease, record])
+        on_reply = self.reply_handler(lease, refused=none_done, accepted=counted)
+
+        partition, request_id = self.partitions.split(lease)
+        args = [self.owner, request_id, url or request_id, record]
+        deliver = partial(self.partitions.run, partition, "fail", args)
         self.outbox.send(Answer("fail", deliver, on_reply, after, lease=lease))
 
     def quarantine(self, lease: str, reason: str) -> None:
@@ -420,15 +489,33 @@ class Leases:
         self.stats.inc_value("frontier/quarantined")
         logger.warning("Quarantined stored request %s: %s", lease, reason)
 
-        def on_reply(reply: int) -> bool:
-            if int(reply):
-                return True
-            self.refused(lease)
-            return False
+        on_reply = self.reply_handler(lease, refused=none_done)
 
-        args = [self.owner, lease, reason, self.quarantine_cap]
-        deliver = partial(self.scripts.run, "quarantine", args)
+        partition, request_id = self.partitions.split(lease)
+        args = [self.owner, request_id, reason, self.quarantine_cap]
+        deliver = partial(self.partitions.run, partition, "quarantine", args)
         self.outbox.send(Answer("quarantine", deliver, on_reply, lease=lease))
+
+    def reply_handler(
+        self,
+        lease: str | None,
+        *,
+        refused: Callable[[Any], bool],
+        accepted: Callable[[Any], None] | None = None,
+    ) -> Callable[[Any], bool]:
+        """The ``on_reply`` of an :class:`Answer` for ``lease``: a reply that ``refused``
+        says is a refusal is noted (:meth:`refused`) and dropped (False); any other goes to
+        ``accepted`` (True)."""
+
+        def on_reply(reply: Any) -> bool:
+            if refused(reply):
+                self.refused(lease)
+                return False
+            if accepted is not None:
+                accepted(reply)
+            return True
+
+        return on_reply
 
     def refused(self, lease: str | None) -> None:
         """Redis refused this worker's answer for ``lease``."""

@@ -8,11 +8,14 @@ here (``quarantine.lua``, or the lease script for an oversized one), counted und
 
 Each record (``<prefix>:quarantine``, ordered by time in ``<prefix>:quarantine_order``):
 ``{"id", "reason", "worker", "quarantined_at", "size", "truncated", "score", "host",
-"payload"}``, the payload cut at :data:`KEEP_BYTES`. At most ``FRONTIER_QUARANTINE_MAX``
+"payload"}`` (``score``: the level of the lane it came from, where a requeue puts it back),
+the payload cut at :data:`KEEP_BYTES`. At most ``FRONTIER_QUARANTINE_MAX``
 records are kept: past it the oldest are dropped and counted
 (``<prefix>:quarantine_dropped``). ``scrapy frontier SPIDER --quarantine`` lists them,
 ``--requeue-quarantined`` puts them back in the queue (e.g. after deploying the spider
-version that has their callback), ``--drop-quarantined`` deletes them.
+version that has their callback), ``--drop-quarantined`` deletes them. With
+``FRONTIER_PARTITIONS`` > 1 each partition has its own quarantine; the commands show and take
+ids as ``<id>@<partition>``.
 """
 
 from __future__ import annotations
@@ -59,6 +62,20 @@ def sizes(client: redis.Redis, keys: FrontierKeys) -> tuple[int, int]:
         pipe.zcard(keys.quarantine_order).get(keys.quarantine_dropped)
         held, dropped = pipe.execute()
     return int(held), int(dropped or 0)
+
+
+def by_partition(ids: list[str], count: int) -> dict[int, list[str]]:
+    """Ids as the commands take them, by partition: ``<id>@<partition>`` with several
+    partitions (a bare id: the first), ``["all"]`` in every one."""
+    if ids == ["all"] or count == 1:
+        return dict.fromkeys(range(count), ids)
+    groups: dict[int, list[str]] = {}
+    for qualified in ids:
+        request_id, _, partition = qualified.rpartition("@")
+        if not request_id or not partition.isdigit() or int(partition) >= count:
+            request_id, partition = qualified, "0"
+        groups.setdefault(int(partition), []).append(request_id)
+    return groups
 
 
 def _ids(client: redis.Redis, keys: FrontierKeys, ids: list[str]) -> list[str]:

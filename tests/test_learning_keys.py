@@ -1,0 +1,144 @@
+"""Learning keys a page again only when a learned rule may change its key: otherwise it
+reuses the key the request carries (issue 8: each URL keyed once)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scrapy import Request
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+import crawler.learning.extension
+import crawler.learning.gate
+from crawler.canonical import dedupe_key
+from crawler.content.fingerprint import OK
+from crawler.frontier.keys import carry_key
+from crawler.learning.evidence import Page
+from crawler.learning.extension import ParamRuleLearning
+from crawler.learning.gate import LearnedRuleGate
+from crawler.learning.state import LiveRules, MemoryRuleState
+from crawler.spiders.site import SiteSpider
+from pipelines.records import APPLIED, REVOKED, ParamRule
+
+
+def live_with(learned: dict[str, list[str]]) -> LiveRules:
+    state = MemoryRuleState()
+    assert state.publish(0, learned)
+    live = LiveRules(Settings(), state)
+    live.current()
+    return live
+
+
+def test_a_learned_rule_touches_its_host_and_subdomains_only() -> None:
+    live = live_with({"e.org/docs/*": ["from"]})
+    assert live.touches("e.org") and live.touches("www.e.org")
+    assert not live.touches("ee.org") and not live.touches("org") and not live.touches(None)
+    assert not live_with({}).touches("e.org")
+
+
+def keyed_by(module: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The URLs ``module`` keys from now on (its ``dedupe_key`` wrapped)."""
+    keyed: list[str] = []
+    original = module.dedupe_key
+
+    def counted(url: str, *args: Any) -> str:
+        keyed.append(url)
+        return original(url, *args)
+
+    monkeypatch.setattr(module, "dedupe_key", counted)
+    return keyed
+
+
+@pytest.fixture
+def learning(monkeypatch: pytest.MonkeyPatch) -> tuple[ParamRuleLearning, list[str]]:
+    """A learner whose own keying is counted (URLs it keys)."""
+    keyed = keyed_by(crawler.learning.extension, monkeypatch)
+    learner = ParamRuleLearning(get_crawler(SiteSpider), "apply", 3)
+    learner.live.current()
+    return learner, keyed
+
+
+def carrying(url: str) -> Request:
+    request = Request(url)
+    carry_key(request, dedupe_key(url))
+    return request
+
+
+def test_evidence_keys_reuse_the_carried_key_when_no_learned_rule_applies(
+    learning: tuple[ParamRuleLearning, list[str]],
+) -> None:
+    learner, keyed = learning
+    url = "https://e.org/a?from=nav&utm_source=x"
+    assert learner._plain_key(url, carrying(url)) == dedupe_key(url)
+    assert keyed == []
+    # A rule learned for another host changes nothing here: still the carried key.
+    learner._change_rules(lambda learned: {"other.org": ["from"]})
+    learner.live.current()
+    assert learner._plain_key(url, carrying(url)) == dedupe_key(url)
+    assert keyed == []
+    # A URL other than the request's (or no key carried) is keyed: once.
+    assert learner._plain_key("https://e.org/b", carrying(url)) == dedupe_key("https://e.org/b")
+    assert learner._plain_key(url, Request(url)) == dedupe_key(url)
+    assert keyed == ["https://e.org/b", url]
+
+
+def test_on_a_host_with_a_learned_rule_evidence_keys_keep_the_parameter(
+    learning: tuple[ParamRuleLearning, list[str]],
+) -> None:
+    learner, keyed = learning
+    learner._change_rules(lambda learned: {"e.org": ["from"]})
+    rules = learner.live.current()
+    url = "https://e.org/a?from=nav"
+    request = Request(url)
+    carry_key(request, dedupe_key(url, rules))  # as the frontier keyed it: without from
+    assert request.meta["dedupe_key"].endswith("e.org/a")
+    # Evidence is about the parameters as written: keyed again, without the learned rule.
+    key = learner._plain_key(url, request)
+    assert key == dedupe_key(url, learner.live.without_learned()) and key.endswith("?from=nav")
+    assert keyed == [url]
+
+
+def test_the_gate_keys_again_only_requests_of_hosts_a_learned_rule_touches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    keyed = keyed_by(crawler.learning.gate, monkeypatch)
+    spider_crawler = get_crawler(SiteSpider)
+    learner = ParamRuleLearning.from_crawler(spider_crawler)
+    gate = LearnedRuleGate(spider_crawler)
+    learner.live.current()  # keys keep the prefix the crawl started with
+    learner._change_rules(lambda learned: {"other.org": ["from"]})
+    # No rule touches e.org: the carried key stands, nothing is keyed again.
+    gate.process_request(carrying("https://e.org/a?x=1"))
+    assert keyed == []
+    # On other.org the request is keyed under the learned rules (its key did not change).
+    gate.process_request(carrying("https://other.org/a?x=1"))
+    assert keyed == ["https://other.org/a?x=1"]
+
+
+def test_a_recheck_compares_with_the_variant_fetched_when_the_bare_url_was_not(
+    tmp_path: Path,
+) -> None:
+    """Only ``/a?from=nav`` was fetched before ``from`` was applied; the re-check fetches
+    ``/a?from=footer`` (merged into ``/a`` too): different content revokes the rule."""
+    spider_crawler = get_crawler(SiteSpider, {"STORE_URL": f"sqlite:///{tmp_path / 's.db'}"})
+    learner = ParamRuleLearning.from_crawler(spider_crawler)
+    plain = learner.live.current()
+    nav = "https://e.org/a?from=nav"
+    learner.evidence.observe(Page(nav, dedupe_key(nav, plain), "the article", OK, 200))
+    rule = ParamRule("e.org", "from", APPLIED, ((nav, "https://e.org/b?from=nav"),))
+    learner.known["e.org", "from"] = rule
+    learner._change_rules(lambda learned: {"e.org": ["from"]})
+    merged_key = dedupe_key(nav, learner.live.current())
+    footer = "https://e.org/a?from=footer"
+    fetched = Page(footer, dedupe_key(footer, plain), "another text", OK, 200)
+    learner._recheck(fetched, {"key": merged_key, "params": ["from"]})
+    assert learner.known["e.org", "from"].state == REVOKED
+    assert learner.known["e.org", "from"].counter_example == {
+        "url_a": nav,
+        "url_b": footer,
+        "reason": "re-check differs",
+    }
+    assert learner.live.learned == {}
