@@ -19,15 +19,10 @@ blocked the loop 30.2 s with Redis paused); exits 1 if one is missed or a crawl 
 
     .venv/bin/python -m bench.loop_stall [--pages 120] [--hang 5]
 
-Last run (2 cores, load average ~20 from other work on the machine): longest stall
-anchor 646 ms, Redis paused 5 s 959 ms, store locked 5 s 665 ms, against an idle loop's
-55-101 ms beside them; every page fetched in all three, 89 pages served while the store was
-locked. The 200 ms target was missed in all three runs alike, undisturbed included: on this
-loaded machine a busy crawl process waits for a CPU that long: stack samples of the loop's
-thread taken during stalls over 250 ms (an undisturbed run and a Redis-paused one, whose
-longest stall was 338 ms that time) show it in ``select`` or in Scrapy's own scraping code,
-never in a Redis or database call. Run it on a quiet machine for the figure the target is
-about.
+Last run (2 cores, load average 3-4 from other work on the machine): longest stall anchor
+87 ms, Redis paused 5 s 80 ms, store locked 5 s 49 ms, against an idle loop's 5-16 ms beside
+them; every page fetched in all three. (An earlier run at load average ~20 missed the target
+in all three alike, undisturbed included: a busy crawl process waits for a CPU that long.)
 """
 
 from __future__ import annotations

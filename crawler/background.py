@@ -62,3 +62,36 @@ class BackgroundThread:
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
+
+
+class PeriodicThread:
+    """Calls ``function()`` every ``interval`` seconds in a thread of its own, whatever the
+    loop is doing: for a deadline that a loop kept busy for seconds (a huge page parsed on a
+    loaded machine) must not miss, such as extending leases before they expire. The
+    function hands anything for the loop back with ``reactor.callFromThread``."""
+
+    def __init__(self, name: str, interval: float, function: Callable[[], object]) -> None:
+        self.name = name
+        self.interval = interval
+        self.function = function
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.function()
+            except Exception:  # keep beating: the next call may succeed
+                logger.exception("%s failed", self.name)
+
+    def stop(self, wait: float = 1.0) -> None:
+        """Stop after the call under way (waiting for it up to ``wait`` seconds)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(wait)
+            self._thread = None

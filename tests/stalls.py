@@ -96,16 +96,16 @@ def store_locked(path: Path) -> Iterator[None]:
         holder.wait(timeout=10)
 
 
-def crawl_command(site_url: str, store: Path, *extra: str) -> list[str]:
+def crawl_command(site_url: str, store: Path, *extra: str, lease_ttl: float = 30.0) -> list[str]:
     """``scrapy crawl site`` of the site at ``site_url`` into the SQLite ``store``, with the
-    loop stall meter installed."""
+    loop stall meter installed and leases of ``lease_ttl`` s; ``extra`` arguments last."""
     return [
         SCRAPY, "crawl", "site",
         "-a", f"start_url={site_url}/p/0",
         "-s", f"STORE_URL=sqlite:///{store}",
         "-s", f"EXTENSIONS={json.dumps(EXTENSIONS)}",
         "-s", "CONCURRENT_REQUESTS=4",
-        "-s", "FRONTIER_LEASE_TTL=30",
+        "-s", f"FRONTIER_LEASE_TTL={lease_ttl}",
         *extra,
     ]  # fmt: skip
 
@@ -181,17 +181,21 @@ def crawl_with_hang(
     hang_seconds: float = 5.0,
     after_hits: int = 15,
     page_delay: float = 0.05,
+    lease_ttl: float = 30.0,
+    settings: dict[str, str] | None = None,
 ) -> StalledCrawl:
     """Crawl a generated site of ``pages`` pages (each served in ``page_delay`` s) through a
-    shared frontier; once the site served ``after_hits`` requests, hold
-    ``hang(redis, store)``'s context for ``hang_seconds``."""
+    shared frontier with leases of ``lease_ttl`` s (and more Scrapy ``settings``); once the
+    site served ``after_hits`` requests, hold ``hang(redis, store)``'s context for
+    ``hang_seconds``."""
     graph = LinkGraph(pages=pages)
     store = tmp_path / "store.sqlite"
     sqlite3.connect(store).close()
     with RedisServer(bloom=True) as redis_server, serve(graph, delay=page_delay) as site:
-        command = crawl_command(
-            site.url, store, "-s", f"REDIS_URL={redis_server.url}", "-s", "LOG_LEVEL=DEBUG"
-        )
+        extra = ["-s", f"REDIS_URL={redis_server.url}", "-s", "LOG_LEVEL=DEBUG"]
+        for name, value in (settings or {}).items():
+            extra += ["-s", f"{name}={value}"]
+        command = crawl_command(site.url, store, *extra, lease_ttl=lease_ttl)
         log_path = tmp_path / "crawl.log"
         with log_path.open("w") as log:
             process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)

@@ -26,6 +26,7 @@ import crawler.learning.extension
 from crawler.canonical import dedupe_key
 from crawler.frontier.keys import carry_key
 from crawler.frontier.redis import RedisFrontier
+from crawler.frontier.redis.leases import LEASE_META
 from crawler.learning.gate import LearnedRuleGate
 from crawler.learning.state import LiveRules, RedisRuleState
 from tests.test_frontier_redis import ExampleSpider, stat, urls
@@ -164,12 +165,17 @@ def test_in_a_crawl_the_page_lease_is_held_until_the_batch_keyed_again_is_accept
     late: list[Request] = []
     returned = second.admit(page, [Request(VARIANT)], on_late_duplicates=late.extend)
     assert urls(returned) == [VARIANT]  # not answered yet: every link handed back
+    lease = page.meta[LEASE_META]
+    assert second.leases.to_extend() == [lease]  # its answer waits: still heartbeated
     loop.step()  # admit: stale, nothing done
     assert stat(second, "frontier/stale_rules") == 1 and second.counts()["leased"] == 1
     assert second.pending_answers == 1 and not second.seems_drained()  # reloading the rules
+    assert second.leases.to_extend() == [lease]
     loop.step()  # the rules loaded, in the background thread
     assert live(second).version == 2
+    assert second.leases.to_extend() == [lease]  # the batch keyed again waits
     loop.step()  # the batch keyed again: accepted
+    assert second.leases.to_extend() == []
     assert loop.calls == [] and second.pending_answers == 0
     assert second.counts()["leased"] == 0 and late == []
     assert queued_urls(first) == [BASE, VARIANT]

@@ -32,6 +32,7 @@ from tests.cluster import RedisClusterServers
 from tests.test_crash import ROOT
 from tests.test_frontier_redis import stat, urls
 from tests.test_frontier_sharded import MakeWorker, WorkerKilled, make_worker, worker_factory
+from tests.test_learning_stale import Loop
 from tests.test_quarantine import inject, scrapy
 
 PARTITIONS = 3
@@ -457,3 +458,34 @@ def test_a_mangled_partition_count_is_a_clear_error(workers: MakeWorker) -> None
     worker.admit(None, pages(HOSTS[0], ""))
     assert reset_crawl(worker.client, worker.keys) > 0  # the way out the error names
     assert not list(worker.client.scan_iter("*example*"))
+
+
+def test_the_heartbeat_keeps_a_workers_leases_in_every_partition(workers: MakeWorker) -> None:
+    """A living worker's leases stay its own in each partition, whatever it is doing with
+    them: one granted but not taken by the loop yet, one held, one whose answer waits in
+    the outbox (the background thread has not sent it)."""
+    busy, other = workers(lease_ttl=1.0), workers(lease_ttl=1.0)
+    assert busy.partitions.of_hosts(HOSTS[:PARTITIONS]) == list(range(PARTITIONS))
+    for host in HOSTS[:PARTITIONS]:
+        busy.admit(None, pages(host, "a"))
+    answered, held = busy.lease(2)
+    arriving = busy.leases.lease_replies(1)  # granted in Redis, not yet taken by the loop
+    loop = Loop()
+    busy.outbox.background = loop  # type: ignore[assignment]
+    busy.admit(answered, [])
+    assert busy.pending_answers == 1
+    extended = busy.leases.to_extend()
+    assert sorted(busy.partitions.split(lease)[0] for lease in extended) == [0, 1, 2]
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        busy.heartbeat()
+        assert other.lease(PARTITIONS) == []
+        time.sleep(0.1)
+    loop.close()
+    busy.outbox.background = None
+    [late] = busy.leases.take_delivery(arriving)
+    for page in (held, late):
+        busy.admit(page, [])
+    assert busy.is_drained()
+    assert stat(other, "frontier/reclaimed") == 0
+    assert stat(busy, "frontier/acked") == PARTITIONS

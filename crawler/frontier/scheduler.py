@@ -35,6 +35,10 @@ logger = logging.getLogger(__name__)
 #: Seconds between lease attempts while the shared queue is empty: doubling from the first
 #: to the last, back to the first as soon as work appears. Idle workers poll gently.
 POLL_MIN, POLL_MAX = 0.05, 1.0
+#: Longest wait between lease attempts while requests are queued but none could be leased
+#: because their hosts are at their crawl-wide concurrency: another worker's answer frees a
+#: turn (this worker's own answers ask again at once, :meth:`RedisScheduler._leases_answered`).
+POLL_QUEUED_MAX = 0.2
 #: Seconds a leased request may take from leaving the downloader to its response reaching
 #: the engine (the downloader middlewares' ``process_response``) before it counts as
 #: dropped on the way, and how often that is checked.
@@ -59,8 +63,10 @@ class RedisScheduler(BaseScheduler):
     sooner when a host waiting on its delay becomes ready. The crawl ends only when the whole
     frontier is drained: nothing queued and no lease outstanding in any worker (another
     worker may still find links, or die and have its pages requeued). While this worker
-    works, a heartbeat extends its leases every third of ``FRONTIER_LEASE_TTL``. On close,
-    leases not yet answered go back to the queue.
+    works, a heartbeat extends its leases every third of ``FRONTIER_LEASE_TTL``, from a thread
+    of its own (:attr:`RedisFrontier.heartbeats`): the leases of requests buffered here,
+    queued in a downloader slot, downloading, being handled, and of answers waiting in the
+    outbox. On close, leases not yet answered go back to the queue.
 
     Twisted's loop never waits on Redis: in a crawl, the frontier calls Redis from a thread
     of its own (:meth:`RedisFrontier.go_background`). The engine asks synchronously, so
@@ -112,6 +118,7 @@ class RedisScheduler(BaseScheduler):
         crawler.signals.connect(frontier.responded, signal=signals.response_received)
         crawler.signals.connect(frontier.left_downloader, signal=signals.request_left_downloader)
         frontier.admission.on_verdict = scheduler._verdict
+        frontier.outbox.on_released = scheduler._leases_answered
         return scheduler
 
     def open(self, spider: Spider) -> None:
@@ -123,6 +130,8 @@ class RedisScheduler(BaseScheduler):
         downloader = self._downloader()
         if downloader is not None:
             disable_local_delays(downloader)
+        if self.frontier.heartbeats is not None:
+            self.frontier.heartbeats.start()
         self._heartbeat.start(self.frontier.lease_ttl / 3, now=False)
         self._dropped_check.start(DROPPED_CHECK, now=False)
 
@@ -132,6 +141,8 @@ class RedisScheduler(BaseScheduler):
                 loop.stop()
         if self._wake_call is not None and self._wake_call.active():
             self._wake_call.cancel()
+        if self.frontier.heartbeats is not None:
+            self.frontier.heartbeats.stop()
         if self.frontier.background is not None:
             self.frontier.background.close()  # a heartbeat or lease under way ends first
         released = self.frontier.release_all()  # first: the buffered requests are still held
@@ -233,7 +244,19 @@ class RedisScheduler(BaseScheduler):
             wait = min(wait, ready_in)
         self._next_poll = time.monotonic() + wait
         self._wake_later(wait)
-        self._poll_delay = min(self._poll_delay * 2, POLL_MAX)
+        # Requests queued, none leasable, no host waiting on its delay: their hosts are at
+        # their concurrency, and any worker's answer may free a turn.
+        gated = self._queued_elsewhere and ready_in is None
+        longest = POLL_QUEUED_MAX if gated else POLL_MAX
+        self._poll_delay = min(self._poll_delay * 2, longest)
+
+    def _leases_answered(self) -> None:
+        """This worker's answers released leases: their hosts have room for more requests
+        now, so lease again at once rather than after the planned poll."""
+        if self._next_poll > time.monotonic():
+            self._poll_delay = POLL_MIN
+            self._next_poll = 0.0
+            self._wake_engine()
 
     def _lease_count(self) -> int:
         """Requests to lease now: the batch size, at most what the downloader has room for."""
@@ -268,7 +291,8 @@ class RedisScheduler(BaseScheduler):
             slot.nextcall.schedule()
 
     def _beat(self) -> None:
-        self.frontier.heartbeat()
+        if self.frontier.heartbeats is None:  # driven without a running loop (tests)
+            self.frontier.heartbeat()
         self.frontier.flush()
 
 

@@ -43,7 +43,7 @@ from redis.retry import Retry
 from scrapy import signals
 from twisted.internet.defer import Deferred, maybeDeferred
 
-from crawler.background import BackgroundThread
+from crawler.background import BackgroundThread, PeriodicThread
 from crawler.frontier import failure_reason
 from crawler.frontier.decode import DEFAULT_DECODER, RequestDecoder
 from crawler.frontier.keys import RequestKeyer
@@ -180,6 +180,8 @@ class RedisFrontier:
         #: Where Redis is called from in a crawl (:meth:`go_background`); None: the
         #: caller's thread (commands, tests).
         self.background: BackgroundThread | None = None
+        #: Extends this worker's leases in a crawl (:meth:`go_background`).
+        self.heartbeats: PeriodicThread | None = None
 
     def call(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
         """``function(*args)`` (a Redis call) from the background thread, or in the
@@ -190,9 +192,16 @@ class RedisFrontier:
 
     def go_background(self) -> None:
         """From now on, call Redis from a thread of its own, never from Twisted's loop:
-        answers, leases, heartbeats (a crawl's scheduler calls this when it opens)."""
+        answers, leases (a crawl's scheduler calls this when it opens); and extend leases
+        from another thread, every third of their TTL (:attr:`heartbeats`, started by the
+        scheduler): neither a loop kept busy for seconds nor a slow call queued in the
+        first thread may let a living worker's leases expire."""
         if self.background is None:
             self.background = self.outbox.background = BackgroundThread("frontier-redis")
+            self.leases.from_thread = True
+            self.heartbeats = PeriodicThread(
+                "frontier-heartbeat", self.lease_ttl / 3, self.leases.heartbeat
+            )
 
     @property
     def spider(self) -> Spider | None:
@@ -378,16 +387,10 @@ class RedisFrontier:
         return self.leases.answer_dropped(grace)
 
     def heartbeat(self) -> None:
-        """Extend the leases of requests this worker is still working on (from the
-        background thread when there is one)."""
-        leases = self.leases.to_extend()
-        if self.background is None or not leases:
-            self.leases.heartbeat()
-            return
-        extended = self.call(self.leases.extend, leases)
-        extended.addCallbacks(
-            self.leases.note_lost, lambda f: self.leases.heartbeat_failed(f.value)
-        )
+        """Extend the leases of requests this worker is still working on, in every
+        partition, in the caller's thread (in a crawl, :attr:`heartbeats` calls it from a
+        thread of its own)."""
+        self.leases.heartbeat()
 
     def release_all(self) -> int:
         """Give back every lease this worker holds; how many went back to the queue."""

@@ -310,7 +310,9 @@ class Delivery:
         name = "stage+commit" if isinstance(deliver, StagedAdmission) else "admit"
         leases = admission.leases
         answered = leases.reply_handler(self.parent, refused=refused_batch, accepted=self.accepted)
-        admission.outbox.send(Answer(name, deliver, partial(self.on_reply, answered), after))
+        on_reply = partial(self.on_reply, answered)
+        # The answer releases the parent's lease: heartbeated while it waits in the outbox.
+        admission.outbox.send(Answer(name, deliver, on_reply, after, lease=self.parent))
         return True
 
     def on_reply(self, answered: Callable[[Any], bool], reply: bytes | str) -> bool:
@@ -333,7 +335,10 @@ class Delivery:
             len(self.batch.entries),
             self.batch.version,
         )
-        admission.outbox.send(Answer("load learned rules", live.state.load, self.reloaded))
+        # The parent's lease stays held until the batch keyed again is answered: the reload
+        # carries it, so the heartbeat extends it until that batch is in the outbox.
+        reload = Answer("load learned rules", live.state.load, self.reloaded, lease=self.parent)
+        admission.outbox.send(reload)
 
     def reloaded(self, loaded: tuple[int, Any]) -> bool:
         live = self.admission.keyer.live

@@ -42,6 +42,7 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -110,7 +111,8 @@ class Leases:
     Stats: ``frontier/leased``, ``frontier/reclaimed``, ``frontier/given_up``,
     ``frontier/staged_recovered``, ``frontier/quarantined``, ``frontier/lease_lost``,
     ``frontier/released``, ``frontier/failed``, ``frontier/ack_refused``,
-    ``frontier/unanswered``.
+    ``frontier/unanswered``, ``frontier/heartbeat_longest_gap_ms`` (between two heartbeats:
+    more than ``FRONTIER_LEASE_TTL`` and leases expire).
     """
 
     def __init__(
@@ -145,6 +147,14 @@ class Leases:
         self._left: dict[str, float] = {}
         #: Leases the heartbeat found taken over by another worker.
         self._lost: set[str] = set()
+        #: The heartbeat runs in a thread of its own (a crawl's): its findings go to the loop.
+        self.from_thread = False
+        #: Leases the lease script granted whose delivery has not reached the loop yet.
+        self._arriving: set[str] = set()
+        #: When the last heartbeat began (``time.monotonic()``).
+        self._last_beat: float | None = None
+        #: Leases whose request was overdue at the last :meth:`answer_dropped`.
+        self._overdue: set[str] = set()
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -165,8 +175,11 @@ class Leases:
     def lease_replies(self, count: int) -> list[tuple[int, list[Any]]]:
         """Run the lease script for up to ``count`` requests: on the next partition in turn,
         then on the following ones while fewer were leased than asked (every partition when
-        the crawl is short of ready requests). Each partition's reply, with its index. Raises
-        ``REDIS_UNAVAILABLE`` errors when no partition answered."""
+        the crawl is short of ready requests). Each partition's reply, with its index. Its
+        leases are noted as arriving (heartbeated until :meth:`take_delivery` holds them):
+        in a crawl this runs in the background thread, while the loop that takes the
+        delivery may be busy for seconds. Raises ``REDIS_UNAVAILABLE`` errors when no
+        partition answered."""
         replies: list[tuple[int, list[Any]]] = []
         for partition in self.partitions.lease_order():
             try:
@@ -176,6 +189,7 @@ class Leases:
                     raise
                 break  # keep what was leased: this partition is asked again next time
             replies.append((partition, reply))
+            self._arriving.update(self._lease_ids(partition, reply))
             count -= (len(reply) - LEASE_REPLY_HEAD) // LEASE_ROW
             if count <= 0:
                 break
@@ -241,8 +255,15 @@ class Leases:
             request.meta[TURN_META] = [leased_at, int(delay) / 1000]
             self._hold(lease, request)
             leased.append(request)
+        for partition, reply in replies:  # held now, or answered
+            self._arriving.difference_update(self._lease_ids(partition, reply))
         self.stats.inc_value("frontier/leased", len(leased))
         return leased
+
+    def _lease_ids(self, partition: int, reply: list[Any]) -> list[str]:
+        """The lease ids the lease script's ``reply`` from ``partition`` grants."""
+        granted = reply[LEASE_REPLY_HEAD::LEASE_ROW]
+        return [self.partitions.lease_id(partition, request_id) for request_id in granted]
 
     @staticmethod
     def _rows(replies: list[tuple[int, list[Any]]]) -> list[tuple[Any, ...]]:
@@ -283,7 +304,6 @@ class Leases:
         del self._held[lease]
         self._responded.discard(lease)
         self._left.pop(lease, None)
-        self._lost.discard(lease)
         return lease
 
     def responded(self, request: Request) -> None:
@@ -308,9 +328,16 @@ class Leases:
         seconds ago with nothing since: no response reached the engine, no replacement took
         their lease over, no failure was reported (an exception raised in a downloader
         middleware's ``process_response``, a redirect dropped by a ``request_scheduled``
-        handler). Returns how many."""
+        handler). Returns how many.
+
+        A request counts as dropped only when it was overdue at the previous call too: a
+        loop that stalled longer than ``grace`` (a long page parsed, a busy machine) has
+        the response's callbacks queued but not yet run, and runs them before the next
+        call."""
         deadline = time.monotonic() - grace
-        dropped = [lease for lease, left in self._left.items() if left <= deadline]
+        overdue = {lease for lease, left in self._left.items() if left <= deadline}
+        dropped = [lease for lease in self._overdue if lease in overdue]
+        self._overdue = overdue.difference(dropped)
         for lease in dropped:
             url = self._held[lease]
             self.take_id(lease)
@@ -323,21 +350,45 @@ class Leases:
     # --- keeping and giving back -------------------------------------------------------
 
     def heartbeat(self) -> None:
-        """Extend the leases of requests this worker is still working on."""
+        """Extend the leases of requests this worker is still working on, in every
+        partition. In a crawl this runs in a thread of its own (:attr:`from_thread`), and
+        what it finds goes back to the loop."""
+        now = time.monotonic()
+        if self._last_beat is not None:
+            gap_ms = round((now - self._last_beat) * 1000)
+            self._on_loop(self.stats.max_value, "frontier/heartbeat_longest_gap_ms", gap_ms)
+        self._last_beat = now
         leases = self.to_extend()
-        if leases:
-            try:
-                self.note_lost(self.extend(leases))
-            except redis.RedisError as exc:
-                self.heartbeat_failed(exc)
+        if not leases:
+            return
+        try:
+            lost = self.extend(leases)
+        except redis.RedisError as exc:
+            self._on_loop(self.heartbeat_failed, exc)
+            return
+        self._on_loop(self.note_lost, lost)
+
+    def _on_loop(self, function: Callable[..., object], *args: Any) -> None:
+        if not self.from_thread:
+            function(*args)
+            return
+        from twisted.internet import reactor
+
+        reactor.callFromThread(function, *args)  # type: ignore[attr-defined]
 
     def to_extend(self) -> list[str]:
-        """The leases the heartbeat extends: those held and not found lost."""
-        return [lease for lease in self._held if lease not in self._lost]
+        """The leases the heartbeat extends: every lease this worker still works on and
+        has not found lost, whether its delivery is on its way to the loop, its request is
+        buffered, queued in a downloader slot, downloading or being handled, or its answer
+        waits in the outbox (a batch sent again after a stale answer included). Reads
+        copies, so the heartbeat thread may call it while the other threads change them."""
+        lost = set(self._lost)
+        working = [*set(self._arriving), *list(self._held), *self.outbox.leases()]
+        return [lease for lease in dict.fromkeys(working) if lease not in lost]
 
     def extend(self, leases: list[str]) -> list[str]:
-        """Extend ``leases`` (the heartbeat script, once per partition); those this worker
-        no longer holds. Raises Redis' errors."""
+        """Extend ``leases`` (the heartbeat script, once per partition: lease ids carry
+        theirs); those this worker no longer holds. Raises Redis' errors."""
         lost = []
         for partition, ids in self.partitions.by_partition(leases).items():
             args = [self.owner, self.lease_ttl_ms, *ids]
@@ -346,7 +397,11 @@ class Leases:
         return lost
 
     def note_lost(self, lost: list[Any]) -> None:
-        """Note the leases the heartbeat found taken over."""
+        """Note the leases the heartbeat found taken over, among those still held or whose
+        answer was not sent yet (an answer sent meanwhile released its lease: not lost)."""
+        unanswered = {*self._arriving, *self._held, *self.outbox.leases(unsent=True)}
+        self._lost &= {*self._held, *self.outbox.leases()}  # forget the answered ones
+        lost = [lease for lease in map(text, lost) if lease in unanswered]
         if lost:
             self._lost.update(lost)
             self.stats.inc_value("frontier/lease_lost", len(lost))
@@ -426,7 +481,7 @@ class Leases:
         partition, request_id = self.partitions.split(lease)
         args = [self.owner, request_id, url or request_id, record]
         deliver = partial(self.partitions.run, partition, "fail", args)
-        self.outbox.send(Answer("fail", deliver, on_reply, after))
+        self.outbox.send(Answer("fail", deliver, on_reply, after, lease=lease))
 
     def quarantine(self, lease: str, reason: str) -> None:
         """The leased request ``lease`` does not decode: put it in quarantine with
@@ -439,7 +494,7 @@ class Leases:
         partition, request_id = self.partitions.split(lease)
         args = [self.owner, request_id, reason, self.quarantine_cap]
         deliver = partial(self.partitions.run, partition, "quarantine", args)
-        self.outbox.send(Answer("quarantine", deliver, on_reply))
+        self.outbox.send(Answer("quarantine", deliver, on_reply, lease=lease))
 
     def reply_handler(
         self,

@@ -6,7 +6,11 @@ outbox and delivered at once when Redis takes it: in a crawl, by the frontier's
 :class:`crawler.background.BackgroundThread`, so Twisted's loop never waits on Redis (its
 reply is handled back on the loop); elsewhere (commands, tests) in the caller's thread. An
 answer may wait for a Deferred first (``after``: the page's records committed to the store
-before its lease is released), and every later answer waits behind it.
+before its lease is released), and every later answer waits behind it. The answers ready at
+the head go to the background thread together (up to ``BATCH_MAX``) in one hand-over:
+delivered one loop turn each, a busy worker got a few answers a second through, while the
+leases they release still counted against their host's crawl-wide concurrency. A lease whose
+answer waits here is still this worker's: the heartbeat extends it (:meth:`Outbox.leases`).
 
 When Redis is unreachable or refuses writes (restart, AOF loading, failover, out of
 memory), an answer waits, with every later answer behind it, and is retried with backoff
@@ -17,9 +21,10 @@ write, or runs it to the end.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -44,6 +49,9 @@ REDIS_UNAVAILABLE = (
 )
 #: Seconds between attempts to deliver the outbox while Redis is unreachable, doubling.
 OUTBOX_RETRY_MIN, OUTBOX_RETRY_MAX = 0.05, 2.0
+#: Most answers handed to the background thread at once (a heartbeat queued behind them
+#: waits for all of them, a few milliseconds each).
+BATCH_MAX = 64
 
 
 @dataclass
@@ -58,6 +66,12 @@ class Answer:
     on_reply: Callable[[Any], bool]
     #: Fired when the answer may be sent (None: at once).
     after: Deferred[Any] | None = None
+    #: The lease it releases (None: none), extended by the heartbeat while it waits.
+    lease: str | None = None
+    #: The outbox flushes again when ``after`` fires.
+    awaited: bool = False
+    #: When it was sent (``time.monotonic()``).
+    sent_at: float = field(default_factory=time.monotonic)
     #: None until delivered, then what ``on_reply`` returned.
     outcome: bool | None = None
     #: An attempt is under way in the background thread.
@@ -80,7 +94,8 @@ class Outbox:
     """Answers waiting for Redis, delivered in order (see the module docstring).
 
     Stats: ``frontier/redis_unavailable`` (attempts Redis refused or missed),
-    ``frontier/errors`` (answers Redis rejected for good: a bug, logged, dropped).
+    ``frontier/errors`` (answers Redis rejected for good: a bug, logged, dropped),
+    ``frontier/answer_longest_wait_ms`` (from sent to delivered, its ``after`` included).
     """
 
     def __init__(self, stats: StatsCollector, background: BackgroundThread | None = None) -> None:
@@ -91,6 +106,8 @@ class Outbox:
         self._flushing = False
         self._retry_delay = OUTBOX_RETRY_MIN
         self._retry_call: Any = None
+        #: Called on the loop after answers released leases (their hosts have room again).
+        self.on_released: Callable[[], None] | None = None
 
     def __len__(self) -> int:
         """Answers not yet delivered."""
@@ -101,18 +118,30 @@ class Outbox:
         self._answers.append(answer)
         self.flush()
 
+    def leases(self, *, unsent: bool = False) -> list[str]:
+        """The leases the waiting answers release, still this worker's until delivered
+        (``unsent``: of those not handed to the background thread yet). Safe to call from
+        another thread (the heartbeat's)."""
+        answers = tuple(self._answers)  # one step under the GIL: the loop may append
+        return [
+            answer.lease
+            for answer in answers
+            if answer.lease is not None and not (unsent and answer.started)
+        ]
+
     def flush(self) -> bool:
         """Deliver waiting answers in order; True when none is left waiting. In the
-        background, only starts the next delivery (False while one is under way)."""
+        background, only starts the next deliveries (False while some are under way)."""
         if self._flushing:
             return not self._answers
         self._flushing = True
         try:
+            if self.background is not None:
+                if self._answers:
+                    self._start()
+                return not self._answers
             while self._answers:
                 answer = self._answers[0]
-                if self.background is not None:
-                    self._start(answer)
-                    return False
                 answer.attempt()
                 if not self._settle(answer):
                     return False
@@ -120,29 +149,51 @@ class Outbox:
         finally:
             self._flushing = False
 
-    def _start(self, answer: Answer) -> None:
-        """Hand ``answer`` to the background thread once it may be sent (unless it is
-        there already); its result comes back to :meth:`_settled`."""
-        if answer.after is not None and not answer.after.called:
-            answer.after.addBoth(self._after_fired)
-            answer.after = None
+    def _start(self) -> None:
+        """Hand the answers ready at the head (up to ``BATCH_MAX``) to the background
+        thread in one call, unless some are there already; their results come back to
+        :meth:`_settled`. An answer still waiting for its ``after`` ends the batch."""
+        if self._answers[0].started:
             return
-        if answer.started:
+        batch: list[Answer] = []
+        for answer in self._answers:
+            if answer.after is not None and not answer.after.called:
+                if not batch and not answer.awaited:  # flush again once it may be sent
+                    answer.awaited = True
+                    answer.after.addBoth(self._after_fired)
+                break
+            batch.append(answer)
+            if len(batch) == BATCH_MAX:
+                break
+        if not batch:
             return
-        answer.started = True
+        for answer in batch:
+            answer.started = True
         assert self.background is not None
-        self.background.run(answer.attempt).addBoth(lambda _: self._settled(answer))
+        self.background.run(_attempt_in_order, batch).addBoth(lambda _: self._settled(batch))
 
     def _after_fired(self, _: object) -> None:
         """What the answer waited for is done (its receivers logged any error)."""
         self.flush()
 
-    def _settled(self, answer: Answer) -> None:
-        """Back on the loop: handle the attempt's result, go on with the next answer."""
-        answer.started = False
-        first = self._answers and self._answers[0] is answer
-        if first and answer.attempted and self._settle(answer):
+    def _settled(self, batch: list[Answer]) -> None:
+        """Back on the loop: handle the attempts' results in order, go on with the next
+        answers."""
+        for answer in batch:
+            answer.started = False
+        settled = self._settle_attempted()
+        released = any(answer.lease and answer.outcome for answer in batch)
+        if released and self.on_released is not None:
+            self.on_released()
+        if settled:
             self.flush()
+
+    def _settle_attempted(self) -> bool:
+        """Handle the attempted answers at the head, in order; False when Redis is away."""
+        while self._answers and self._answers[0].attempted:
+            if not self._settle(self._answers[0]):
+                return False
+        return True
 
     def _settle(self, answer: Answer) -> bool:
         """Handle the result of an attempt at the first answer; True to go on with the
@@ -170,6 +221,8 @@ class Outbox:
             raise error
         else:
             answer.outcome = answer.on_reply(answer.reply)
+            waited_ms = round((time.monotonic() - answer.sent_at) * 1000)
+            self.stats.max_value("frontier/answer_longest_wait_ms", waited_ms)
         if self._retry_delay != OUTBOX_RETRY_MIN and not self._answers:
             logger.info("Redis is back; frontier updates delivered")
             self._retry_delay = OUTBOX_RETRY_MIN
@@ -188,9 +241,17 @@ class Outbox:
         if self.background is not None:
             self.background.close()  # the attempt under way ends
             self.background = None
-            if self._answers and self._answers[0].attempted:
-                self._settle(self._answers[0])
+            self._settle_attempted()
         delivered = self.flush()
         if self._retry_call is not None and self._retry_call.active():
             self._retry_call.cancel()
         return delivered
+
+
+def _attempt_in_order(batch: list[Answer]) -> None:
+    """Attempt each answer of ``batch`` in order (in the background thread), stopping at the
+    first Redis cannot take: a later answer is never delivered before an earlier one."""
+    for answer in batch:
+        answer.attempt()
+        if isinstance(answer.error, REDIS_UNAVAILABLE):
+            return
