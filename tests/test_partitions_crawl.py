@@ -7,6 +7,7 @@ even at the peak. Figures printed (``pytest -s``)."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -89,19 +90,23 @@ def fetched_pages(servers: list[TestServer]) -> Counter[tuple[int, str]]:
 
 
 def leases_held(client: redis.RedisCluster, worker: Worker) -> int:
-    """Requests whose lease ``worker`` (dead) holds, in every partition; its id is in its
-    log (none yet: it had not joined the crawl). Staged batches of its own (``batch:<id>``)
-    are not requests."""
+    """Requests ``worker`` (dead) may have fetched or queued again: those whose lease it
+    holds, in every partition, and the links of its staged batches (a batch recovered from
+    its stage is queued whole, links seen meanwhile included). Its id is in its log (none
+    yet: it had not joined the crawl)."""
     found = re.findall(r"\(worker ([^,]+), leases of", worker.log.read_text())
     if not found:
         return 0
     owner = found[-1].encode()
-    return sum(
-        1
-        for part in partition_keys()
-        for lease, holder in client.hgetall(part.owners).items()
-        if holder == owner and not lease.startswith(b"batch:")
-    )
+    held = 0
+    for part in partition_keys():
+        for lease, holder in client.hgetall(part.owners).items():
+            if holder != owner:
+                continue
+            held += 0 if lease.startswith(b"batch:") else 1
+            if staged := client.hget(part.staged, lease):
+                held += len(json.loads(staged)["entries"])
+    return held
 
 
 @pytest.fixture
