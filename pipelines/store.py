@@ -864,11 +864,24 @@ def store_for(crawler: Crawler) -> RecordStore:
         store = SqlRecordStore.from_settings(crawler.settings)
         if reactor.running:  # type: ignore[attr-defined]
             store.background = BackgroundThread("record-store")
-        crawler.signals.connect(store.close, signal=signals.spider_closed)
+        crawler.signals.connect(
+            _close_on_spider_closed(store), signal=signals.spider_closed, weak=False
+        )
         if crawler.settings.get("REDIS_URL"):
             crawler.signals.connect(_flush_on_page_handled(store), signal=page_handled, weak=False)
         _stores[crawler] = store
     return store
+
+
+def _close_on_spider_closed(store: SqlRecordStore) -> Callable[..., Coroutine[Any, Any, None]]:
+    """A ``spider_closed`` receiver awaiting :meth:`SqlRecordStore.close` (Scrapy waits for a
+    coroutine; a returned Deferred is deprecated since Scrapy 2.19)."""
+
+    async def close(**_: Any) -> None:
+        if (closing := store.close()) is not None:
+            await maybe_deferred_to_future(closing)
+
+    return close
 
 
 def _flush_on_page_handled(store: SqlRecordStore) -> Callable[..., Coroutine[Any, Any, None]]:
