@@ -9,6 +9,7 @@ import pytest
 from datasketch import MinHash
 
 from crawler.commands.same_content import groups
+from crawler.content import fingerprint as content_fingerprint
 from crawler.content.fingerprint import (
     EMPTY,
     ERROR,
@@ -110,6 +111,16 @@ def test_n2_signatures_estimate_the_jaccard_similarity_of_the_shingles(changed: 
     found = [fingerprint(text.encode(), text, norm=N2).minhash for text in (ARTICLE, edited)]
     assert found[0] is not None and found[1] is not None
     assert abs(similarity(found[0], found[1]) - truth) <= 3 * 0.5 / NUM_PERM**0.5
+
+
+def test_long_pages_are_hashed_in_bounded_pieces_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pages longer than a chunk or a MinHash block give what one pass would give."""
+    whole = fingerprint(ARTICLE.encode(), ARTICLE)
+    monkeypatch.setattr(content_fingerprint, "_CHUNK", 64)
+    monkeypatch.setattr(content_fingerprint, "_BLOCK", 7)
+    assert fingerprint(ARTICLE.encode(), ARTICLE) == whole
 
 
 def test_n2_words_are_hashed_alike_wherever_they_stand() -> None:

@@ -230,6 +230,8 @@ _PERMUTATIONS = _draw_permutations(SEED)
 _EMPTY = np.full(NUM_PERM, 0xFFFFFFFF, dtype=np.uint32)
 _MASK32 = np.uint64(0xFFFFFFFF)
 _MIX = np.uint64(0x01000193)  # FNV prime: shingle hash = 4 word hashes folded
+#: Shingles a MinHash matrix holds at once (``NUM_PERM`` x this, 32 MiB of uint32).
+_BLOCK = 1 << 16
 #: MurmurHash3's 32-bit finalizer, the pre-mix of datasketch's ``affine32`` scheme.
 _FMIX32 = (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35))
 
@@ -277,9 +279,12 @@ def minhash_of_shingles(shingles: np.ndarray) -> np.ndarray:
     hashes *= mul2
     hashes ^= hashes >> shift1
     a, b = _PERMUTATIONS
-    values = np.multiply.outer(a, hashes)  # one row per permutation: min along rows is 4x
-    values += b[:, None]  # faster than down the columns of the transposed matrix
-    return np.minimum(_EMPTY, values.min(axis=1))
+    found = _EMPTY.copy()
+    for start in range(0, len(hashes), _BLOCK):  # a bounded matrix however long the page
+        values = np.multiply.outer(a, hashes[start : start + _BLOCK])  # a row a permutation:
+        values += b[:, None]  # min along rows is 4x faster than down the columns
+        np.minimum(found, values.min(axis=1), out=found)
+    return found
 
 
 def signature_bytes(values: np.ndarray) -> bytes:
@@ -419,16 +424,33 @@ def _powers(length: int) -> tuple[np.ndarray, np.ndarray]:
     return inverse, forward
 
 
+#: Bytes hashed at once by :func:`word_hashes` (cut after a space): bounds the power tables.
+_CHUNK = 1 << 20
+
+
 def word_hashes(data: np.ndarray, space: np.ndarray) -> np.ndarray:
     """32-bit hashes (as uint64) of the words of the bytes ``data``, a word being a run of
     bytes where ``space`` is False: all words hashed at once in numpy (``sum(byte_j * B**j)``
-    over the word's bytes, from prefix sums), no Python per word.
+    over the word's bytes, from prefix sums), no Python per word; ``_CHUNK`` bytes at a time,
+    cut after a space (a word longer than that is hashed in pieces).
 
     >>> data = np.frombuffer(b"word word other", dtype=np.uint8)
     >>> a, b, c = word_hashes(data, data == 32).tolist()
     >>> a == b != c
     True
     """
+    parts, start = [], 0
+    while start < len(data):
+        end = min(start + _CHUNK, len(data))
+        if end < len(data):
+            blanks = np.flatnonzero(space[start:end])
+            end = start + int(blanks[-1]) + 1 if len(blanks) else end
+        parts.append(_chunk_word_hashes(data[start:end], space[start:end]))
+        start = end
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+
+
+def _chunk_word_hashes(data: np.ndarray, space: np.ndarray) -> np.ndarray:
     padded = np.concatenate(([True], space, [True]))
     edges = np.flatnonzero(padded[1:] != padded[:-1])
     starts, ends = edges[0::2], edges[1::2]
