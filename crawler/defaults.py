@@ -56,6 +56,11 @@ CANON_HOST_RULES: dict[str, dict[str, list[str]]] = {}
 # such as CSRF tokens, nonces and timestamps removed) and a MinHash near-duplicate signature,
 # stored with its page record (crawler.content), computed in a thread off the reactor.
 CONTENT_FINGERPRINTS_ENABLED = True
+# The normalization fingerprints are made under, stored with each: "n2" (visible text and link
+# targets, numpy-hashed words: half the CPU of "n1") or "n1" (the whole markup, noise removed;
+# for a crawl that must stay comparable with a store written before n2). Fingerprints of
+# different normalizations are never compared.
+CONTENT_NORMALIZATION = "n2"
 # Parameter drop rules proven by content (crawler.learning): when pages that differ by one
 # parameter have equal content CANON_LEARN_MIN_PAIRS times on a host (or a path prefix) and
 # never differ, that parameter becomes a drop rule for that scope, recorded with its evidence.

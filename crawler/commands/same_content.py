@@ -1,10 +1,11 @@
 """``scrapy same-content``: fetched URLs with equal or near-equal content whose keys differ.
 
-Each group is a set of pages whose content fingerprints are equal (``exact``) or whose
-MinHash signatures agree on at least ``--near`` of their values (``near``, found with
-datasketch's LSH index), and whose dedupe keys differ: the URLs the key did not merge though
-they show the same thing. ``separated_by`` names what tells their keys apart: the query
-parameters not shared by all of them (``name``), and ``path`` when the paths differ too.
+Each group is a set of pages whose content fingerprints, made under the same normalization
+(``n1``, ``n2``), are equal (``exact``) or whose MinHash signatures agree on at least
+``--near`` of their values (``near``, found with datasketch's LSH index), and whose dedupe
+keys differ: the URLs the key did not merge though they show the same thing.
+``separated_by`` names what tells their keys apart: the query parameters not shared by all
+of them (``name``), and ``path`` when the paths differ too.
 Only ``ok`` pages count (no errors, empty pages or soft-404s) unless ``--all-kinds``.
 Formats: ``text`` (default) or ``jsonl`` (one group per line).
 """
@@ -47,39 +48,46 @@ def separated_by(keys: Iterable[str]) -> list[str]:
     return (["path"] if len(paths) > 1 else []) + names
 
 
+#: A page's content as grouped: (normalization, exact fingerprint).
+Content = tuple[str, str]
+
+
 def groups(
     pages: Iterable[dict[str, Any]], near: float | None = NEAR_DUPLICATE, all_kinds: bool = False
 ) -> list[dict[str, Any]]:
     """The groups of pages with equal (then near-equal) content and different keys."""
-    by_hash: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_hash: dict[Content, list[dict[str, Any]]] = defaultdict(list)
     for page in pages:
         if page["key"] and (all_kinds or page["content_kind"] == OK):
-            by_hash[page["content_hash"]].append(page)
+            by_hash[page["content_norm"], page["content_hash"]].append(page)
     parent = {content: content for content in by_hash}
 
-    def root(content: str) -> str:
+    def root(content: Content) -> Content:
         while parent[content] != content:
             parent[content] = parent[parent[content]]
             content = parent[content]
         return content
 
-    best: dict[str, float] = {}
+    best: dict[Content, float] = {}
     if near is not None:
-        lsh = MinHashLSH(threshold=near, num_perm=NUM_PERM)
-        signatures: dict[str, bytes] = {}
+        indexes: dict[str, MinHashLSH] = {}  # one per normalization: never compared across
+        signatures: dict[Content, bytes] = {}
         for content, members in by_hash.items():
             signature = members[0]["content_minhash"]
             if signature is None:
                 continue
             signatures[content] = signature
             sketch = signature_of(signature)
+            lsh = indexes.get(content[0])
+            if lsh is None:
+                lsh = indexes[content[0]] = MinHashLSH(threshold=near, num_perm=NUM_PERM)
             for other in lsh.query(sketch):
                 score = similarity(signature, signatures[other])
                 if score >= near:
                     parent[root(content)] = root(other)
                     best[content] = max(best.get(content, 0.0), score)
             lsh.insert(content, sketch)
-    merged: dict[str, list[str]] = defaultdict(list)
+    merged: dict[Content, list[Content]] = defaultdict(list)
     for content in by_hash:
         merged[root(content)].append(content)
     result = []

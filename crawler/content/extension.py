@@ -23,7 +23,8 @@ from scrapy.http.request import NO_CALLBACK
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.threads import deferToThread
 
-from crawler.content.fingerprint import fingerprint
+from crawler.content.fingerprint import NORMALIZATIONS, fingerprint
+from crawler.defaults import CONTENT_NORMALIZATION
 from crawler.frontier import META_KEY
 from middlewares.redirects import soft_404_flag
 from pipelines.records import Chain, ContentRecord, PageRecord
@@ -57,17 +58,23 @@ def page_of(request: Request, response: Response) -> PageRecord:
 
 
 class ContentFingerprints:
-    """See the module docstring. ``CONTENT_FINGERPRINTS_ENABLED`` switches it off."""
+    """See the module docstring. ``CONTENT_FINGERPRINTS_ENABLED`` switches it off;
+    ``CONTENT_NORMALIZATION`` (``n2``, or ``n1`` as stores before ``n2`` hold) chooses the
+    normalization."""
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, norm: str) -> None:
         self.crawler = crawler
+        self.norm = norm
         self._pending: set[Deferred[Any]] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         if not crawler.settings.getbool("CONTENT_FINGERPRINTS_ENABLED", True):
             raise NotConfigured
-        extension = cls(crawler)
+        norm = crawler.settings.get("CONTENT_NORMALIZATION", CONTENT_NORMALIZATION)
+        if norm not in NORMALIZATIONS:
+            raise ValueError(f"CONTENT_NORMALIZATION must be one of {NORMALIZATIONS}, not {norm!r}")
+        extension = cls(crawler, norm)
         crawler.signals.connect(extension.response_received, signal=signals.response_received)
         crawler.signals.connect(extension.spider_closed, signal=signals.spider_closed)
         return extension
@@ -78,7 +85,9 @@ class ContentFingerprints:
         page = page_of(request, response)
         # Decoded here: Scrapy caches the text, which the spider's callback needs anyway.
         text = response.text if isinstance(response, TextResponse) else None
-        pending = deferToThread(fingerprint, response.body, text, response.status, page.flag)
+        pending = deferToThread(
+            fingerprint, response.body, text, response.status, page.flag, self.norm
+        )
         self._pending.add(pending)
         pending.addCallback(self._store, page, request)
         pending.addErrback(self._failed, page)

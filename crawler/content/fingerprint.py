@@ -1,5 +1,19 @@
 """What a fetched document says, as two fingerprints: exact and near-duplicate.
 
+Two normalizations, stored with each fingerprint (fingerprints of different ones are never
+compared): ``n2``, the default, and ``n1``, which stores written before ``n2`` hold.
+
+The **normalization** ``n2`` (:func:`normalize_n2`) keeps what a reader gets: the visible
+text (comments, ``script``, ``style``, ``noscript`` and ``template`` elements dropped, tags
+read as spaces) and the link targets (``href``, ``src`` and ``action`` values); timestamps and
+ids are masked as in ``n1`` below. Every other attribute (nonces, CSRF fields, hidden input
+values, ``<meta>`` contents, classes) does not count. Its exact fingerprint is SHA-256 of the
+text with ASCII whitespace runs as one space, a newline, the targets; its signature hashes
+the text's words (ASCII lower-cased) in numpy at once (:func:`word_hashes`), then shingles
+and MinHash them as ``n1`` does. Half the CPU of ``n1`` on the python3.11 docs (1.09 against
+2.26 CPU-s for 530 pages of 95 kB), with the same Jaccard estimate (tested against the true
+similarity of the shingles).
+
 The **normalization** ``n1`` (:func:`normalize_markup`) removes what changes from one request
 of a page to the next without changing the document, then collapses whitespace:
 
@@ -22,7 +36,8 @@ MinHash (datasketch's ``affine32`` scheme, seed 1) of the 4-word shingles of the
 text (scripts, styles and tags removed), whose share of equal values estimates the Jaccard
 similarity of two documents.
 Bodies that are not text are fingerprinted as bytes (``raw``), without a signature.
-``tests/data/content_normalization.json`` pins all of this with vectors.
+``tests/data/content_normalization.json`` pins all of this with vectors (``n2_pairs`` and
+``n2_exact`` for ``n2``).
 """
 
 from __future__ import annotations
@@ -41,7 +56,10 @@ if TYPE_CHECKING:
     from datasketch import MinHash
 
 #: Version of :func:`normalize_markup`; fingerprints of different versions never compare.
-NORMALIZATION = "n1"
+N1, N2 = "n1", "n2"
+#: The normalization fingerprints are made under (``CONTENT_NORMALIZATION``).
+NORMALIZATION = N2
+NORMALIZATIONS = (N2, N1)
 #: Fingerprints of bodies that are not text (hash of the bytes, no signature).
 RAW = "raw"
 NUM_PERM = 128
@@ -141,13 +159,22 @@ def normalize_markup(markup: str) -> str:
     text = (_TAG if secrets else _INPUT_OR_META).sub(_clean_tag, text)
     if secrets and "srf" in text.lower():
         text = _SCRIPT_SECRET.sub(r'\1""', text)
+    return " ".join(mask_noise(text).split())
+
+
+def mask_noise(text: str) -> str:
+    """``text`` with its timestamps as ``<time>`` and its ids as ``<id>`` (module doc).
+
+    >>> mask_noise("Built 2026-12-01T14:53:23Z, etag 0123456789abcdef0123456789abcdef")
+    'Built <time>, etag <id>'
+    """
     if _may_hold(text, _DIGITS, (b"d:d", b"d" * 10)):
         text = _NUMERIC_RUN.sub(_mask_run, text)
         if "<time>" in text:
             text = _HTTP_DATE.sub("<time>", text)
     if _may_hold(text, _HEX_DIGITS, (b"x" * 32,)):
         text = _HEX_RUN.sub(_mask_hex, text)
-    return " ".join(text.split())
+    return text
 
 
 def _byte_map(kept: dict[str, str], non_ascii: str) -> bytes:
@@ -203,19 +230,27 @@ _PERMUTATIONS = _draw_permutations(SEED)
 _EMPTY = np.full(NUM_PERM, 0xFFFFFFFF, dtype=np.uint32)
 _MASK32 = np.uint64(0xFFFFFFFF)
 _MIX = np.uint64(0x01000193)  # FNV prime: shingle hash = 4 word hashes folded
+#: Shingles a MinHash matrix holds at once (``NUM_PERM`` x this, 32 MiB of uint32).
+_BLOCK = 1 << 16
 #: MurmurHash3's 32-bit finalizer, the pre-mix of datasketch's ``affine32`` scheme.
 _FMIX32 = (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35))
 
 
 def shingle_hashes(words: list[str]) -> np.ndarray:
     """32-bit hashes of the ``SHINGLE``-word shingles of ``words`` (of the words themselves
-    when there are fewer), distinct: each word's xxh32, folded with its neighbours'."""
+    when there are fewer), distinct: each word's xxh32, folded with its neighbours' (``n1``)."""
     vocabulary = {
         word: xxhash.xxh32_intdigest(word.encode("utf-8", "surrogatepass")) for word in set(words)
     }
     hashes = np.fromiter(map(vocabulary.__getitem__, words), dtype=np.uint64, count=len(words))
-    if len(words) >= SHINGLE:
-        count = len(words) - SHINGLE + 1
+    return _shingles(hashes)
+
+
+def _shingles(hashes: np.ndarray) -> np.ndarray:
+    """Distinct 32-bit hashes of the ``SHINGLE``-word shingles of words hashed ``hashes``
+    (uint64 values below 2**32), of the words themselves when there are fewer."""
+    if len(hashes) >= SHINGLE:
+        count = len(hashes) - SHINGLE + 1
         folded = np.zeros(count, dtype=np.uint64)
         for offset in range(SHINGLE):
             folded = ((folded * _MIX) ^ hashes[offset : offset + count]) & _MASK32
@@ -224,11 +259,17 @@ def shingle_hashes(words: list[str]) -> np.ndarray:
 
 
 def minhash_of(words: list[str]) -> np.ndarray:
-    """The MinHash values (``NUM_PERM`` uint32) of the shingles of ``words``: what
+    """The ``n1`` MinHash values of ``words``: :func:`minhash_of_shingles` of their
+    :func:`shingle_hashes`."""
+    return minhash_of_shingles(shingle_hashes(words))
+
+
+def minhash_of_shingles(shingles: np.ndarray) -> np.ndarray:
+    """The MinHash values (``NUM_PERM`` uint32) of 32-bit shingle hashes: what
     datasketch's ``MinHash(num_perm=NUM_PERM, seed=SEED, scheme="affine32")`` holds after
-    ``update_batch`` of their hashes (``hashfunc=int``), computed on the whole array at once
+    ``update_batch`` of them (``hashfunc=int``), computed on the whole array at once
     (datasketch goes through a Python list of ints: twice the time). Tested equal."""
-    hashes = shingle_hashes(words).astype(np.uint32)
+    hashes = shingles.astype(np.uint32)
     if not len(hashes):
         return _EMPTY.copy()
     shift1, mul1, shift2, mul2 = _FMIX32  # datasketch's one-shot pre-mix of each hash
@@ -238,7 +279,12 @@ def minhash_of(words: list[str]) -> np.ndarray:
     hashes *= mul2
     hashes ^= hashes >> shift1
     a, b = _PERMUTATIONS
-    return np.minimum(_EMPTY, (hashes.reshape(-1, 1) * a + b).min(axis=0))
+    found = _EMPTY.copy()
+    for start in range(0, len(hashes), _BLOCK):  # a bounded matrix however long the page
+        values = np.multiply.outer(a, hashes[start : start + _BLOCK])  # a row a permutation:
+        values += b[:, None]  # min along rows is 4x faster than down the columns
+        np.minimum(found, values.min(axis=1), out=found)
+    return found
 
 
 def signature_bytes(values: np.ndarray) -> bytes:
@@ -268,8 +314,8 @@ def similarity(a: bytes, b: bytes) -> float:
     return float(np.count_nonzero(left == right)) / len(left)
 
 
-def classify(status: int, words: list[str], markup: str, flag: str | None = None) -> str:
-    """``error`` (status 400+ or a non-2xx), ``empty`` (no visible word), ``soft-404`` (a
+def classify(status: int, words: bool, markup: str, flag: str | None = None) -> str:
+    """``error`` (status 400+ or a non-2xx), ``empty`` (no visible ``words``), ``soft-404`` (a
     redirect stand-in ``flag`` from the redirect middleware, or a title or first heading
     announcing a missing page), else ``ok``."""
     if not 200 <= status < 300:
@@ -286,19 +332,137 @@ def classify(status: int, words: list[str], markup: str, flag: str | None = None
 
 
 def fingerprint(
-    body: bytes, text: str | None, status: int = 200, flag: str | None = None
+    body: bytes,
+    text: str | None,
+    status: int = 200,
+    flag: str | None = None,
+    norm: str = NORMALIZATION,
 ) -> ContentRecord:
-    """Fingerprints of a response: ``text`` is its decoded body for text responses (HTML,
-    XML, plain text), None for others (then ``body`` is hashed as bytes)."""
+    """Fingerprints of a response under normalization ``norm`` (``n2`` or ``n1``): ``text``
+    is its decoded body for text responses (HTML, XML, plain text), None for others (then
+    ``body`` is hashed as bytes)."""
     if text is None:
         exact = hashlib.sha256(body).hexdigest()[:32]
         kind = (ERROR if not 200 <= status < 300 else OK) if body else EMPTY
         return ContentRecord(exact, None, RAW, kind)
-    normalized = normalize_markup(text)
-    words = visible_words(normalized)
+    if norm == N2:
+        exact, shingles = exact_and_shingles_n2(text)
+        markup = text
+    else:
+        markup = normalized = normalize_markup(text)
+        words = visible_words(normalized)
+        exact = hashlib.sha256(normalized.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        shingles = shingle_hashes(words)
     return ContentRecord(
-        exact=hashlib.sha256(normalized.encode("utf-8", "surrogatepass")).hexdigest()[:32],
-        minhash=signature_bytes(minhash_of(words)),
-        norm=NORMALIZATION,
-        kind=classify(status, words, normalized, flag),
+        exact=exact,
+        minhash=signature_bytes(minhash_of_shingles(shingles)),
+        norm=norm,
+        kind=classify(status, bool(len(shingles)), markup, flag),
     )
+
+
+#: What ``n2`` drops whole: comments and the elements a reader does not see.
+_UNSEEN = re.compile(r"<!--.*?-->|<(script|style|noscript|template)\b.*?</\1\s*>", re.S | re.I)
+#: What ``n2`` keeps of the markup: where links, images, frames and forms point (one pass
+#: per attribute: a regex starting with one literal is searched 3x faster than alternatives).
+_TARGETS = tuple(
+    re.compile(rf"""{name}\s*=\s*("[^"]*"|'[^']*'|[^\s"'>]+)""")
+    for name in ("href", "src", "action")
+)
+
+
+def normalize_n2(markup: str) -> tuple[str, str]:
+    """``n2`` before whitespace is collapsed: the visible text (tags as spaces) and the link
+    targets (``href``, ``src``, ``action`` values, unquoted, one space apart), timestamps
+    and ids masked in both. Comments, scripts, styles, every other attribute (nonces, CSRF
+    fields, hidden values, ``<meta>`` contents, classes) and the tags themselves do not count.
+
+    >>> normalize_n2('<p nonce="x1">Hi <b>you</b></p><!-- 2s --><a href="/n">at 12:00:01</a>')
+    (' Hi  you    at <time> ', '/n')
+    """
+    shown = _UNSEEN.sub(" ", markup)
+    targets = " ".join(
+        value.strip("\"'") for pattern in _TARGETS for value in pattern.findall(shown)
+    )
+    return mask_noise(_ANY_TAG.sub(" ", shown)), mask_noise(targets)
+
+
+#: ASCII whitespace, the bytes that separate ``n2`` words.
+_SPACE = np.zeros(256, dtype=bool)
+_SPACE[list(b" \t\n\r\x0b\x0c")] = True
+#: Bytes lower-cased as ASCII (``n2`` words are compared ASCII-case-insensitively).
+_LOWER = np.arange(256, dtype=np.uint8)
+_LOWER[ord("A") : ord("Z") + 1] += 32
+#: ``n2`` word hash: polynomial in ``_BASE`` mod 2**64, then MurmurHash3's 64-bit finalizer.
+_BASE = 0x100000001B3  # FNV-1a's 64-bit prime (odd, so invertible mod 2**64)
+_POWERS: tuple[np.ndarray, np.ndarray] = (np.ones(1, np.uint64), np.ones(1, np.uint64))
+
+
+def exact_and_shingles_n2(markup: str) -> tuple[str, np.ndarray]:
+    """The ``n2`` exact fingerprint (SHA-256 of the text with whitespace runs as one space,
+    stripped, a newline, the targets) and the shingle hashes of the text's words."""
+    text, targets = normalize_n2(markup)
+    data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    space = _SPACE[data]
+    kept = ~space
+    kept[1:] |= ~space[:-1]  # a space right after a word stays, as one space
+    collapsed = np.where(space, np.uint8(32), data)[kept].tobytes().strip()
+    exact = hashlib.sha256(b"%s\n%s" % (collapsed, targets.encode("utf-8", "surrogatepass")))
+    return exact.hexdigest()[:32], _shingles(word_hashes(_LOWER[data], space))
+
+
+def _powers(length: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_BASE**-j`` and ``_BASE**j`` mod 2**64 for ``j < length`` (grown by doubling)."""
+    global _POWERS
+    inverse, forward = _POWERS
+    if len(inverse) < length:
+        size = 1 << (length - 1).bit_length()
+        inverse = np.full(size, pow(_BASE, -1, 1 << 64), dtype=np.uint64)
+        forward = np.full(size, _BASE, dtype=np.uint64)
+        inverse[0] = forward[0] = 1
+        _POWERS = inverse, forward = np.cumprod(inverse), np.cumprod(forward)  # mod 2**64
+    return inverse, forward
+
+
+#: Bytes hashed at once by :func:`word_hashes` (cut after a space): bounds the power tables.
+_CHUNK = 1 << 20
+
+
+def word_hashes(data: np.ndarray, space: np.ndarray) -> np.ndarray:
+    """32-bit hashes (as uint64) of the words of the bytes ``data``, a word being a run of
+    bytes where ``space`` is False: all words hashed at once in numpy (``sum(byte_j * B**j)``
+    over the word's bytes, from prefix sums), no Python per word; ``_CHUNK`` bytes at a time,
+    cut after a space (a word longer than that is hashed in pieces).
+
+    >>> data = np.frombuffer(b"word word other", dtype=np.uint8)
+    >>> a, b, c = word_hashes(data, data == 32).tolist()
+    >>> a == b != c
+    True
+    """
+    parts, start = [], 0
+    while start < len(data):
+        end = min(start + _CHUNK, len(data))
+        if end < len(data):
+            blanks = np.flatnonzero(space[start:end])
+            end = start + int(blanks[-1]) + 1 if len(blanks) else end
+        parts.append(_chunk_word_hashes(data[start:end], space[start:end]))
+        start = end
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+
+
+def _chunk_word_hashes(data: np.ndarray, space: np.ndarray) -> np.ndarray:
+    padded = np.concatenate(([True], space, [True]))
+    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    starts, ends = edges[0::2], edges[1::2]
+    if not len(starts):
+        return np.zeros(0, dtype=np.uint64)
+    inverse, forward = _powers(len(data) + 1)
+    prefix = np.zeros(len(data) + 1, dtype=np.uint64)
+    np.cumsum((data + np.uint64(1)) * inverse[: len(data)], out=prefix[1:])
+    hashes = (prefix[ends] - prefix[starts]) * forward[starts]
+    hashes ^= hashes >> np.uint64(33)  # MurmurHash3's fmix64: every bit of the word counts
+    hashes *= np.uint64(0xFF51AFD7ED558CCD)
+    hashes ^= hashes >> np.uint64(33)
+    hashes *= np.uint64(0xC4CEB9FE1A85EC53)
+    hashes ^= hashes >> np.uint64(33)
+    return hashes >> np.uint64(32)
