@@ -193,3 +193,24 @@ def test_reopened_shared_scheduler_keeps_its_requests(redis_url: str) -> None:
         assert {request.url for request in second.dequeue_all()} == URLS
     finally:
         second.close()
+
+
+def test_shared_crawl_ends_as_soon_as_a_lease_finds_it_drained(redis_url: str) -> None:
+    """The empty lease that finds nothing queued nor leased anywhere wakes the engine at
+    once, with nothing pending: the crawl closes then, not seconds later when a poll's wake
+    happens to come between two leases (each lease under way counts as pending)."""
+    mode = Mode(True, redis_url)
+    scheduler = mode.open()
+    try:
+        mode.enqueue(Request("http://foo.com/a"))
+        request = scheduler.next_request()
+        assert request is not None
+        engine = Mock(downloader=Mock(total_concurrency=16, active=set()))
+        mode.crawler.engine = engine
+        frontier_for(mode.crawler).admit(request, [])  # its page answered: lease released
+        engine._slot.nextcall.schedule.reset_mock()
+        assert scheduler.next_request() is None  # an empty lease: the crawl is drained
+        engine._slot.nextcall.schedule.assert_called_once()
+        assert not scheduler.has_pending_requests()
+    finally:
+        mode.close()

@@ -226,6 +226,10 @@ class RedisScheduler(BaseScheduler):
                 self._wake_engine()
             return
         self._poll_later()
+        if self.frontier.seems_drained():
+            # The engine checks whether the spider is idle when it asks for requests; at the
+            # planned poll it would start a lease first (pending again) and miss the end.
+            self._wake_engine()
 
     def _lease_failed(self, failure: Failure) -> None:
         """Redis unavailable, or a script error: keep polling."""
