@@ -29,11 +29,10 @@ from crawler.frontier.status import read_status
 from crawler.redis_client import RedisSetupError
 from crawler.seen.rebuild import redis_frontier_urls
 from tests.cluster import RedisClusterServers
-from tests.test_crash import ROOT
 from tests.test_frontier_redis import stat, urls
 from tests.test_frontier_sharded import MakeWorker, WorkerKilled, make_worker, worker_factory
 from tests.test_learning_stale import Loop
-from tests.test_quarantine import inject, scrapy
+from tests.test_quarantine import documented_acl_user, inject, scrapy
 
 PARTITIONS = 3
 SHORT_TTL = 0.4
@@ -345,16 +344,9 @@ def test_status_reset_and_failures_see_every_partition(
 
 def test_the_documented_acl_lets_a_partitioned_worker_crawl(redis_url: str) -> None:
     """The ACL line of docs/security.md names the partitions' keys too."""
-    line = next(
-        text.strip()
-        for text in (ROOT / "docs" / "security.md").read_text().splitlines()
-        if text.strip().startswith("ACL SETUSER crawl-site")
-    )
     with redis.Redis.from_url(redis_url) as admin:
         admin.flushall()
-        admin.execute_command(*line.split())
-    try:
-        user_url = redis_url.replace("redis://", "redis://crawl-site:a-long-random-password@")
+    with documented_acl_user(redis_url) as user_url:
         worker = make_worker(
             user_url, 1, 60.0, FRONTIER_PARTITIONS=PARTITIONS, FRONTIER_KEY_PREFIX="{site}"
         )
@@ -367,9 +359,6 @@ def test_the_documented_acl_lets_a_partitioned_worker_crawl(redis_url: str) -> N
             assert worker.counts()["queued"] == PARTITIONS
         finally:
             worker.close()
-    finally:
-        with redis.Redis.from_url(redis_url) as admin:
-            admin.acl_deluser("crawl-site")
 
 
 def test_rebuild_filter_reads_the_requests_of_every_partition(workers: MakeWorker) -> None:

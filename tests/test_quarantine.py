@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -309,10 +310,10 @@ def test_a_crawlspiders_links_pass_through_the_shared_frontier(redis_url: str) -
         second.close()
 
 
-def test_the_documented_acl_lets_a_worker_crawl_and_confines_it(redis_url: str) -> None:
-    """The ACL line of docs/security.md, applied as written: a worker of the crawl ``site``
-    admits, leases, quarantines and answers through it; another crawl's keys and dangerous
-    commands are refused."""
+@contextmanager
+def documented_acl_user(redis_url: str) -> Iterator[str]:
+    """The user the ACL line of docs/security.md creates, applied as written: its URL;
+    deleted after."""
     line = next(
         text.strip()
         for text in (ROOT / "docs" / "security.md").read_text().splitlines()
@@ -321,7 +322,17 @@ def test_the_documented_acl_lets_a_worker_crawl_and_confines_it(redis_url: str) 
     with redis.Redis.from_url(redis_url) as admin:
         admin.execute_command(*line.split())
     try:
-        user_url = redis_url.replace("redis://", "redis://crawl-site:a-long-random-password@")
+        yield redis_url.replace("redis://", "redis://crawl-site:a-long-random-password@")
+    finally:
+        with redis.Redis.from_url(redis_url) as admin:
+            admin.acl_deluser("crawl-site")
+
+
+def test_the_documented_acl_lets_a_worker_crawl_and_confines_it(redis_url: str) -> None:
+    """The ACL line of docs/security.md, applied as written: a worker of the crawl ``site``
+    admits, leases, quarantines and answers through it; another crawl's keys and dangerous
+    commands are refused."""
+    with documented_acl_user(redis_url) as user_url:
         worker, _ = frontier_of(user_url)
         try:
             worker.admit(None, [Request("https://example.com/"), Request("https://example.com/b")])
@@ -337,9 +348,6 @@ def test_the_documented_acl_lets_a_worker_crawl_and_confines_it(redis_url: str) 
                 worker.client.flushall()
         finally:
             worker.close()
-    finally:
-        with redis.Redis.from_url(redis_url) as admin:
-            admin.acl_deluser("crawl-site")
 
 
 def test_a_key_someone_overwrote_refuses_the_step_whole(worker: RedisFrontier) -> None:
