@@ -451,6 +451,7 @@ class SqlRecordStore:
         self._retry_after = 0.0
         #: Where writes go during a crawl (:func:`store_for`), off Twisted's loop; None:
         #: in the caller's thread.
+        #: The thread writes and reads run in during a crawl (:func:`store_for`).
         self.background: BackgroundThread | None = None
         upgrade_schema(engine)
 
@@ -490,7 +491,7 @@ class SqlRecordStore:
         now = time.monotonic()
         due = self._buffered >= self.batch_size or now - self._last_flush >= self.flush_interval
         if due and now >= self._retry_after:
-            if self.background is not None:
+            if self._thread is not None:
                 self.flush_later()
                 return
             try:
@@ -618,10 +619,10 @@ class SqlRecordStore:
         row = self._buffers["shortener_answers"].get((record_id(short_url),))
         if row:
             return succeed(_shortener_answer(row))
-        if self.background is None:
+        if self._thread is None:
             reading = maybeDeferred(self._stored_shortener_answer, short_url)
         else:
-            reading = self.background.run(self._stored_shortener_answer, short_url)
+            reading = self._thread.run(self._stored_shortener_answer, short_url)
         return reading.addErrback(self._no_shortener_answer, short_url)
 
     def _stored_shortener_answer(self, short_url: str) -> ShortenerAnswer | None:
@@ -650,6 +651,16 @@ class SqlRecordStore:
             exc,
         )
 
+    @property
+    def _thread(self) -> BackgroundThread | None:
+        """:attr:`background` while Twisted's loop runs, so blocking calls never run on it;
+        None otherwise (a command, a test without a loop): the caller's thread waits."""
+        if self.background is None:
+            return None
+        from twisted.internet import reactor
+
+        return self.background if reactor.running else None  # type: ignore[attr-defined]
+
     def flush(self) -> None:
         """Write every buffered row in one transaction, retried on deadlocks and locked
         files (the upserts make a repeated attempt harmless). Raises ``OperationalError``
@@ -666,9 +677,9 @@ class SqlRecordStore:
         flushes); fires on the loop once they are committed, or kept for the next flush
         (logged) when the database stays away."""
         rows = self._take()
-        if self.background is None:
+        if self._thread is None:
             return maybeDeferred(self._write, rows).addErrback(self._put_back, rows)
-        return self.background.run(self._write, rows).addErrback(self._put_back, rows)
+        return self._thread.run(self._write, rows).addErrback(self._put_back, rows)
 
     def _take(self) -> Rows:
         """The buffered rows, now no longer buffered."""
@@ -735,16 +746,16 @@ class SqlRecordStore:
         in the buffer by then), and the Deferred fires on the loop once they are committed,
         or once given up on (logged, a line with the count: no traceback at the user; the
         rows are buffered again)."""
-        if self.background is None:
+        if self._thread is None:
             return self._commit(self._take())
-        earlier = self.background.run(lambda: None)
+        earlier = self._thread.run(lambda: None)
         return earlier.addCallback(lambda _: self._commit(self._take()))
 
     def _commit(self, rows: Rows) -> Deferred[None]:
-        if self.background is None:
+        if self._thread is None:
             writing = maybeDeferred(self._write_until_committed, rows)
         else:
-            writing = self.background.run(self._write_until_committed, rows)
+            writing = self._thread.run(self._write_until_committed, rows)
         return writing.addErrback(self._given_up, rows)
 
     def _given_up(self, failure: Failure, rows: Rows) -> None:
@@ -780,11 +791,11 @@ class SqlRecordStore:
         stays, idle, for writes that come later (a fingerprint computed while the spider
         closes), in order; it ends with the process. Shutting it down here would wait on
         the loop for such a write."""
-        if self.background is None:
+        background = self._thread
+        if background is None:
             self.flush()
             self.engine.dispose()
             return None
-        background = self.background
         return self.commit_all().addCallback(lambda _: background.run(self.engine.dispose))
 
     # --- reading -------------------------------------------------------------------------
@@ -859,11 +870,10 @@ def store_for(crawler: Crawler) -> RecordStore:
     """
     store = _stores.get(crawler)
     if store is None:
-        from twisted.internet import reactor
-
         store = SqlRecordStore.from_settings(crawler.settings)
-        if reactor.running:  # type: ignore[attr-defined]
-            store.background = BackgroundThread("record-store")
+        # Always: a crawl's components may first ask for the store before the reactor runs,
+        # and a store without its thread would write (and wait on a locked file) on the loop.
+        store.background = BackgroundThread("record-store")
         crawler.signals.connect(
             _close_on_spider_closed(store), signal=signals.spider_closed, weak=False
         )
