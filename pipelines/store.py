@@ -13,7 +13,10 @@ batch: about 17,000 records/s into SQLite and 9,000/s into a local PostgreSQL, a
 records a fetched page produces. The last flush, when the spider closes, is retried while the
 database stays away (a locked file, a restarting server), up to ``DEFAULT_CLOSE_TIMEOUT``
 seconds, and Scrapy waits for it: the process exits once every record is written (or, past
-that, with an error saying how many were not).
+that, with an error saying how many were not). On a shared frontier a page's records are
+committed before its lease is released (:meth:`SqlRecordStore.commit_page`): while the
+database stays away, those pages wait, their leases held, and are released once it is back;
+a worker killed meanwhile loses nothing (the pages are fetched again).
 """
 
 from __future__ import annotations
@@ -746,33 +749,47 @@ class SqlRecordStore:
         in the buffer by then), and the Deferred fires on the loop once they are committed,
         or once given up on (logged, a line with the count: no traceback at the user; the
         rows are buffered again)."""
-        if self._thread is None:
-            return self._commit(self._take())
-        earlier = self._thread.run(lambda: None)
-        return earlier.addCallback(lambda _: self._commit(self._take()))
+        return self._commit_buffered(self.close_timeout)
 
-    def _commit(self, rows: Rows) -> Deferred[None]:
+    def commit_page(self) -> Deferred[None]:
+        """Write every buffered row (a page's records among them), as :meth:`commit_all`
+        does, but for as long as the database stays away (retried every ``flush_interval``
+        seconds, each attempt logged): fires only once they are committed. A shared crawl
+        releases the page's lease after it, so a worker killed while the database is away
+        fetches the page again rather than lose its records."""
+        return self._commit_buffered(None)
+
+    def _commit_buffered(self, timeout: float | None) -> Deferred[None]:
+        """Commit what is buffered once the flushes handed over before are done (a failed
+        one's rows are back in the buffer by then), tried for up to ``timeout`` seconds."""
         if self._thread is None:
-            writing = maybeDeferred(self._write_until_committed, rows)
+            return self._commit(self._take(), timeout)
+        earlier = self._thread.run(lambda: None)
+        return earlier.addCallback(lambda _: self._commit(self._take(), timeout))
+
+    def _commit(self, rows: Rows, timeout: float | None) -> Deferred[None]:
+        if self._thread is None:
+            writing = maybeDeferred(self._write_until_committed, rows, timeout)
         else:
-            writing = self._thread.run(self._write_until_committed, rows)
+            writing = self._thread.run(self._write_until_committed, rows, timeout)
         return writing.addErrback(self._given_up, rows)
 
     def _given_up(self, failure: Failure, rows: Rows) -> None:
         self._restore(rows)
         failure.trap(OperationalError)  # logged by _write_until_committed
 
-    def _write_until_committed(self, rows: Rows) -> None:
-        """:meth:`_write`, tried again while the database stays away, up to
-        ``close_timeout`` seconds. Blocks: runs in the background thread during a crawl."""
-        deadline = time.monotonic() + self.close_timeout
+    def _write_until_committed(self, rows: Rows, timeout: float | None) -> None:
+        """:meth:`_write`, tried again while the database stays away, up to ``timeout``
+        seconds (None: until it is back). Blocks: runs in the background thread during a
+        crawl."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
                 self._write(rows)
                 return
             except OperationalError as exc:
                 count = sum(len(table_rows) for table_rows in rows.values())
-                if time.monotonic() + self.flush_interval > deadline:
+                if deadline is not None and time.monotonic() + self.flush_interval > deadline:
                     logger.error("Record store unavailable, %d records not written: %s", count, exc)
                     raise
                 logger.error(
@@ -896,7 +913,7 @@ def _close_on_spider_closed(store: SqlRecordStore) -> Callable[..., Coroutine[An
 
 def _flush_on_page_handled(store: SqlRecordStore) -> Callable[..., Coroutine[Any, Any, None]]:
     async def flush(**_: Any) -> None:
-        await maybe_deferred_to_future(store.flush_later())
+        await maybe_deferred_to_future(store.commit_page())
 
     return flush
 

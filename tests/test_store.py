@@ -277,3 +277,23 @@ def test_the_last_flush_gives_up_after_close_timeout_keeping_the_records(
     store.flush()  # the records were kept for a later flush
     assert [p["fetch_url"] for p in store.pages()] == [A]
     store.close()
+
+
+def test_a_shared_crawls_page_waits_for_its_records_however_long_the_database_is_away(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its lease is released after this fires: firing with the records only in memory (as
+    # the last flush does past close_timeout) would lose them to a kill.
+    store, blocker = locked_store(
+        tmp_path / "store.sqlite", batch_size=100, flush_interval=0.1, close_timeout=0.3
+    )
+    store.add_page(PageRecord(A, A, None, 200))
+    threading.Timer(2.0, blocker.execute, ("ROLLBACK",)).start()
+    failures: list[Failure] = []
+    store.commit_page().addErrback(failures.append)  # blocks here: no background thread
+    assert failures == []
+    assert "records wait to be written" in caplog.text
+    assert "records not written" not in caplog.text
+    assert [p["fetch_url"] for p in store.pages()] == [A]
+    blocker.close()
+    store.close()

@@ -11,11 +11,17 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
+import pytest
 import redis
 
 from pipelines.store import SqlRecordStore
+from tests.conftest import PG_DSN, PG_URL
 from tests.httpserver import Page, TestServer, html, redirect
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,4 +73,87 @@ def test_killed_worker_keeps_records_of_released_pages(redis_url: str, tmp_path:
     finally:
         store.close()
     assert hints[f"{server.url}/a"]["reason"] == "self"
+    assert chains[f"{server.url}/r"].final_url == f"{server.url}/b"
+
+
+@contextmanager
+def database_that_goes_away(
+    _postgres_available: str | None,
+) -> Iterator[tuple[str, Callable[[bool], None]]]:
+    """A new PostgreSQL database's SQLAlchemy URL, and ``available(flag)``: False refuses
+    every new connection and ends the open ones (a server going away), True lets them in
+    again. Dropped afterwards."""
+    if _postgres_available:
+        pytest.fail(_postgres_available, pytrace=False)
+    name = f"away_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+
+        def available(flag: bool) -> None:
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(flag).lower()}')
+            if not flag:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                    (name,),
+                )
+
+        try:
+            yield PG_URL.rsplit("/", 1)[0] + f"/{name}", available
+        finally:
+            available(False)
+            admin.execute(f'DROP DATABASE "{name}"')
+
+
+def test_a_worker_killed_while_the_store_is_away_loses_no_records(
+    redis_url: str, _postgres_available: str | None
+) -> None:
+    # The database goes away as the page is fetched: its records cannot be committed, so its
+    # lease stays held (not released with the records in memory only). A worker killed then,
+    # and a second one run once the database is back, record the page.
+    with database_that_goes_away(_postgres_available) as (store_url, available):
+        SqlRecordStore.from_url(store_url).close()  # its schema, before it goes away
+
+        fetched: list[str] = []
+
+        def target(path: str) -> Page:
+            if not fetched:
+                available(False)
+            fetched.append(path)
+            return html(head='<link rel="canonical" href="/b">')
+
+        client = redis.Redis.from_url(redis_url)
+        command = [
+            *SCRAPY, "crawl", "site", "-s", f"REDIS_URL={redis_url}",
+            "-s", f"STORE_URL={store_url}", "-s", "STORE_FLUSH_INTERVAL=0.5",
+            "-s", "FRONTIER_LEASE_TTL=3",
+        ]  # fmt: skip
+        with TestServer({"/r": redirect("/b"), "/b": target}) as server:
+            command += ["-a", f"start_url={server.url}/r"]
+            worker = subprocess.Popen(
+                command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            try:
+                deadline = time.monotonic() + 60
+                while "/b" not in server.paths():
+                    assert time.monotonic() < deadline, "crawl did not get to /b"
+                    time.sleep(0.2)
+                time.sleep(6.0)  # past a flush's retries, and the lease's TTL
+                assert client.zcard("{site}:leases") == 1  # the page's, held: not committed
+                os.kill(worker.pid, signal.SIGKILL)
+            finally:
+                worker.kill()
+                worker.wait()
+            available(True)
+            # The killed worker's lease expires and the page is fetched again.
+            subprocess.run(
+                command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                timeout=120, check=True,
+            )  # fmt: skip
+        store = SqlRecordStore.from_url(store_url)
+        try:
+            hints = {hint["page_url"]: hint for hint in store.hints()}
+            chains = {chain.start_url: chain for chain in store.chains()}
+        finally:
+            store.close()
+    assert hints[f"{server.url}/b"]["reason"] == "self"
     assert chains[f"{server.url}/r"].final_url == f"{server.url}/b"
