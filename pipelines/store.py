@@ -27,6 +27,7 @@ import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -72,6 +73,7 @@ from pipelines.schema import upgrade_schema
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+    from sqlalchemy.sql.dml import Insert
     from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
@@ -329,6 +331,23 @@ _UPSERTS = {
         ("state", "evidence_count", "evidence", "counter_example", "rules_version", "updated_at"),
     ),
 }
+
+
+@cache
+def _upsert_statement(dialect_name: str, spec: _Upsert) -> Insert:
+    """The upsert of ``spec``'s table in ``dialect_name``, built once: building it (the
+    ``excluded`` alias copies every column) cost more CPU than writing a page's rows, and a
+    shared frontier writes them page by page."""
+    dialect = postgresql if dialect_name == "postgresql" else sqlite
+    statement = dialect.insert(spec.table)
+    if not spec.update:
+        return statement.on_conflict_do_nothing(index_elements=list(spec.conflict))
+    excluded = statement.excluded
+    return statement.on_conflict_do_update(
+        index_elements=list(spec.conflict),
+        set_={column: excluded[column] for column in spec.update},
+        where=spec.update_when(spec.table, excluded) if spec.update_when else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -727,17 +746,7 @@ class SqlRecordStore:
     def _upsert(
         self, connection: Connection, spec: _Upsert, rows: dict[tuple[Any, ...], dict[str, Any]]
     ) -> None:
-        dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
-        statement = dialect.insert(spec.table)
-        if spec.update:
-            excluded = statement.excluded
-            statement = statement.on_conflict_do_update(
-                index_elements=list(spec.conflict),
-                set_={column: excluded[column] for column in spec.update},
-                where=spec.update_when(spec.table, excluded) if spec.update_when else None,
-            )
-        else:
-            statement = statement.on_conflict_do_nothing(index_elements=list(spec.conflict))
+        statement = _upsert_statement(connection.dialect.name, spec)
         # Sorted by key: concurrent workers then lock rows in the same order (no deadlock).
         connection.execute(statement, [rows[key] for key in sorted(rows)])
 

@@ -263,7 +263,8 @@ class RequestKeyer:
 
     def link_merged_by_learned(self, url: str, key: str) -> bool:
         """:meth:`merged_by_learned` for a link's URL and its :meth:`link_key`."""
-        return self._merged(url, key, partial(dedupe_key, safe_url_string(url)))
+        # The URL made safe only when a learned rule may apply (most links never are).
+        return self._merged(url, key, lambda rules: dedupe_key(safe_url_string(url), rules))
 
     def _merged(self, url: str, key: str, key_under: Callable[[RuleSet], str]) -> bool:
         live = self.live
