@@ -130,8 +130,9 @@ class RedisScheduler(BaseScheduler):
         downloader = self._downloader()
         if downloader is not None:
             disable_local_delays(downloader)
-        if self.frontier.heartbeats is not None:
-            self.frontier.heartbeats.start()
+        for thread in (self.frontier.heartbeats, self.frontier.reports):
+            if thread is not None:
+                thread.start()
         self._heartbeat.start(self.frontier.lease_ttl / 3, now=False)
         self._dropped_check.start(DROPPED_CHECK, now=False)
 
@@ -141,8 +142,9 @@ class RedisScheduler(BaseScheduler):
                 loop.stop()
         if self._wake_call is not None and self._wake_call.active():
             self._wake_call.cancel()
-        if self.frontier.heartbeats is not None:
-            self.frontier.heartbeats.stop()
+        for thread in (self.frontier.heartbeats, self.frontier.reports):
+            if thread is not None:
+                thread.stop()
         if self.frontier.background is not None:
             self.frontier.background.close()  # a heartbeat or lease under way ends first
         released = self.frontier.release_all()  # first: the buffered requests are still held
