@@ -36,8 +36,9 @@ logger = logging.getLogger(__name__)
 #: to the last, back to the first as soon as work appears. Idle workers poll gently.
 POLL_MIN, POLL_MAX = 0.05, 1.0
 #: Longest wait between lease attempts while requests are queued but none could be leased
-#: because their hosts are at their crawl-wide concurrency: another worker's answer frees a
-#: turn (this worker's own answers ask again at once, :meth:`RedisScheduler._leases_answered`).
+#: because their hosts are at their crawl-wide concurrency: another worker's download ending
+#: frees a turn (this worker's own answers ask again at once,
+#: :meth:`RedisScheduler._leases_answered`; its own downloads ending ask through the engine).
 POLL_QUEUED_MAX = 0.2
 #: Seconds a leased request may take from leaving the downloader to its response reaching
 #: the engine (the downloader middlewares' ``process_response``) before it counts as
