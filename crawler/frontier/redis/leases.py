@@ -380,12 +380,15 @@ class Leases:
 
     def _report(self, downloaded: dict[int, list[str]]) -> None:
         """Run the downloaded script for ``downloaded`` (request ids by partition). A report
-        Redis does not take is dropped: the lease's end releases the host's turn instead."""
+        Redis does not take is dropped: the lease's end releases the host's turn instead
+        (Redis away: the outbox and the scheduler say so; anything else is said here)."""
         for partition, ids in downloaded.items():
             try:
                 self.partitions.run(partition, "downloaded", [self.owner, *ids])
-            except redis.RedisError as exc:
+            except REDIS_UNAVAILABLE as exc:
                 logger.debug("Cannot report %d downloads ended now: %s", len(ids), exc)
+            except redis.RedisError as exc:
+                logger.warning("Cannot report %d downloads ended: %s", len(ids), exc)
 
     def answer_dropped(self, grace: float) -> int:
         """Record as failed the requests that left the downloader more than ``grace``
