@@ -67,14 +67,17 @@ class BackgroundThread:
 class PeriodicThread:
     """Calls ``function()`` every ``interval`` seconds in a thread of its own, whatever the
     loop is doing: for a deadline that a loop kept busy for seconds (a huge page parsed on a
-    loaded machine) must not miss, such as extending leases before they expire. The
-    function hands anything for the loop back with ``reactor.callFromThread``."""
+    loaded machine) must not miss, such as extending leases before they expire. :meth:`wake`
+    has it call ``function()`` at once instead (``interval`` None: only then), once for all
+    the wake-ups that came while it was busy. The function hands anything for the loop back
+    with ``reactor.callFromThread``."""
 
-    def __init__(self, name: str, interval: float, function: Callable[[], object]) -> None:
+    def __init__(self, name: str, interval: float | None, function: Callable[[], object]) -> None:
         self.name = name
         self.interval = interval
         self.function = function
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -82,16 +85,25 @@ class PeriodicThread:
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 
+    def wake(self) -> None:
+        """Call the function now (from any thread), without waiting for it."""
+        self._wake.set()
+
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while True:
+            self._wake.wait(self.interval)
+            if self._stop.is_set():
+                return
+            self._wake.clear()  # before the call: a wake-up during it calls again
             try:
                 self.function()
-            except Exception:  # keep beating: the next call may succeed
+            except Exception:  # keep going: the next call may succeed
                 logger.exception("%s failed", self.name)
 
     def stop(self, wait: float = 1.0) -> None:
         """Stop after the call under way (waiting for it up to ``wait`` seconds)."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(wait)
             self._thread = None

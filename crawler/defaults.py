@@ -107,8 +107,10 @@ FRONTIER_MAX_EXPIRIES = 5
 FRONTIER_LEASE_BATCH = 16
 # Global per-host politeness (crawler.frontier.politeness): with REDIS_URL set, DOWNLOAD_DELAY
 # (or a host's DOWNLOAD_SLOTS "delay") is the gap between two requests to one host across ALL
-# workers together, and this is how many of a host's requests are leased at once across all
-# workers (0: CONCURRENT_REQUESTS_PER_DOMAIN, or the host's DOWNLOAD_SLOTS "concurrency").
+# workers together, and this is how many of a host's requests are in flight at once across all
+# workers (0: CONCURRENT_REQUESTS_PER_DOMAIN, or the host's DOWNLOAD_SLOTS "concurrency"): a
+# request counts from its lease until its download ends, not while its page is parsed, as
+# Scrapy's own per-domain limit counts downloads.
 # Each worker's own downloader delay is then 0, so the two never add up.
 FRONTIER_HOST_CONCURRENCY = 0
 # Longest robots.txt Crawl-delay honoured, in seconds (a longer one is capped to this). A host's

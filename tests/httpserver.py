@@ -41,6 +41,7 @@ Route = Page | Callable[[str], Page | None]
 class Hit:
     path: str
     time: float
+    user_agent: str = ""
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -58,6 +59,7 @@ class TestServer:
 
         ``delay`` seconds are slept before each answer (to make crawls take time).
         ``/robots.txt`` allows everything unless a route says otherwise.
+        :attr:`most_at_once` is the most requests it was answering at one time.
     """
 
     __test__ = False  # not a pytest class
@@ -69,6 +71,8 @@ class TestServer:
         self.delay = delay
         self.host = host
         self.hits: list[Hit] = []
+        self.most_at_once = 0
+        self._answering = 0
         self._lock = threading.Lock()
         self._server = _QuietServer((host, 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -108,8 +112,18 @@ class TestServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                agent = self.headers.get("User-Agent", "")
                 with server._lock:
-                    server.hits.append(Hit(self.path, time.time()))
+                    server.hits.append(Hit(self.path, time.time(), agent))
+                    server._answering += 1
+                    server.most_at_once = max(server.most_at_once, server._answering)
+                try:
+                    self._answer()
+                finally:
+                    with server._lock:
+                        server._answering -= 1
+
+            def _answer(self) -> None:
                 if server.delay:
                     time.sleep(server.delay)
                 page = server.page_for(self.path)
@@ -123,6 +137,7 @@ class TestServer:
                     self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(body)
+                self.wfile.flush()
 
             def log_message(self, format: str, *args: object) -> None:
                 """Quiet: the hit list is the log."""

@@ -37,7 +37,8 @@ class SlowRecordCommits:
 
 class LoopBlocker:
     """The loop is blocked for ``LOOP_BLOCK_SECONDS`` when the ``LOOP_BLOCK_AT``-th response
-    arrives, as by a huge page parsed on a loaded machine."""
+    arrives, as by a huge page parsed on a loaded machine; with ``LOOP_BLOCK_AT`` 0, when
+    each response arrives, as in a worker whose every page takes that long to parse."""
 
     def __init__(self, seconds: float, at: int) -> None:
         self.seconds = seconds
@@ -53,5 +54,5 @@ class LoopBlocker:
 
     def response_received(self, **_: Any) -> None:
         self.responses += 1
-        if self.responses == self.at:
+        if self.responses == self.at or not self.at:
             time.sleep(self.seconds)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import Mock
 
 import pytest
 from scrapy import Request, Spider, signals
@@ -106,6 +107,57 @@ def test_requests_of_a_host_in_flight_stay_within_its_limit_across_workers(
     assert urls(held[4:]) == ["http://a.example/4"]
     assert second.lease(10) == []
     assert second.politeness.hosts_waiting() == 1
+
+
+def test_a_request_counts_against_its_host_only_until_its_download_ends(workers: Any) -> None:
+    """Scrapy's per-domain limit counts downloads, not the parsing after them: a worker
+    still handling a page (its lease held until the page's links are admitted) does not
+    hold its host's turn."""
+    first, second = workers(FRONTIER_HOST_CONCURRENCY=2), workers(FRONTIER_HOST_CONCURRENCY=2)
+    first.admit(None, pages("a.example", "1", "2", "3", "4", "5"))
+    held = first.lease(10)
+    assert urls(held) == ["http://a.example/1", "http://a.example/2"]
+    assert second.lease(10) == []
+    first.left_downloader(held[0])  # downloaded; its page is being parsed
+    held += second.lease(10)
+    assert urls(held[2:]) == ["http://a.example/3"]  # one turn free, not two
+    assert first.leases.holds(held[0].meta["frontier_lease"])  # the lease goes on
+    assert second.lease(10) == []
+    first.admit(held[0], [])  # answered after its download: frees nothing more
+    assert second.lease(10) == []
+    first.responded(held[1])  # a response reached the engine: its download is over too
+    first.left_downloader(held[1])  # reported once
+    held += second.lease(10)
+    assert urls(held[3:]) == ["http://a.example/4"]
+    assert second.lease(10) == []
+    assert stat(first, "frontier/lease_lost") == 0
+
+
+def test_a_download_reported_by_a_worker_no_longer_holding_it_frees_nothing(
+    workers: Any,
+) -> None:
+    late = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=0.3)
+    other = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=0.3)
+    late.admit(None, pages("a.example", "1", "2"))
+    stalled = late.lease(5)
+    time.sleep(0.4)  # late stalls: its lease expires, another worker downloads the page
+    taken_over = other.lease(5)
+    assert urls(taken_over) == ["http://a.example/1"]
+    late.left_downloader(stalled[0])  # late's download ends after all
+    assert other.lease(5) == []  # other's download still holds the host's only turn
+    other.left_downloader(taken_over[0])
+    assert urls(other.lease(5)) == ["http://a.example/2"]
+
+
+def test_a_download_ended_rides_on_the_next_lease(workers: Any) -> None:
+    """Reported with the next lease call when one comes first: no call of its own."""
+    worker = workers(FRONTIER_HOST_CONCURRENCY=1)
+    worker.admit(None, pages("a.example", "1", "2"))
+    held = worker.lease(5)
+    worker.reports = Mock()  # the reporting thread, not running: the lease comes first
+    worker.left_downloader(held[0])
+    worker.reports.wake.assert_called_once()
+    assert urls(worker.lease(5)) == ["http://a.example/2"]  # the lease carried the report
 
 
 def test_given_back_and_expired_leases_free_their_hosts_slots(workers: Any) -> None:
@@ -332,3 +384,57 @@ def test_four_workers_hit_a_host_no_harder_than_one(tmp_path: Path) -> None:
         int(m.group(1)) for log in logs for m in re.finditer(r"'frontier/leased': (\d+)", log)
     ]
     assert sum(count > 0 for count in leased) >= 2, leased
+
+
+# --- two workers, one parsing slowly -------------------------------------------------------
+
+#: Seconds the slow worker's loop is blocked by each response, as by a page that takes that
+#: long to parse; and seconds the site takes to answer (so downloads overlap).
+SLOW_PARSE, ANSWER_TIME = 1.0, 0.1
+HOST_CONCURRENCY = 2
+
+
+@pytest.mark.slow
+def test_a_worker_slow_to_parse_does_not_hold_its_hosts_turns(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Two workers, a crawl-wide limit of 2 downloads at once on the site's one host: never
+    more than 2 requests reach the site at once, and a worker whose pages take a second
+    each to parse (its loop blocked, as a CPU-bound worker's is) does not keep the other
+    waiting: its requests count against the host while they download, not while parsed."""
+    graph = LinkGraph(pages=40)
+    with serve(graph, delay=ANSWER_TIME) as site:
+        processes = []
+        for name, extensions in (
+            ("slow", {"tests.slow_workers.LoopBlocker": 0}),
+            ("fast", {}),
+        ):
+            command = [
+                str(ROOT / ".venv" / "bin" / "scrapy"), "crawl", "site",
+                "-a", f"start_url={site.url}/p/0",
+                "-s", f"REDIS_URL={redis_url}",
+                "-s", f"FRONTIER_HOST_CONCURRENCY={HOST_CONCURRENCY}",
+                "-s", f"USER_AGENT={name}",
+                "-s", f"EXTENSIONS={json.dumps(extensions)}",
+                "-s", f"LOOP_BLOCK_SECONDS={SLOW_PARSE}",
+                "-s", "LOOP_BLOCK_AT=0",  # every response
+                "-s", f"STORE_URL=sqlite:///{tmp_path / f'{name}.sqlite'}",
+            ]  # fmt: skip
+            log = (tmp_path / f"{name}.log").open("w")
+            processes.append(
+                subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+            )
+        for process in processes:
+            process.wait(timeout=180)
+    logs = {name: (tmp_path / f"{name}.log").read_text() for name in ("slow", "fast")}
+    assert [process.returncode for process in processes] == [0, 0], logs["slow"][-3000:]
+    assert graph.expected_paths() <= {hit.path.partition("?")[0] for hit in site.hits}
+    by_worker = {
+        name: sum(hit.user_agent == name for hit in site.hits) for name in ("slow", "fast")
+    }
+    print(f"requests by worker {by_worker}, most at once {site.most_at_once}")
+    assert site.most_at_once <= HOST_CONCURRENCY
+    # Holding the host's two turns while it parses (a second a page), the slow worker kept
+    # the fast one waiting and fetched most of the site itself; counting only downloads, the
+    # fast worker gets the turns the slow one is not downloading with.
+    assert by_worker["fast"] > 3 * by_worker["slow"], by_worker

@@ -9,9 +9,11 @@
 -- a crash requeues it. A stored request longer than FRONTIER_MAX_REQUEST_BYTES is
 -- quarantined here, by its length, before it leaves Redis. The script never decodes a
 -- stored request (its text is untrusted): nothing stored can make it fail half-way.
+-- First, the requests of this owner whose download ended since its last call stop counting
+-- against their host (downloads_ended: the report rides on the lease, no call of its own).
 -- ARGV: owner, N, lease TTL in ms, most expired leases to reclaim in one call, expiries
--- after which a request is given up, largest stored request in bytes, quarantine cap, then
--- the politeness rules (read_rules).
+-- after which a request is given up, largest stored request in bytes, quarantine cap, the
+-- politeness rules (read_rules, 5 values), then the ids whose download ended.
 -- Returns {requeued, given up, staged batches recovered, requests queued from them,
 --          lanes passed over, ms until a host waiting on its delay is ready (-1: none),
 --          hosts waiting, requests queued and leased after this call (by any worker),
@@ -21,6 +23,7 @@
 local owner, n, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_expiries, max_bytes, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local rules = read_rules(8)
+downloads_ended(owner, 13)
 
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))

@@ -1,9 +1,10 @@
 -- Global per-host politeness, shared by every worker of a crawl. Prepended to every
 -- frontier script, before common.lua (whose helpers call host_released and the helpers
 -- pick_ready uses to look at hosts). A host is ready for a new lease when its next-allowed time (Redis server
--- clock) has come and fewer than its limit of requests are leased; leasing one of its
+-- clock) has come and fewer than its limit of requests are in flight; leasing one of its
 -- requests moves the next-allowed time one delay ahead and counts the request in flight
--- until its lease ends (answered, failed, given back, expired). Hosts are Scrapy's download
+-- until its download ends (downloads_ended: its worker reports it) or, at the latest, its
+-- lease ends (answered, failed, given back, expired). Hosts are Scrapy's download
 -- slot keys, computed by the worker that queues a request (in its meta, HOST_META).
 -- Keys (bound by name from each script's "-- KEYS:" line, see crawler/frontier/lua.py):
 -- IN_FLIGHT, HOST_NEXT, HOST_BUSY, HOST_DELAY, HOST_PAUSED, documented in
@@ -58,8 +59,9 @@ local function host_leased(id, host)
   add_to_field(HOST_BUSY, host, 1)
 end
 
--- The lease of `id` ended, however (answered, failed, given back, expired, or it was never
--- a request's): if it counted against a host, that host has one request fewer in flight.
+-- The download of `id` ended, or its lease did, however (answered, failed, given back,
+-- expired, or it was never a request's): if it counted against a host, that host has one
+-- request fewer in flight. Idempotent: the second of the two ends releases nothing.
 -- Keys: IN_FLIGHT HOST_BUSY.
 local function host_released(id)
   local host = redis.call('HGET', IN_FLIGHT, id)
@@ -70,6 +72,25 @@ local function host_released(id)
   if add_to_field(HOST_BUSY, host, -1) <= 0 then
     redis.call('HDEL', HOST_BUSY, host)
   end
+end
+
+-- The downloads of requests leased to `owner`, their ids in ARGV[first] onwards, ended
+-- (a response came, or the download failed): their hosts have one request fewer in flight
+-- each, while their leases go on until answered (which then releases nothing more). Ids
+-- `owner` no longer holds (answered, expired, taken over by another worker) are passed
+-- over: a download that ended late never frees a turn of another worker's download.
+-- Returns how many requests stopped counting against their host.
+-- Keys: OWNERS IN_FLIGHT HOST_BUSY.
+local function downloads_ended(owner, first)
+  local ended = 0
+  for i = first, #ARGV do
+    local id = ARGV[i]
+    if redis.call('HGET', OWNERS, id) == owner and redis.call('HEXISTS', IN_FLIGHT, id) == 1 then
+      host_released(id)
+      ended = ended + 1
+    end
+  end
+  return ended
 end
 
 -- What one lease call knows of `host` (cached in `state`): its next-allowed time, its

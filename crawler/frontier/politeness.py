@@ -6,9 +6,15 @@ hard. With ``REDIS_URL`` set they apply to all workers together instead, held in
 to the queue and enforced atomically by the lease script (``politeness.lua``):
 
 - a request is leased only when its host's next-allowed time (Redis server clock) has come
-  and fewer than the host's limit of requests are leased; the lease moves the next-allowed
-  time one delay ahead and counts the request in flight until its lease ends (answered,
-  failed, given back or expired);
+  and fewer than the host's limit of requests are in flight; the lease moves the next-allowed
+  time one delay ahead and counts the request in flight until its download ends (a response
+  or a failure: its worker reports it at once, see :mod:`crawler.frontier.redis.leases`), or
+  at the latest until its lease ends (answered, failed, given back or expired). As with
+  Scrapy's own ``CONCURRENT_REQUESTS_PER_DOMAIN``, a limit of N means N downloads at once,
+  across all workers; a worker still parsing a page does not hold its host's turn (on a
+  one-host site, two workers otherwise shared the turns with their parsing, and one sat
+  idle while the other parsed). A request counts from its lease, so one leased but still
+  waiting in its worker (for a downloader slot, its host's robots.txt) counts too;
 - the delay of a host is ``DOWNLOAD_DELAY`` (or its ``DOWNLOAD_SLOTS`` entry's ``delay``), or
   the ``Crawl-delay`` of its robots.txt when longer, capped at ``FRONTIER_MAX_CRAWL_DELAY``;
   the limit is ``FRONTIER_HOST_CONCURRENCY`` (default ``CONCURRENT_REQUESTS_PER_DOMAIN``, or
@@ -185,7 +191,7 @@ class HostLimits:
 
     #: Seconds between two requests to one host.
     delay: float = 0.0
-    #: Requests of one host leased at once.
+    #: Requests of one host in flight at once (leased, until their download ends).
     concurrency: int = 16
     #: Longest robots.txt ``Crawl-delay`` honoured, in seconds.
     max_crawl_delay: float = 30.0

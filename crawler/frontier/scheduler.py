@@ -36,8 +36,9 @@ logger = logging.getLogger(__name__)
 #: to the last, back to the first as soon as work appears. Idle workers poll gently.
 POLL_MIN, POLL_MAX = 0.05, 1.0
 #: Longest wait between lease attempts while requests are queued but none could be leased
-#: because their hosts are at their crawl-wide concurrency: another worker's answer frees a
-#: turn (this worker's own answers ask again at once, :meth:`RedisScheduler._leases_answered`).
+#: because their hosts are at their crawl-wide concurrency: another worker's download ending
+#: frees a turn (this worker's own answers ask again at once,
+#: :meth:`RedisScheduler._leases_answered`; its own downloads ending ask through the engine).
 POLL_QUEUED_MAX = 0.2
 #: Seconds a leased request may take from leaving the downloader to its response reaching
 #: the engine (the downloader middlewares' ``process_response``) before it counts as
@@ -130,8 +131,9 @@ class RedisScheduler(BaseScheduler):
         downloader = self._downloader()
         if downloader is not None:
             disable_local_delays(downloader)
-        if self.frontier.heartbeats is not None:
-            self.frontier.heartbeats.start()
+        for thread in (self.frontier.heartbeats, self.frontier.reports):
+            if thread is not None:
+                thread.start()
         self._heartbeat.start(self.frontier.lease_ttl / 3, now=False)
         self._dropped_check.start(DROPPED_CHECK, now=False)
 
@@ -141,8 +143,9 @@ class RedisScheduler(BaseScheduler):
                 loop.stop()
         if self._wake_call is not None and self._wake_call.active():
             self._wake_call.cancel()
-        if self.frontier.heartbeats is not None:
-            self.frontier.heartbeats.stop()
+        for thread in (self.frontier.heartbeats, self.frontier.reports):
+            if thread is not None:
+                thread.stop()
         if self.frontier.background is not None:
             self.frontier.background.close()  # a heartbeat or lease under way ends first
         released = self.frontier.release_all()  # first: the buffered requests are still held

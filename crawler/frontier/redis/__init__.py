@@ -92,6 +92,7 @@ SCRIPTS = (
     "commit",
     "lease",
     "heartbeat",
+    "downloaded",
     "fail",
     "release",
     "counts",
@@ -182,6 +183,8 @@ class RedisFrontier:
         self.background: BackgroundThread | None = None
         #: Extends this worker's leases in a crawl (:meth:`go_background`).
         self.heartbeats: PeriodicThread | None = None
+        #: Reports downloads that ended, as they end, in a crawl (:meth:`go_background`).
+        self.reports: PeriodicThread | None = None
 
     def call(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
         """``function(*args)`` (a Redis call) from the background thread, or in the
@@ -195,13 +198,17 @@ class RedisFrontier:
         answers, leases (a crawl's scheduler calls this when it opens); and extend leases
         from another thread, every third of their TTL (:attr:`heartbeats`, started by the
         scheduler): neither a loop kept busy for seconds nor a slow call queued in the
-        first thread may let a living worker's leases expire."""
+        first thread may let a living worker's leases expire; and report downloads as they
+        end from a third (:attr:`reports`, started by the scheduler): the other workers get
+        their host's turns back at once, not after this loop's parsing or the answers queued
+        in the first thread."""
         if self.background is None:
             self.background = self.outbox.background = BackgroundThread("frontier-redis")
             self.leases.from_thread = True
             self.heartbeats = PeriodicThread(
                 "frontier-heartbeat", self.lease_ttl / 3, self.leases.heartbeat
             )
+            self.reports = PeriodicThread("frontier-downloads", None, self.leases.report_downloads)
 
     @property
     def spider(self) -> Spider | None:
@@ -375,11 +382,21 @@ class RedisFrontier:
 
     def responded(self, request: Request) -> None:
         """A response for ``request`` reached the engine (see :meth:`.leases.Leases.responded`)."""
-        self.leases.responded(request)
+        if self.leases.responded(request):
+            self.report_downloads()
 
     def left_downloader(self, request: Request) -> None:
         """``request`` left the downloader (see :meth:`.leases.Leases.left_downloader`)."""
-        self.leases.left_downloader(request)
+        if self.leases.left_downloader(request):
+            self.report_downloads()
+
+    def report_downloads(self) -> None:
+        """Report the downloads that ended (:meth:`.leases.Leases.report_downloads`): from
+        :attr:`reports`' thread in a crawl, at once in the caller's thread without one."""
+        if self.reports is None:
+            self.leases.report_downloads()
+        else:
+            self.reports.wake()
 
     def answer_dropped(self, grace: float) -> int:
         """Fail the requests dropped after their download; how many

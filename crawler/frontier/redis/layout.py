@@ -27,9 +27,10 @@ expiries            HASH    lease id -> times its lease expired (given up past t
 staged              HASH    lease id -> ``{"batch": id, "entries": [[score, host, shape,
                             rest of the record]]}``: a batch kept while its keys are marked in
                             a sharded filter (older workers' entries: ``[score, host, JSON]``)
-in_flight           HASH    lease id -> host, for the leases counted in ``host_busy``
+in_flight           HASH    lease id -> host, for the leases counted in ``host_busy`` (until
+                            their download ends, or their lease does)
 host_next           ZSET    host -> ms (Redis clock) before which it gets no new lease
-host_busy           HASH    host -> its requests leased now (absent: none)
+host_busy           HASH    host -> its requests in flight now (absent: none)
 host_delay          HASH    host -> its robots.txt Crawl-delay in ms, as published
 host_paused         ZSET    host -> ms (Redis clock) until which it is paused after a 429/503
                             (crawl-wide backoff; also in ``host_next``, which leases obey)

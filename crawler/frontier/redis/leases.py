@@ -7,6 +7,12 @@
   page that kills every worker fetching it must not take the crawl down, worker after worker.
 - **heartbeat** (``heartbeat.lua``): extend the leases this worker still works on, every
   third of ``FRONTIER_LEASE_TTL``.
+- **downloaded** (``downloaded.lua``, or with the next lease call): the downloads of these
+  leased requests ended (response or failure): they stop counting against their host's
+  crawl-wide concurrency, while their leases go on until answered. The report is sent from
+  a thread of its own as soon as a download ends (:meth:`Leases.report_downloads`), or rides
+  on a lease call that comes first. A report lost (Redis away) delays nothing but the
+  host's turn: the lease's end releases it too.
 - **fail** (``fail.lua``): record the reason a request failed for good and release it.
 - **release** (``release.lua``): give every held lease back on shutdown.
 - **quarantine** (``quarantine.lua``): a leased request that does not decode (the strict
@@ -42,6 +48,7 @@ import os
 import secrets
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -55,7 +62,7 @@ from crawler.frontier.redis.quarantine import QUARANTINE_MAX
 from crawler.frontier.serialize import RequestNotSerializable, request_to_json
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from scrapy import Request, Spider
     from scrapy.statscollectors import StatsCollector
@@ -155,6 +162,11 @@ class Leases:
         self._last_beat: float | None = None
         #: Leases whose request was overdue at the last :meth:`answer_dropped`.
         self._overdue: set[str] = set()
+        #: Held leases whose download ended (a response came, or it failed).
+        self._downloaded: set[str] = set()
+        #: Of those, the ones not yet reported to Redis (:meth:`report_downloads`); the
+        #: loop appends, the threads reporting take.
+        self._unreported: deque[str] = deque()
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -179,11 +191,17 @@ class Leases:
         leases are noted as arriving (heartbeated until :meth:`take_delivery` holds them):
         in a crawl this runs in the background thread, while the loop that takes the
         delivery may be busy for seconds. Raises ``REDIS_UNAVAILABLE`` errors when no
-        partition answered."""
+        partition answered.
+
+        Downloads that ended since the last report are reported with it (each partition's
+        with its lease, the others' after).
+        """
+        downloaded = self.partitions.by_partition(self._take_unreported())
         replies: list[tuple[int, list[Any]]] = []
         for partition in self.partitions.lease_order():
+            args = self.lease_args(count, downloaded.pop(partition, ()))
             try:
-                reply = self.partitions.run(partition, "lease", self.lease_args(count))
+                reply = self.partitions.run(partition, "lease", args)
             except REDIS_UNAVAILABLE:
                 if not replies:
                     raise
@@ -193,13 +211,15 @@ class Leases:
             count -= (len(reply) - LEASE_REPLY_HEAD) // LEASE_ROW
             if count <= 0:
                 break
+        self._report(downloaded)
         return replies
 
-    def lease_args(self, count: int) -> list[Any]:
-        """The lease script's arguments for ``count`` requests."""
+    def lease_args(self, count: int, downloaded: Sequence[str] = ()) -> list[Any]:
+        """The lease script's arguments for ``count`` requests, reporting the requests
+        ``downloaded`` (ids of the partition asked)."""
         args = [self.owner, count, self.lease_ttl_ms, RECLAIM_BATCH, self.max_expiries]
         args += [self.decoder.max_bytes, self.quarantine_cap]
-        return [*args, *self.politeness.limits.script_args()]
+        return [*args, *self.politeness.limits.script_args(), *downloaded]
 
     def take_delivery(self, replies: list[tuple[int, list[Any]]]) -> list[Request]:
         """Hold the requests the lease script's ``replies`` (one per partition asked, see
@@ -279,6 +299,7 @@ class Leases:
 
     def _hold(self, lease: str, request: Request) -> None:
         self._held[lease] = request.url
+        self._downloaded.discard(lease)  # held again after its lease expired: downloads again
 
     def holds(self, lease: str | None) -> bool:
         """True if this worker holds ``lease`` (not answered yet)."""
@@ -303,25 +324,71 @@ class Leases:
     def take_id(self, lease: str) -> str:
         del self._held[lease]
         self._responded.discard(lease)
+        self._downloaded.discard(lease)
         self._left.pop(lease, None)
         return lease
 
-    def responded(self, request: Request) -> None:
+    def responded(self, request: Request) -> bool:
         """A response for ``request`` reached the engine (Scrapy's ``response_received``):
         requests scheduled from now on that carry its lease id are its links, no longer its
-        replacements; its page batch (or its callback's error) answers the lease."""
+        replacements; its page batch (or its callback's error) answers the lease. Its
+        download is over (even one a middleware answered without downloading): True if that
+        is news to report (:meth:`report_downloads`)."""
         lease = request.meta.get(LEASE_META)
-        if lease in self._held:
-            self._responded.add(lease)
-            self._left.pop(lease, None)
+        if lease not in self._held:
+            return False
+        self._responded.add(lease)
+        self._left.pop(lease, None)
+        return self._download_ended(lease)
 
-    def left_downloader(self, request: Request) -> None:
+    def left_downloader(self, request: Request) -> bool:
         """``request`` left the downloader (Scrapy's ``request_left_downloader``): its
         response, or a replacement taking its lease over, or its failure follows at once,
-        unless a downloader middleware drops it on the way (see :meth:`answer_dropped`)."""
+        unless a downloader middleware drops it on the way (see :meth:`answer_dropped`).
+        Its download is over: True if that is news to report (:meth:`report_downloads`)."""
         lease = request.meta.get(LEASE_META)
-        if lease in self._held and lease not in self._responded:
+        if lease not in self._held:
+            return False
+        if lease not in self._responded:
             self._left.setdefault(lease, time.monotonic())
+        return self._download_ended(lease)
+
+    def _download_ended(self, lease: str) -> bool:
+        """Note that the download of the held ``lease`` ended; True the first time."""
+        if lease in self._downloaded:
+            return False
+        self._downloaded.add(lease)
+        self._unreported.append(lease)
+        return True
+
+    def _take_unreported(self) -> list[str]:
+        """The leases whose download ended and was not reported yet, taken (any thread)."""
+        taken = []
+        while True:
+            try:
+                taken.append(self._unreported.popleft())
+            except IndexError:
+                return taken
+
+    def report_downloads(self) -> None:
+        """Tell Redis which leased requests' downloads ended since the last report, so
+        their hosts have room for other downloads, this worker's or another's, while their
+        pages are parsed (Scrapy's own per-domain limit counts downloads too). In a crawl
+        this runs in a thread of its own (:attr:`RedisFrontier.reports`), woken as each
+        download ends; a lease call reports what is waiting too."""
+        self._report(self.partitions.by_partition(self._take_unreported()))
+
+    def _report(self, downloaded: dict[int, list[str]]) -> None:
+        """Run the downloaded script for ``downloaded`` (request ids by partition). A report
+        Redis does not take is dropped: the lease's end releases the host's turn instead
+        (Redis away: the outbox and the scheduler say so; anything else is said here)."""
+        for partition, ids in downloaded.items():
+            try:
+                self.partitions.run(partition, "downloaded", [self.owner, *ids])
+            except REDIS_UNAVAILABLE as exc:
+                logger.debug("Cannot report %d downloads ended now: %s", len(ids), exc)
+            except redis.RedisError as exc:
+                logger.warning("Cannot report %d downloads ended: %s", len(ids), exc)
 
     def answer_dropped(self, grace: float) -> int:
         """Record as failed the requests that left the downloader more than ``grace``
