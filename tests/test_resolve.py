@@ -241,3 +241,18 @@ def test_a_link_resolver_resolves_against_each_pages_directory() -> None:
         "http://a/f/same.html",
         "http://a/f/other.html",
     ]
+
+
+def test_a_link_resolver_drops_fragments_but_nothing_before_them() -> None:
+    resolver = LinkResolver()
+    hrefs = ["p.html#a", "p.html#b", "p.html #a", "p.html\t#b ", "p.html?x#a", "p.html?x #b"]
+    for base in ("http://a/d/one.html", "http://a/d/two.html", "http://a/e/"):
+        assert list(resolver.resolve(base, hrefs)) == [resolve_link(base, h) for h in hrefs]
+    assert list(resolver.resolve("http://a/d/x", hrefs)) == [
+        "http://a/d/p.html",
+        "http://a/d/p.html",
+        "http://a/d/p.html%20",
+        "http://a/d/p.html",
+        "http://a/d/p.html?x",
+        "http://a/d/p.html?x%20",
+    ]

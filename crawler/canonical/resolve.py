@@ -155,10 +155,11 @@ RESOLVED_LINKS = 50_000
 class LinkResolver:
     """:func:`resolve_link` over many pages' links, memoized: a site's pages share most of
     their links (its navigation), and a relative link resolves alike on every page of a
-    directory. Each result is remembered under exactly what it depends on: for an ``href``
-    that starts a path or an authority and holds no ``:`` (so no scheme), the base's
-    scheme, authority and directory; for an ``http://`` or ``https://`` link, nothing else;
-    a ``#fragment`` alone resolves to the page itself, once per page. Other links (a
+    directory. Each result is remembered under exactly what it depends on: the ``href`` up
+    to its ``#`` (the fragment is dropped, whatever it holds) and, for an ``href`` that
+    starts a path or an authority and holds no ``:`` (so no scheme), the base's scheme,
+    authority and directory; for an ``http://`` or ``https://`` link, nothing else; a
+    ``#fragment`` alone resolves to the page itself, once per page. Other links (a
     ``?query`` alone, other schemes) are resolved each time. At most ``capacity`` results:
     when full, it starts afresh.
     """
@@ -177,12 +178,18 @@ class LinkResolver:
         page: str | None = None
         page_known = False
         for href in hrefs:
-            first = href[:1] if isinstance(href, str) else None
+            if not isinstance(href, str):
+                yield None
+                continue
+            first = href[:1]
             if first == "#":
                 if not page_known:
                     page, page_known = resolve_link(base_url, "#"), True
                 yield page
                 continue
+            cut = href.find("#") + 1
+            if cut:
+                href = href[:cut]  # the fragment: never sent, never changes the result
             if first in _PATH_START and ":" not in href:
                 key: tuple[str | None, ...] = (scheme, authority, directory, href)
             elif first == "h" and href.startswith(("http://", "https://")):
