@@ -26,7 +26,7 @@ _LINK_HREFS = etree.XPath(LINK_XPATH, smart_strings=False)
 _A_HREFS = etree.XPath("//a/@href", smart_strings=False)
 
 
-def _tree(response: TextResponse) -> Any:
+def page_tree(response: TextResponse) -> Any:
     """The lxml tree Scrapy parsed for ``response``, or None if it has none (not HTML/XML)."""
     selector = response.selector
     if selector.type not in ("html", "xml") or not hasattr(selector.root, "iter"):
@@ -38,7 +38,7 @@ def page_links(response: TextResponse) -> list[str]:
     """The ``href`` values of the page's ``<a>`` and ``<area>`` elements, in document order:
     what ``response.xpath(LINK_XPATH).getall()`` gives, read off the lxml tree Scrapy parsed
     without a parsel ``Selector`` per value (a page of the Python docs has ~290 links)."""
-    root = _tree(response)
+    root = page_tree(response)
     if root is None:
         return response.xpath(LINK_XPATH).getall()
     # lxml answers at once for a tag name the document never uses.
@@ -48,7 +48,7 @@ def page_links(response: TextResponse) -> list[str]:
 
 def _base_href(response: TextResponse) -> str | None:
     """The ``href`` of the page's first ``<base href>`` (:data:`BASE_XPATH`), if any."""
-    root = _tree(response)
+    root = page_tree(response)
     if root is None:
         found = response.xpath(BASE_XPATH).getall()
         return found[0] if found else None
