@@ -169,12 +169,16 @@ class SiteSpider(Spider):
         hrefs = page_links(response)
         stats.inc_value("links/extracted", len(hrefs))
         junk = offsite = 0
-        follows = self.follows
+        verdicts = self._verdicts_now()
         try:
             for url in self._resolver.resolve(base, hrefs):
                 if url is None:
                     junk += 1
-                elif follows(url):
+                    continue
+                follow = verdicts.get(url)
+                if follow is None:
+                    follow = verdicts[url] = self.follows(url)
+                if follow:
                     yield url
                 else:
                     offsite += 1
@@ -185,15 +189,13 @@ class SiteSpider(Spider):
                 stats.inc_value("links/offsite", offsite)
 
     def follows(self, url: str) -> bool:
-        """True if the link ``url`` stays on the allowed hosts (or is a short link to follow);
-        remembered per URL while :attr:`allowed_hosts` stays the same."""
-        verdicts = self._verdicts
-        if self._verdicts_for is not self.allowed_hosts or len(verdicts) >= RESOLVED_LINKS:
-            self._verdicts = verdicts = {}
+        """True if the link ``url`` stays on the allowed hosts (or is a short link to
+        follow)."""
+        return host_of(url) in self.allowed_hosts or self.is_short_link(url)
+
+    def _verdicts_now(self) -> dict[str, bool]:
+        """:meth:`follows` remembered per URL, while :attr:`allowed_hosts` stays the same."""
+        if self._verdicts_for is not self.allowed_hosts or len(self._verdicts) >= RESOLVED_LINKS:
+            self._verdicts = {}
             self._verdicts_for = self.allowed_hosts
-        try:
-            return verdicts[url]
-        except KeyError:
-            verdict = host_of(url) in self.allowed_hosts or self.is_short_link(url)
-            verdicts[url] = verdict
-            return verdict
+        return self._verdicts
