@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urljoin, urlsplit
 
 import tldextract
+from lxml import etree
 from scrapy import Request, Spider
 from scrapy.http import TextResponse
 from scrapy.http.request import NO_CALLBACK
@@ -37,7 +38,7 @@ from scrapy.http.request import NO_CALLBACK
 from crawler.canonical import resolve_link
 from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
 from crawler.frontier.keys import carry_key
-from crawler.spiders.site import page_base
+from crawler.spiders.site import page_base, page_tree
 from middlewares.redirects import is_home_page, key_or_error
 from pipelines.records import CanonicalHint, KeyAlias, rules_version_of
 from pipelines.store import store_for
@@ -55,6 +56,9 @@ SOURCE_HEADER = "link-header"
 _EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 #: One ``<uri>; params`` entry of a ``Link`` header.
 _LINK_VALUE = re.compile(r"<([^>]*)>([^<]*)")
+#: The ``<link>`` elements that may name a canonical URL.
+HEAD_LINKS = "//head//link[@rel and @href]"
+_HEAD_LINKS = etree.XPath(HEAD_LINKS)
 _LINK_PARAM = re.compile(r';\s*([A-Za-z0-9!#$&+.^_`|~*-]+)\s*=\s*(?:"([^"]*)"|([^;,\s]*))')
 #: ``meta`` keys a callback needs to handle a page, carried over to its canonical page:
 #: ``CrawlSpider._callback`` finds the page's rule by ``meta["rule"]``.
@@ -77,12 +81,16 @@ def link_header_canonicals(values: Iterable[bytes]) -> list[str]:
 
 
 def head_canonicals(response: TextResponse) -> list[str]:
-    """The ``href`` of every ``<link>`` in ``<head>`` whose ``rel`` includes canonical."""
-    hrefs = []
-    for link in response.xpath("//head//link[@rel and @href]"):
-        if "canonical" in (link.attrib.get("rel") or "").lower().split():
-            hrefs.append(link.attrib["href"])
-    return hrefs
+    """The ``href`` of every ``<link>`` in ``<head>`` whose ``rel`` includes canonical
+    (read off the lxml tree Scrapy parsed, without a parsel ``Selector`` per ``<link>``)."""
+    root = page_tree(response)
+    if root is None:
+        links = [link.attrib for link in response.xpath(HEAD_LINKS)]
+    else:
+        links = [link.attrib for link in _HEAD_LINKS(root)]
+    return [
+        link["href"] for link in links if "canonical" in (link.get("rel") or "").lower().split()
+    ]
 
 
 def site_of(host: str) -> str:

@@ -159,10 +159,12 @@ class SeenLinksMiddleware:
         (the key ``request_for(url)`` would get, memoized per URL), counted the same, and
         offered to the learned-rule re-check (which would have sampled their requests on
         their way here). ``request_for`` must build GET requests for ``url`` as given, not
-        ``dont_filter``. Requests yielded carry their key."""
+        ``dont_filter``. Requests yielded carry their key. Whether learned rules are
+        applied (so links may be sampled for a re-check) is asked once per call."""
         frontier = frontier_for(self.crawler)
         keyer = frontier.keyer
         recheck = _learned_rule_recheck(self.crawler)
+        sample = recheck.sample if recheck is not None and recheck.sampling() else None
         dropped: list[tuple[str, str]] = []
         try:
             for url in urls:
@@ -174,7 +176,7 @@ class SeenLinksMiddleware:
                     yield request
                     continue
                 dropped.append((url, key))
-                sampled = recheck.sample(url) if recheck is not None else None
+                sampled = sample(url) if sample is not None else None
                 if sampled is not None:
                     request = request_for(url)
                     yield request.replace(

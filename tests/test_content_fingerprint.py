@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from datasketch import MinHash
 
@@ -121,6 +122,28 @@ def test_long_pages_are_hashed_in_bounded_pieces_with_the_same_result(
     monkeypatch.setattr(content_fingerprint, "_CHUNK", 64)
     monkeypatch.setattr(content_fingerprint, "_BLOCK", 7)
     assert fingerprint(ARTICLE.encode(), ARTICLE) == whole
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "<p>one</p>", "<p>a b a b a b a b a</p>", "<nav>home docs</nav>" * 50 + ARTICLE],
+)
+@pytest.mark.parametrize("norm", NORMALIZATIONS)
+def test_a_pages_shingles_are_counted_once_in_order(text: str, norm: str) -> None:
+    """Repeated shingles (a page's navigation, boilerplate) count once: the signature is
+    that of the set, held sorted, as ``np.unique`` gives it."""
+    if norm == N1:
+        words = visible_words(normalize_markup(text))
+        shingles = shingle_hashes(words)
+        hashes = content_fingerprint.shingle_hashes(words + words)
+    else:
+        shingles = exact_and_shingles_n2(text)[1]
+        hashes = exact_and_shingles_n2(text + " " + text)[1]
+    assert shingles.tolist() == sorted(set(shingles.tolist()))
+    assert set(shingles.tolist()) <= set(hashes.tolist())
+    assert content_fingerprint._distinct(np.concatenate([shingles, shingles[::-1]])).tolist() == (
+        np.unique(shingles).tolist()
+    )
 
 
 def test_n2_words_are_hashed_alike_wherever_they_stand() -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from scrapy import Request
 
 from crawler.canonical import resolve_link
+from crawler.canonical.resolve import LinkResolver
 
 DATA = Path(__file__).parent / "data"
 #: Properties, not timings: a loaded CI machine must not fail them on hypothesis' deadline.
@@ -187,3 +188,71 @@ WHATWG_CASES = [
 @pytest.mark.parametrize("case", WHATWG_CASES, ids=lambda case: repr(case["input"])[:60])
 def test_every_whatwg_input_resolves_to_junk_or_a_requestable_url(case: dict) -> None:
     assert_requestable(resolve_link(case.get("base") or case["input"], case["input"]))
+
+
+#: One resolver for every example below: results remembered for one page must hold on others.
+SHARED_RESOLVER = LinkResolver(capacity=500)
+BASE_ALPHABET = st.sampled_from(
+    [
+        "http://a",
+        "https://A:443",
+        "http://u@b",
+        "ftp://a",
+        "mailto:x",
+        "/",
+        "/d/",
+        "d/",
+        "x",
+        "?q",
+        "#f",
+        "..",
+    ]
+)
+
+
+@no_deadline
+@given(
+    st.lists(BASE_ALPHABET, max_size=4).map("".join),
+    st.lists(st.lists(HREF_ALPHABET, max_size=8).map("".join), max_size=12),
+)
+def test_a_link_resolver_answers_as_resolve_link(base: str, hrefs: list[str]) -> None:
+    """Links resolved once for many pages (by directory, a page's fragments once) resolve
+    as they would alone, on every base, page after page."""
+    for page in (base, base + "x", base + "/y/"):
+        assert list(SHARED_RESOLVER.resolve(page, hrefs)) == [
+            resolve_link(page, href) for href in hrefs
+        ]
+
+
+def test_a_link_resolver_resolves_against_each_pages_directory() -> None:
+    resolver = LinkResolver()
+    hrefs = ["../up.html", "same.html", "#top", "/root", "https://other/x", "mailto:a@b", ""]
+    assert list(resolver.resolve("http://a/d/e/page.html?q", hrefs)) == [
+        "http://a/d/up.html",
+        "http://a/d/e/same.html",
+        "http://a/d/e/page.html?q",
+        "http://a/root",
+        "https://other/x",
+        None,
+        None,
+    ]
+    assert list(resolver.resolve("http://a/f/other.html", hrefs))[:3] == [
+        "http://a/up.html",
+        "http://a/f/same.html",
+        "http://a/f/other.html",
+    ]
+
+
+def test_a_link_resolver_drops_fragments_but_nothing_before_them() -> None:
+    resolver = LinkResolver()
+    hrefs = ["p.html#a", "p.html#b", "p.html #a", "p.html\t#b ", "p.html?x#a", "p.html?x #b"]
+    for base in ("http://a/d/one.html", "http://a/d/two.html", "http://a/e/"):
+        assert list(resolver.resolve(base, hrefs)) == [resolve_link(base, h) for h in hrefs]
+    assert list(resolver.resolve("http://a/d/x", hrefs)) == [
+        "http://a/d/p.html",
+        "http://a/d/p.html",
+        "http://a/d/p.html%20",
+        "http://a/d/p.html",
+        "http://a/d/p.html?x",
+        "http://a/d/p.html?x%20",
+    ]

@@ -12,6 +12,7 @@ which is what Scrapy would do anyway. The fragment is dropped: it is never sent.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 
 from crawler.canonical._host import HostError, normalize_host
@@ -139,3 +140,68 @@ def resolve_link(base_url: str, href: str) -> str | None:
         return _resolve(base_url, href)
     except (ValueError, UnicodeError):
         return None
+
+
+#: First characters of an ``href`` that starts a path or ``//authority``: its resolution
+#: needs only the base's scheme, authority and directory (not a fragment or query alone,
+#: which keep the base's own path, nor blanks, which cleaning strips).
+_PATH_START = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/\\._~-%!$&'()*+,;=@"
+)
+#: Links one :class:`LinkResolver` remembers by default (a few hundred bytes each).
+RESOLVED_LINKS = 50_000
+
+
+class LinkResolver:
+    """:func:`resolve_link` over many pages' links, memoized: a site's pages share most of
+    their links (its navigation), and a relative link resolves alike on every page of a
+    directory. Each result is remembered under exactly what it depends on: the ``href`` up
+    to its ``#`` (the fragment is dropped, whatever it holds) and, for an ``href`` that
+    starts a path or an authority and holds no ``:`` (so no scheme), the base's scheme,
+    authority and directory; for an ``http://`` or ``https://`` link, nothing else; a
+    ``#fragment`` alone resolves to the page itself, once per page. Other links (a
+    ``?query`` alone, other schemes) are resolved each time. At most ``capacity`` results:
+    when full, it starts afresh.
+    """
+
+    def __init__(self, capacity: int = RESOLVED_LINKS) -> None:
+        self.capacity = capacity
+        self._memo: dict[tuple[str | None, ...], str | None] = {}
+
+    def resolve(self, base_url: str, hrefs: Iterable[str]) -> Iterator[str | None]:
+        """``resolve_link(base_url, href)`` for each of ``hrefs``, in order."""
+        if not isinstance(base_url, str):
+            yield from (None for _ in hrefs)
+            return
+        scheme, authority, path, _ = _parse_base(base_url)
+        directory = path[: path.rfind("/") + 1]
+        page: str | None = None
+        page_known = False
+        for href in hrefs:
+            if not isinstance(href, str):
+                yield None
+                continue
+            first = href[:1]
+            if first == "#":
+                if not page_known:
+                    page, page_known = resolve_link(base_url, "#"), True
+                yield page
+                continue
+            cut = href.find("#") + 1
+            if cut:
+                href = href[:cut]  # the fragment: never sent, never changes the result
+            if first in _PATH_START and ":" not in href:
+                key: tuple[str | None, ...] = (scheme, authority, directory, href)
+            elif first == "h" and href.startswith(("http://", "https://")):
+                key = (href,)
+            else:
+                yield resolve_link(base_url, href)
+                continue
+            try:
+                url = self._memo[key]
+            except KeyError:
+                url = resolve_link(base_url, href)
+                if len(self._memo) >= self.capacity:
+                    self._memo = {}
+                self._memo[key] = url
+            yield url

@@ -80,6 +80,12 @@ class LearnedRuleRecheck:
             return None
         return output.replace(dont_filter=True, meta={**output.meta, RECHECK_META: sampled})
 
+    def sampling(self) -> bool:
+        """True if :meth:`sample` may pick links now (learned rules are applied): a spider
+        offering a page's links asks once per page, not once per link."""
+        learning = learning_for(self.crawler)
+        return learning is not None and learning.has_applied
+
     def sample(self, url: str) -> dict[str, Any] | None:
         """What a re-check of the link ``url`` carries in ``meta[RECHECK_META]`` (the key it
         was merged into, the parameters dropped) if it is sampled among the links a learned
