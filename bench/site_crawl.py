@@ -51,13 +51,23 @@ def fresh_postgres_store() -> str:
 
 
 def export(store_url: str, path: str) -> None:
-    """Append the redirect hops and canonical hints the crawl recorded to ``path``."""
+    """Append the redirect hops and canonical hints the crawl recorded to ``path``. The two
+    commands run at once (each is mostly its own start-up), each into a file of its own."""
+    # Redirects as recorded hops (the scorer's shape), not as a map.
+    exports = {"redirects": "hops", "canonicals": "jsonl"}
+    parts = {command: Path(f"{path}.{command}") for command in exports}
+    running = {}
+    for command, fmt in exports.items():
+        with parts[command].open("wb") as out:
+            running[command] = scrapy(
+                command, "--format", fmt, "-s", f"STORE_URL={store_url}", stdout=out
+            )
     with open(path, "ab") as out:
-        # Redirects as recorded hops (the scorer's shape), not as a map.
-        for command, fmt in (("redirects", "hops"), ("canonicals", "jsonl")):
-            done = scrapy(command, "--format", fmt, "-s", f"STORE_URL={store_url}", stdout=out)
+        for command, done in running.items():
             if done.wait() != 0:
                 raise SystemExit(f"scrapy {command} failed")
+            out.write(parts[command].read_bytes())
+            parts[command].unlink()
 
 
 def crawl_embedded(start_url: str, workdir: Path, extra: list[str]) -> str:
