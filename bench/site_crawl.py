@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -99,6 +100,8 @@ def crawl_shared(
             "-s", "FRONTIER_LEASE_TTL=10", *extra,
         ]  # fmt: skip
         logs = [open(workdir / f"worker{i}.log", "ab") for i in range(workers)]  # noqa: SIM115
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = (time.monotonic(), usage.ru_utime + usage.ru_stime)
         procs = [scrapy(*args, stdout=log, stderr=subprocess.STDOUT) for log in logs]
         for kill in range(kills):
             time.sleep(rng.uniform(4, 12))
@@ -115,7 +118,24 @@ def crawl_shared(
             log.close()
         if any(codes):
             raise SystemExit(f"worker exit codes {codes}; logs in {workdir}")
+        with redis_server.client() as client:  # started for this crawl: its CPU is the crawl's
+            info = client.info("cpu")
+        report_crawl(workers, started, float(info["used_cpu_user"]) + float(info["used_cpu_sys"]))
     return store_url
+
+
+def report_crawl(workers: int, started: tuple[float, float], redis_cpu: float) -> None:
+    """Print (to stderr: the scorer's ``logs/crawl.out``) the crawl's own wall time and the
+    CPU its workers and Redis spent, without the run's set-up and exports: on a machine
+    whose cores the workers fill, CPU per document says what another worker costs."""
+    wall = time.monotonic() - started[0]
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    workers_cpu = usage.ru_utime + usage.ru_stime - started[1]
+    print(
+        f"crawl: {workers} worker(s), {wall:.2f} s, workers {workers_cpu:.2f} CPU-s, "
+        f"redis {redis_cpu:.2f} CPU-s",
+        file=sys.stderr,
+    )
 
 
 def main() -> None:
