@@ -471,6 +471,9 @@ class SqlRecordStore:
         self._buffered = 0
         self._last_flush = time.monotonic()
         self._retry_after = 0.0
+        #: Flushes handed to :attr:`background` and not settled yet (their rows may come
+        #: back to the buffer).
+        self._flushing = 0
         #: Where writes go during a crawl (:func:`store_for`), off Twisted's loop; None:
         #: in the caller's thread.
         #: The thread writes and reads run in during a crawl (:func:`store_for`).
@@ -701,7 +704,13 @@ class SqlRecordStore:
         rows = self._take()
         if self._thread is None:
             return maybeDeferred(self._write, rows).addErrback(self._put_back, rows)
-        return self._thread.run(self._write, rows).addErrback(self._put_back, rows)
+        self._flushing += 1
+        writing = self._thread.run(self._write, rows).addErrback(self._put_back, rows)
+        return writing.addBoth(self._flushed)
+
+    def _flushed(self, result: object) -> object:
+        self._flushing -= 1
+        return result
 
     def _take(self) -> Rows:
         """The buffered rows, now no longer buffered."""
@@ -771,7 +780,7 @@ class SqlRecordStore:
     def _commit_buffered(self, timeout: float | None) -> Deferred[None]:
         """Commit what is buffered once the flushes handed over before are done (a failed
         one's rows are back in the buffer by then), tried for up to ``timeout`` seconds."""
-        if self._thread is None:
+        if self._thread is None or not self._flushing:
             return self._commit(self._take(), timeout)
         earlier = self._thread.run(lambda: None)
         return earlier.addCallback(lambda _: self._commit(self._take(), timeout))
