@@ -26,7 +26,7 @@ into an empty shared frontier, ``MEMORY USAGE key SAMPLES 0`` summed over every 
 crawl except the seen filter's, divided by the number queued; and the same URLs pushed as
 ``Request`` objects into scrapy-redis' default queue (its pickled ``PriorityQueue``).
 
-    .venv/bin/python -m bench.throughput [--only plain,embedded] [--seed-urls 50000]
+    .venv/bin/python -m bench.throughput [--only plain,embedded] [--seed-urls 50000] [--runs 5]
 
 Targets (issue 12): shared >= 0.85x embedded, embedded >= 2.5x plain, <= 160 bytes per queued
 request. Needs root or a free nginx (``apt-get install -y nginx python3.11-doc``).
@@ -513,36 +513,57 @@ def ratio(crawls: dict[str, Crawl], over: str, under: str) -> str:
     return f"{crawls[over].rate / crawls[under].rate:.2f}x"
 
 
+def median_crawl(runs: list[Crawl]) -> Crawl:
+    """The run of median rate (of an even count, the lower middle one): a real run's
+    figures, not a mix of several."""
+    return sorted(runs, key=lambda done: done.rate)[(len(runs) - 1) // 2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(MODES), help=f"crawls to run, of {MODES}")
     parser.add_argument("--seed-urls", type=int, default=50_000)
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="rounds of every crawl, modes alternated; the median run of each is reported",
+    )
     options = parser.parse_args()
     modes = [mode for mode in options.only.split(",") if mode]
     if unknown := set(modes) - set(MODES):
         parser.error(f"unknown modes {sorted(unknown)}")
     workdir = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
-    crawls: dict[str, Crawl] = {}
+    rounds: list[dict[str, Crawl]] = []
     with Site(DOCS) as site:
-        for mode in modes:
-            crawls[mode] = run_mode(mode, site, workdir)
-            done = crawls[mode]
-            print(
-                f"{mode}: {done.requests} requests, CPU {done.crawl_cpu:.1f} s crawl + "
-                f"{done.redis_cpu:.1f} s Redis, {done.wall:.0f} s wall",
-                file=sys.stderr,
-            )
-    print(f"\nrequests per CPU-second (crawling process + Redis), site {DOCS}, one run")
+        for _ in range(max(1, options.runs)):
+            rounds.append({})
+            for mode in modes:
+                done = rounds[-1][mode] = run_mode(mode, site, workdir)
+                print(
+                    f"{mode}: {done.requests} requests, CPU {done.crawl_cpu:.1f} s crawl + "
+                    f"{done.redis_cpu:.1f} s Redis, {done.wall:.0f} s wall",
+                    file=sys.stderr,
+                )
+    crawls = {mode: median_crawl([done[mode] for done in rounds]) for mode in modes}
+    runs = "one run" if len(rounds) == 1 else f"median of {len(rounds)} alternated runs"
+    print(f"\nrequests per CPU-second (crawling process + Redis), site {DOCS}, {runs}")
     print(f"{'crawler':<14}{'requests':>9}{'crawl CPU':>11}{'Redis CPU':>11}{'req/CPU-s':>11}")
     for done in crawls.values():
         print(
             f"{done.mode:<14}{done.requests:>9}{done.crawl_cpu:>10.1f}s{done.redis_cpu:>10.1f}s"
             f"{done.rate:>11.1f}"
         )
-    print(f"shared / embedded: {ratio(crawls, 'shared', 'embedded')} (target >= 0.85x)")
-    print(f"embedded / plain: {ratio(crawls, 'embedded', 'plain')} (target >= 2.5x)")
-    print(f"addon / plain: {ratio(crawls, 'addon', 'plain')}")
-    print(f"scrapy-redis / plain: {ratio(crawls, 'scrapy-redis', 'plain')}")
+    for over, under, target in (
+        ("shared", "embedded", " (target >= 0.85x)"),
+        ("embedded", "plain", " (target >= 2.5x)"),
+        ("addon", "plain", ""),
+        ("scrapy-redis", "plain", ""),
+    ):
+        each = ""
+        if len(rounds) > 1 and over in crawls and under in crawls:
+            each = "; run by run " + ", ".join(ratio(done, over, under) for done in rounds)
+        print(f"{over} / {under}: {ratio(crawls, over, under)}{target}{each}")
     if options.seed_urls:
         urls_file = workdir / "urls.txt"
         urls_file.write_text("\n".join(seed_urls(options.seed_urls)) + "\n")
