@@ -15,11 +15,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 import redis
 
+from pipelines.records import Chain
 from pipelines.store import SqlRecordStore
 from tests.conftest import PG_DSN, PG_URL
 from tests.httpserver import Page, TestServer, html, redirect
@@ -66,14 +68,19 @@ def test_killed_worker_keeps_records_of_released_pages(redis_url: str, tmp_path:
         finally:
             worker.kill()
             worker.wait()
+    hints, chains = recorded(store_url)
+    assert hints[f"{server.url}/a"]["reason"] == "self"
+    assert chains[f"{server.url}/r"].final_url == f"{server.url}/b"
+
+
+def recorded(store_url: str) -> tuple[dict[str, dict[str, Any]], dict[str, Chain]]:
+    """The canonical hints by page and the redirect chains by start URL in the store."""
     store = SqlRecordStore.from_url(store_url)
     try:
         hints = {hint["page_url"]: hint for hint in store.hints()}
-        chains = {chain.start_url: chain for chain in store.chains()}
+        return hints, {chain.start_url: chain for chain in store.chains()}
     finally:
         store.close()
-    assert hints[f"{server.url}/a"]["reason"] == "self"
-    assert chains[f"{server.url}/r"].final_url == f"{server.url}/b"
 
 
 @contextmanager
@@ -149,11 +156,6 @@ def test_a_worker_killed_while_the_store_is_away_loses_no_records(
                 command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 timeout=120, check=True,
             )  # fmt: skip
-        store = SqlRecordStore.from_url(store_url)
-        try:
-            hints = {hint["page_url"]: hint for hint in store.hints()}
-            chains = {chain.start_url: chain for chain in store.chains()}
-        finally:
-            store.close()
+        hints, chains = recorded(store_url)
     assert hints[f"{server.url}/b"]["reason"] == "self"
     assert chains[f"{server.url}/r"].final_url == f"{server.url}/b"
