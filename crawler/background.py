@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -20,6 +21,19 @@ from twisted.internet.defer import Deferred
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def pause_off_loop(seconds: float) -> None:
+    """Wait ``seconds`` between two attempts of blocking work (a write retried on a locked
+    database), in a :class:`BackgroundThread` or with no loop running (a command). Refused
+    on Twisted's running loop, where it would freeze every download: such work belongs in a
+    :class:`BackgroundThread`."""
+    from twisted.internet import reactor
+    from twisted.python import threadable
+
+    if reactor.running and threadable.isInIOThread():  # type: ignore[attr-defined]
+        raise RuntimeError("a blocking wait on Twisted's loop: run the work in a BackgroundThread")
+    time.sleep(seconds)
 
 
 class BackgroundThread:

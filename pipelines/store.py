@@ -54,7 +54,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import OperationalError
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 
-from crawler.background import BackgroundThread
+from crawler.background import BackgroundThread, pause_off_loop
 from crawler.frontier import page_handled
 from pipelines.records import (
     SEEN,
@@ -474,9 +474,7 @@ class SqlRecordStore:
         #: Flushes handed to :attr:`background` and not settled yet (their rows may come
         #: back to the buffer).
         self._flushing = 0
-        #: Where writes go during a crawl (:func:`store_for`), off Twisted's loop; None:
-        #: in the caller's thread.
-        #: The thread writes and reads run in during a crawl (:func:`store_for`).
+        #: The thread writes and reads run in while Twisted's loop runs (:attr:`_thread`).
         self.background: BackgroundThread | None = None
         upgrade_schema(engine)
 
@@ -678,13 +676,16 @@ class SqlRecordStore:
 
     @property
     def _thread(self) -> BackgroundThread | None:
-        """:attr:`background` while Twisted's loop runs, so blocking calls never run on it;
-        None otherwise (a command, a test without a loop): the caller's thread waits."""
-        if self.background is None:
-            return None
+        """:attr:`background` while Twisted's loop runs (started then if the store has none),
+        so blocking calls never run on it; None otherwise (a command, a test without a
+        loop): the caller's thread waits."""
         from twisted.internet import reactor
 
-        return self.background if reactor.running else None  # type: ignore[attr-defined]
+        if not reactor.running:  # type: ignore[attr-defined]
+            return None
+        if self.background is None:
+            self.background = BackgroundThread("record-store")
+        return self.background
 
     def flush(self) -> None:
         """Write every buffered row in one transaction, retried on deadlocks and locked
@@ -750,7 +751,7 @@ class SqlRecordStore:
                 if attempt == FLUSH_ATTEMPTS:
                     raise
                 logger.warning("Record store busy, retrying the flush (attempt %d)", attempt)
-                time.sleep(0.05 * 2**attempt)
+                pause_off_loop(0.05 * 2**attempt)
 
     def _upsert(
         self, connection: Connection, spec: _Upsert, rows: dict[tuple[Any, ...], dict[str, Any]]
@@ -817,7 +818,7 @@ class SqlRecordStore:
                     self.flush_interval,
                     exc,
                 )
-                time.sleep(self.flush_interval)
+                pause_off_loop(self.flush_interval)
 
     def close(self) -> Deferred[None] | None:
         """Write everything buffered (:meth:`commit_all`), then release connections. In a
@@ -906,9 +907,6 @@ def store_for(crawler: Crawler) -> RecordStore:
     store = _stores.get(crawler)
     if store is None:
         store = SqlRecordStore.from_settings(crawler.settings)
-        # Always: a crawl's components may first ask for the store before the reactor runs,
-        # and a store without its thread would write (and wait on a locked file) on the loop.
-        store.background = BackgroundThread("record-store")
         crawler.signals.connect(
             _close_on_spider_closed(store), signal=signals.spider_closed, weak=False
         )
