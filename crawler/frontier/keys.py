@@ -14,8 +14,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
 from pydispatch.dispatcher import getAllReceivers, liveReceivers
@@ -39,6 +38,8 @@ if TYPE_CHECKING:
     from crawler.learning.state import LiveRules
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: ``request.meta``: the learned rules' version the carried key was made under, by a keyer
 #: whose rules change while the crawl runs (never stored: a key of another version is made
@@ -111,6 +112,11 @@ class OffsiteFilter:
             stats.inc_value("offsite/domains")
         stats.inc_value("offsite/filtered")
         return True
+
+
+def _safe_url_key(url: str, rules: RuleSet) -> str:
+    """The dedupe key of a link's ``url``, made safe as a ``Request`` would make it."""
+    return dedupe_key(safe_url_string(url), rules)
 
 
 def send_request_dropped(crawler: Crawler, requests: Iterable[Request]) -> None:
@@ -259,20 +265,23 @@ class RequestKeyer:
         has without the learned rules: a learned rule merged it with another URL. Such a
         key is trusted only by an admission that checks its rules' version (a rule revoked
         a moment ago may still be in force here)."""
-        return self._merged(request.url, key, partial(request_key, request))
+        return self._merged(request.url, key, request_key, request)
 
     def link_merged_by_learned(self, url: str, key: str) -> bool:
         """:meth:`merged_by_learned` for a link's URL and its :meth:`link_key`."""
-        # The URL made safe only when a learned rule may apply (most links never are).
-        return self._merged(url, key, lambda rules: dedupe_key(safe_url_string(url), rules))
+        return self._merged(url, key, _safe_url_key, url)
 
-    def _merged(self, url: str, key: str, key_under: Callable[[RuleSet], str]) -> bool:
+    def _merged(
+        self, url: str, key: str, key_under: Callable[[T, RuleSet], str], subject: T
+    ) -> bool:
+        """True if ``key_under(subject, rules)`` without the learned rules is not ``key``;
+        asked (nothing built) only when a learned rule may apply: most links never are."""
         live = self.live
         # Learned rules drop query parameters only: a URL without a query keys alike.
         if live is None or "?" not in url or not live.touches(key_host(key)):
             return False
         try:
-            return key != key_under(live.without_learned())
+            return key != key_under(subject, live.without_learned())
         except InvalidURL:
             return True
 
