@@ -336,29 +336,44 @@ def worst_shortfall(times: list[float], delay: float) -> float:
     )
 
 
-@pytest.mark.slow
-def test_four_workers_hit_a_host_no_harder_than_one(tmp_path: Path) -> None:
-    with RedisServer(bloom=True) as redis_server, serve(GRAPH) as site:
-        processes = []
-        for number in range(WORKERS):
-            command = [
-                str(ROOT / ".venv" / "bin" / "scrapy"), "crawl", "site",
-                "-a", f"start_url={site.url}/p/0",
-                "-s", f"REDIS_URL={redis_server.url}",
-                "-s", f"DOWNLOAD_DELAY={DELAY}",
-                "-s", f"STORE_URL=sqlite:///{tmp_path / f'w{number}.sqlite'}",
-                "-s", "STATS_DUMP=True",  # read below: frontier/leased per worker
-                "-s", f"EXTENSIONS={json.dumps(EXTENSIONS)}",  # loop stalls, read below
-            ]  # fmt: skip
-            log = (tmp_path / f"w{number}.log").open("w")
+def crawl_with_workers(
+    site_url: str, redis_url: str, tmp_path: Path, workers: dict[str, list[str]]
+) -> tuple[list[int], dict[str, str]]:
+    """Crawl ``site_url`` with a worker per entry of ``workers`` (its name, its own Scrapy
+    arguments) at once on one shared frontier, each with a store of its own; their exit
+    codes and logs, by name."""
+    processes = []
+    for name, arguments in workers.items():
+        command = [
+            str(ROOT / ".venv" / "bin" / "scrapy"), "crawl", "site",
+            "-a", f"start_url={site_url}/p/0",
+            "-s", f"REDIS_URL={redis_url}",
+            "-s", f"STORE_URL=sqlite:///{tmp_path / f'{name}.sqlite'}",
+            *arguments,
+        ]  # fmt: skip
+        with (tmp_path / f"{name}.log").open("w") as log:
             processes.append(
                 subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
             )
-        for process in processes:
-            process.wait(timeout=180)
+    codes = [process.wait(timeout=180) for process in processes]
+    return codes, {name: (tmp_path / f"{name}.log").read_text() for name in workers}
+
+
+@pytest.mark.slow
+def test_four_workers_hit_a_host_no_harder_than_one(tmp_path: Path) -> None:
+    with RedisServer(bloom=True) as redis_server, serve(GRAPH) as site:
+        workers = {
+            f"w{number}": [
+                "-s", f"DOWNLOAD_DELAY={DELAY}",
+                "-s", "STATS_DUMP=True",  # read below: frontier/leased per worker
+                "-s", f"EXTENSIONS={json.dumps(EXTENSIONS)}",  # loop stalls, read below
+            ]
+            for number in range(WORKERS)
+        }  # fmt: skip
+        codes, logs_by_name = crawl_with_workers(site.url, redis_server.url, tmp_path, workers)
         hits = sorted(site.hits, key=lambda hit: hit.time)
-    logs = [(tmp_path / f"w{number}.log").read_text() for number in range(WORKERS)]
-    assert [process.returncode for process in processes] == [0] * WORKERS, logs[0][-3000:]
+    logs = list(logs_by_name.values())
+    assert codes == [0] * WORKERS, logs[0][-3000:]
     paths = [hit.path.partition("?")[0] for hit in hits]
     assert GRAPH.expected_paths() <= set(paths)
     # One worker fetched robots.txt for all (on a turn of its own, like any request).
@@ -404,30 +419,18 @@ def test_a_worker_slow_to_parse_does_not_hold_its_hosts_turns(
     waiting: its requests count against the host while they download, not while parsed."""
     graph = LinkGraph(pages=40)
     with serve(graph, delay=ANSWER_TIME) as site:
-        processes = []
-        for name, extensions in (
-            ("slow", {"tests.slow_workers.LoopBlocker": 0}),
-            ("fast", {}),
-        ):
-            command = [
-                str(ROOT / ".venv" / "bin" / "scrapy"), "crawl", "site",
-                "-a", f"start_url={site.url}/p/0",
-                "-s", f"REDIS_URL={redis_url}",
+        workers = {
+            name: [
                 "-s", f"FRONTIER_HOST_CONCURRENCY={HOST_CONCURRENCY}",
                 "-s", f"USER_AGENT={name}",
                 "-s", f"EXTENSIONS={json.dumps(extensions)}",
                 "-s", f"LOOP_BLOCK_SECONDS={SLOW_PARSE}",
                 "-s", "LOOP_BLOCK_AT=0",  # every response
-                "-s", f"STORE_URL=sqlite:///{tmp_path / f'{name}.sqlite'}",
-            ]  # fmt: skip
-            log = (tmp_path / f"{name}.log").open("w")
-            processes.append(
-                subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-            )
-        for process in processes:
-            process.wait(timeout=180)
-    logs = {name: (tmp_path / f"{name}.log").read_text() for name in ("slow", "fast")}
-    assert [process.returncode for process in processes] == [0, 0], logs["slow"][-3000:]
+            ]
+            for name, extensions in (("slow", {"tests.slow_workers.LoopBlocker": 0}), ("fast", {}))
+        }  # fmt: skip
+        codes, logs = crawl_with_workers(site.url, redis_url, tmp_path, workers)
+    assert codes == [0, 0], logs["slow"][-3000:]
     assert graph.expected_paths() <= {hit.path.partition("?")[0] for hit in site.hits}
     by_worker = {
         name: sum(hit.user_agent == name for hit in site.hits) for name in ("slow", "fast")
