@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
+from weakref import WeakSet
 
 from scrapy import Request, signals
 from scrapy.http import Response
@@ -43,6 +44,10 @@ class BatchDedupeMiddleware:
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
+        #: The requests held in a page's batch until it is admitted: a later link of that
+        #: page with one of their keys is a repeat the batch would drop
+        #: (:meth:`SeenLinksMiddleware.requests_for` drops it before building its request).
+        self.held: WeakSet[Request] = WeakSet()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -91,11 +96,11 @@ class BatchDedupeMiddleware:
         for request in self._admit(response, batch):
             yield request
 
-    @staticmethod
-    def _holds(output: Any, batch: list[Request]) -> bool:
+    def _holds(self, output: Any, batch: list[Request]) -> bool:
         """Keep a request that needs dedup for the batch; True if it was kept."""
         if isinstance(output, Request) and not output.dont_filter:
             batch.append(output)
+            self.held.add(output)
             return True
         return False
 
@@ -104,6 +109,7 @@ class BatchDedupeMiddleware:
         (the ``page_handled`` receivers may answer with a Deferred: the record store's
         flush, in its own thread), releasing its lease with them. Links found seen fire
         ``request_dropped``, now or when a shared frontier's verdict arrives."""
+        self.held.difference_update(batch)
         after = handle_page(self.crawler, response)
         dropped = partial(send_request_dropped, self.crawler)
         admitted = self.frontier.admit(
@@ -160,18 +166,37 @@ class SeenLinksMiddleware:
         offered to the learned-rule re-check (which would have sampled their requests on
         their way here). ``request_for`` must build GET requests for ``url`` as given, not
         ``dont_filter``. Requests yielded carry their key. Whether learned rules are
-        applied (so links may be sampled for a re-check) is asked once per call."""
+        applied (so links may be sampled for a re-check) is asked once per call.
+
+        A link repeating the key of an earlier link of ``urls`` whose request reached the
+        page's batch (:attr:`BatchDedupeMiddleware.held`: every middleware below let it
+        through) is dropped too, as the batch would drop it: an index page links to each
+        new page once per anchor in it (``genindex-all.html`` of the Python docs: 13,787
+        links to 464 pages, each a ``Request`` through every middleware before). Unless a
+        learned rule made its key: a batch keyed again under reloaded rules
+        (:mod:`crawler.frontier.redis.admission`) must still hold it."""
         frontier = frontier_for(self.crawler)
         keyer = frontier.keyer
         recheck = _learned_rule_recheck(self.crawler)
         sample = recheck.sample if recheck is not None and recheck.sampling() else None
+        held = _held_in_batches(self.crawler)
+        firsts: dict[str, Request] = {}  # per key, the latest request yielded
         dropped: list[tuple[str, str]] = []
         try:
             for url in urls:
                 key = keyer.link_key(url)
-                if key is None or not frontier.seen_link(url, key):
-                    request = request_for(url)
-                    if key is not None and request.url == url:
+                if key is None:
+                    yield request_for(url)
+                    continue
+                first = firsts.get(key)
+                repeat = (
+                    first is not None
+                    and first in held
+                    and not keyer.link_merged_by_learned(url, key)
+                )
+                if not repeat and not frontier.seen_link(url, key):
+                    request = firsts[key] = request_for(url)
+                    if request.url == url:
                         carry_key(request, key)
                     yield request
                     continue
@@ -243,6 +268,15 @@ def early_seen_links(crawler: Crawler) -> SeenLinksMiddleware | None:
     if any(f"{type(m).__module__}.{type(m).__qualname__}" not in served for m in above):
         return None
     return found[0]
+
+
+def _held_in_batches(crawler: Crawler) -> WeakSet[Request]:
+    """The requests the crawl's :class:`BatchDedupeMiddleware` holds (empty without one)."""
+    try:
+        batch = crawler.get_spider_middleware(BatchDedupeMiddleware)
+    except RuntimeError:  # no engine (a middleware driven alone)
+        batch = None
+    return batch.held if batch is not None else WeakSet()
 
 
 def _learned_rule_recheck(crawler: Crawler) -> LearnedRuleRecheck | None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import doctest
 import json
+import os
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,6 +29,7 @@ from crawler.learning.recheck import LearnedRuleRecheck
 from middlewares.linkbatch import BatchDedupeMiddleware, SeenLinksMiddleware, early_seen_links
 from tests.httpserver import TestServer, html
 
+ROOT = Path(__file__).resolve().parent.parent
 LONG = "/" + "long" * 20  # past URLLENGTH_LIMIT below
 #: No link back to the start page: plain Scrapy fetches it again (its start request is
 #: ``dont_filter``, so its fingerprint is never recorded), the frontier does not.
@@ -150,6 +153,77 @@ def test_new_links_get_the_same_referer_depth_and_length_verdicts(tmp_path: Path
     assert addon_stats[past] < without_stats[past] == plain_stats[past]
 
 
+#: Between Scrapy's spider middlewares and the link batch, in the ``site`` spider's crawl:
+#: counts the requests that got that far, writes the crawl's stats at the end.
+PAST_SCRAPY = """
+import json
+import scrapy
+from scrapy import signals
+
+
+class PastScrapyMiddlewares:
+    def __init__(self, crawler):
+        self.crawler = crawler
+        crawler.signals.connect(self.closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        return cls(crawler)
+
+    async def process_spider_output(self, response, result):
+        async for output in result:
+            if isinstance(output, scrapy.Request):
+                self.crawler.stats.inc_value("test/past_scrapy_middlewares")
+            yield output
+
+    def closed(self, spider):
+        with open(self.crawler.settings["TEST_STATS_FILE"], "w") as out:
+            json.dump(self.crawler.stats.get_stats(), out, default=str)
+"""
+
+#: A page repeating its new links (``/b``'s first spelling is too long for
+#: ``URLLENGTH_LIMIT``: the short one after it must still be followed).
+REPEATS = {
+    "/": html("/a", "/a", "/a?utm_source=x", "/b?utm_source=" + "x" * 80, "/b", "/c", "/a"),
+    "/a": html("/", "/c", "/c"),
+    "/b": html(),
+    "/c": html(),
+}
+
+
+@pytest.mark.parametrize("mode", ["embedded", "shared"])
+def test_a_pages_repeats_of_a_new_link_get_one_request_and_the_same_verdicts(
+    tmp_path: Path, mode: str, request: pytest.FixtureRequest
+) -> None:
+    (tmp_path / "past_scrapy.py").write_text(textwrap.dedent(PAST_SCRAPY))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    shared = ["-s", f"REDIS_URL={request.getfixturevalue('redis_url')}"] if mode == "shared" else []
+    runs = {}
+    for name, early in (("early", 1010), ("without", None)):
+        middlewares = {"past_scrapy.PastScrapyMiddlewares": 600}
+        middlewares["middlewares.linkbatch.SeenLinksMiddleware"] = early
+        stats_file = tmp_path / f"{name}.json"
+        with TestServer(REPEATS) as server:
+            result = subprocess.run(
+                [sys.executable, "-m", "scrapy.cmdline", "crawl", "site",
+                 "-a", f"start_url={server.url}/", "-s", "URLLENGTH_LIMIT=80",
+                 "-s", f"SPIDER_MIDDLEWARES={json.dumps(middlewares)}",
+                 "-s", f"TEST_STATS_FILE={stats_file}", "-s", f"FRONTIER_KEY_PREFIX={{{name}}}",
+                 "-s", f"STORE_URL=sqlite:///{tmp_path / name}.sqlite", *shared],
+                cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr[-3000:]
+            hits = Counter(path for path in server.paths() if path != "/robots.txt")
+        runs[name] = hits, json.loads(stats_file.read_text())
+    (hits, stats), (hits_without, stats_without) = runs["early"], runs["without"]
+    assert hits == hits_without == Counter({"/": 1, "/a": 1, "/b": 1, "/c": 1})
+    # One request per new key reached the batch: /a, /b (after its long spelling), /c.
+    assert stats["test/past_scrapy_middlewares"] == 3
+    assert stats_without["test/past_scrapy_middlewares"] > 3
+    for stat in ("seen/duplicate", "seen/new", "urllength/request_ignored_count"):
+        assert stats.get(stat) == stats_without.get(stat), stat
+
+
 class LinksSpider(Spider):
     name = "links"
 
@@ -247,6 +321,40 @@ def test_links_judged_by_url_get_no_request_when_seen_and_are_counted_the_same(
     assert again == []
     assert dropped == ["https://example.com/new", "https://example.com/caf%C3%A9"]
     assert crawler.stats.get_value("seen/duplicate") == 4
+
+
+def test_a_repeat_is_dropped_only_once_its_first_request_is_in_the_batch(
+    crawler: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_middleware, batch = BatchDedupeMiddleware(crawler), []
+    monkeypatch.setattr(
+        crawler,
+        "get_spider_middleware",
+        lambda cls: batch_middleware if cls is BatchDedupeMiddleware else None,
+    )
+    keyer = frontier_for(crawler).keyer
+    learned = {"https://example.com/learned?v=2"}  # a key a learned rule made
+    monkeypatch.setattr(keyer, "link_merged_by_learned", lambda url, key: url in learned)
+    urls = [
+        "https://example.com/a",
+        "https://example.com/a?utm_source=x",  # same key, its first held: dropped
+        "https://example.com/b",  # a middleware below drops it (not held)
+        "https://example.com/b?utm_source=x",  # so this one goes on, and is held
+        "https://example.com/b",  # dropped
+        "https://example.com/learned?v=1",
+        "https://example.com/learned?v=2",  # same key, made by a learned rule: goes on
+    ]
+    monkeypatch.setattr(keyer, "link_key", lambda url: url.split("?")[0])
+    passed = []
+    for request in SeenLinksMiddleware(crawler).requests_for(urls, Request):
+        passed.append(request.url)
+        if request.url != "https://example.com/b":
+            batch_middleware._holds(request, batch)
+    assert passed == [urls[0], urls[2], urls[3], urls[5], urls[6]]
+    assert crawler.stats.get_value("seen/duplicate") == 2
+    # Once the page's batch is admitted, its requests are no longer held.
+    batch_middleware._admit(HtmlResponse(urls[0], body=b"", request=Request(urls[0])), batch)
+    assert not batch_middleware.held
 
 
 def chain(*middlewares: object) -> Any:
