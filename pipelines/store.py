@@ -53,6 +53,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import OperationalError
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
+from twisted.python.failure import Failure
 
 from crawler.background import BackgroundThread, pause_off_loop
 from crawler.frontier import page_handled
@@ -74,7 +75,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
     from sqlalchemy.sql.dml import Insert
-    from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
 
@@ -474,6 +474,10 @@ class SqlRecordStore:
         #: Flushes handed to :attr:`background` and not settled yet (their rows may come
         #: back to the buffer).
         self._flushing = 0
+        #: Pages waiting for the next group commit (:meth:`commit_page`), and whether one
+        #: is under way.
+        self._page_waiters: list[Deferred[None]] = []
+        self._committing_pages = False
         #: The thread writes and reads run in while Twisted's loop runs (:attr:`_thread`).
         self.background: BackgroundThread | None = None
         upgrade_schema(engine)
@@ -775,8 +779,34 @@ class SqlRecordStore:
         does, but for as long as the database stays away (retried every ``flush_interval``
         seconds, each attempt logged): fires only once they are committed. A shared crawl
         releases the page's lease after it, so a worker killed while the database is away
-        fetches the page again rather than lose its records."""
-        return self._commit_buffered(None)
+        fetches the page again rather than lose its records.
+
+        A group commit: pages handled while a commit is under way share the next one, a
+        single transaction for all of them (a page's own would wait behind that commit
+        anyway, in the store's one thread)."""
+        waiter: Deferred[None] = Deferred()
+        self._page_waiters.append(waiter)
+        if not self._committing_pages:
+            self._commit_pages()
+        return waiter
+
+    def _commit_pages(self) -> None:
+        """Commit what is buffered for the pages waiting now; then for those that came
+        meanwhile, if any."""
+        waiters, self._page_waiters = self._page_waiters, []
+        self._committing_pages = True
+
+        def committed(result: Failure | None) -> None:
+            self._committing_pages = False
+            for waiter in waiters:
+                if isinstance(result, Failure):
+                    waiter.errback(result)
+                else:
+                    waiter.callback(None)
+            if self._page_waiters:
+                self._commit_pages()
+
+        self._commit_buffered(None).addBoth(committed)
 
     def _commit_buffered(self, timeout: float | None) -> Deferred[None]:
         """Commit what is buffered once the flushes handed over before are done (a failed

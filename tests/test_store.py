@@ -7,11 +7,13 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scrapy.settings import Settings
 from sqlalchemy import create_engine
 from sqlalchemy.exc import OperationalError
+from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from pipelines.records import (
@@ -297,3 +299,46 @@ def test_a_shared_crawls_page_waits_for_its_records_however_long_the_database_is
     assert [p["fetch_url"] for p in store.pages()] == [A]
     blocker.close()
     store.close()
+
+
+class StepThread:
+    """A store's background thread run by hand: each call waits until :meth:`step`."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, tuple[Any, ...], Deferred[Any]]] = []
+
+    def run(self, function: Any, *args: Any) -> Deferred[Any]:
+        done: Deferred[Any] = Deferred()
+        self.calls.append((function, args, done))
+        return done
+
+    def step(self) -> None:
+        function, args, done = self.calls.pop(0)
+        done.callback(function(*args))
+
+
+def test_pages_handled_during_a_commit_share_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread = StepThread()
+    monkeypatch.setattr(SqlRecordStore, "_thread", property(lambda _: thread))
+    store = SqlRecordStore.from_url(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    fired: list[str] = []
+    store.add_page(PageRecord(A, A, None, 200))
+    store.commit_page().addCallback(lambda _: fired.append(A))
+    for url in (B, C):  # handled while A's commit is under way
+        store.add_page(PageRecord(url, url, None, 200))
+        store.commit_page().addCallback(lambda _, url=url: fired.append(url))
+    assert len(thread.calls) == 1 and fired == []
+    thread.step()
+    assert fired == [A]  # only once its records are in
+    assert [p["fetch_url"] for p in store.pages()] == [A]
+    assert len(thread.calls) == 1  # one transaction for both
+    thread.step()
+    assert fired == [A, B, C]
+    assert sorted(p["fetch_url"] for p in store.pages()) == sorted([A, B, C])
+    assert thread.calls == []
+    # The next page, with no commit under way, gets its own at once.
+    store.add_page(PageRecord(A + "x", A + "x", None, 200))
+    store.commit_page()
+    assert len(thread.calls) == 1
