@@ -31,7 +31,26 @@ crawl except the seen filter's, divided by the number queued; and the same URLs 
 Targets (issue 12): shared >= 0.85x embedded, embedded >= 2.5x plain, <= 160 bytes per queued
 request. Needs root or a free nginx (``apt-get install -y nginx python3.11-doc``).
 
-Last figures (2026-12-01, branch i12 = i8-engine's split frontier before issue 12's
+Latest figures (2026-12-02, main at 1cfcc34, a quiet machine: load average 0.6-1.0, nothing
+else running; this machine's CPU is slower than 2026-12-01's: compare ratios). ``--runs 3``,
+all five crawls and the bytes, median runs, req/CPU-s (crawl + Redis CPU): plain 13.9 (38.0
+s), scrapy-redis 9.8 (51.3 + 2.3 s), embedded 44.4 (11.9 s), shared 42.0 (12.4 + 0.2 s),
+addon 18.7 (28.2 s). **Shared / embedded 0.94x** (0.97, 0.97, 0.94; target 0.85x),
+**embedded / plain 3.20x** (2.96, 3.24, 2.28; target 2.5x), addon / plain 1.35x (1.34,
+1.35, 1.03), scrapy-redis / plain 0.71x. Bytes per queued request: the project **84 B**
+(target 160), crawled links 106 B, scrapy-redis 408 B. What moved shared / embedded from
+0.87x (``--runs 5`` of b04de66 on the same machine that morning: 0.83, 0.90, 0.91, 0.81,
+0.86) to 0.91x (da3ce82, ``--runs 5``: 1.06, 0.90, 0.91, 0.90, 0.86) and then 0.94x: a
+page's repeats of a new link get no ``Request`` once the first reached the batch (the
+shared crawl's order reaches ``genindex-all.html``, 13,787 links to 464 pages, while those
+pages are still new: 17,090 ``Request`` objects through every spider middleware per crawl,
+now 1,570; the embedded crawl 1,568 -> 529), and the record store's group commit (529 page
+transactions -> ~124). Per thread (``/proc/<pid>/task``, one run each): the shared crawl's
+loop thread now spends what the embedded one's does (8.4-9.2 against 8.9 s); what remains
+is its record-store thread (0.23 s against 0.06), Redis thread 0.25 s, download-report
+thread 0.10 s and Redis 0.22 s.
+
+Issue 12's starting point (2026-12-01, branch i12 = i8-engine's split frontier before issue 12's
 serialization work, Scrapy 2.19, the shared 2-CPU machine under heavy load from parallel
 test runs: CPU seconds are inflated against issue 12's, the ratios are what compare). Two
 runs, all five crawls in the second (528-532 requests each), req/CPU-s:

@@ -14,8 +14,9 @@ records a fetched page produces. The last flush, when the spider closes, is retr
 database stays away (a locked file, a restarting server), up to ``DEFAULT_CLOSE_TIMEOUT``
 seconds, and Scrapy waits for it: the process exits once every record is written (or, past
 that, with an error saying how many were not). On a shared frontier a page's records are
-committed before its lease is released (:meth:`SqlRecordStore.commit_page`): while the
-database stays away, those pages wait, their leases held, and are released once it is back;
+committed before its lease is released (:meth:`SqlRecordStore.commit_page`; pages handled
+while one commit is under way share the next, a group commit): while the database stays
+away, those pages wait, their leases held, and are released once it is back;
 a worker killed meanwhile loses nothing (the pages are fetched again).
 """
 
