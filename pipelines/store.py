@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterator, Sequence
@@ -461,6 +462,8 @@ class SqlRecordStore:
         batch_size: int = DEFAULT_BATCH_SIZE,
         flush_interval: float = DEFAULT_FLUSH_INTERVAL,
         close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+        *,
+        schema_on_first_use: bool = False,
     ) -> None:
         self.engine = engine
         self.batch_size = max(1, batch_size)
@@ -481,7 +484,22 @@ class SqlRecordStore:
         self._committing_pages = False
         #: The thread writes and reads run in while Twisted's loop runs (:attr:`_thread`).
         self.background: BackgroundThread | None = None
-        upgrade_schema(engine)
+        #: Whether the schema is known to be up to date (:meth:`_ready`).
+        self._schema_ready = False
+        self._schema_lock = threading.Lock()
+        if not schema_on_first_use:
+            self._ready()
+
+    def _ready(self) -> Engine:
+        """The engine, once its database's schema is up to date (:func:`upgrade_schema`,
+        once per store). A crawl's store (``schema_on_first_use``) gets there at its first
+        write, in its own thread: ``store_for`` runs on Twisted's loop."""
+        if not self._schema_ready:
+            with self._schema_lock:
+                if not self._schema_ready:
+                    upgrade_schema(self.engine)
+                    self._schema_ready = True
+        return self.engine
 
     @classmethod
     def from_url(cls, url: str | None, **kwargs: Any) -> SqlRecordStore:
@@ -502,10 +520,13 @@ class SqlRecordStore:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> SqlRecordStore:
+        """A crawl's store: its schema brought up to date at its first write (the ``crawl``
+        command's pre-start check did it already, before the loop started)."""
         return cls(
             make_engine(store_url_from(settings)),
             batch_size=settings.getint("STORE_BATCH_SIZE", DEFAULT_BATCH_SIZE),
             flush_interval=settings.getfloat("STORE_FLUSH_INTERVAL", DEFAULT_FLUSH_INTERVAL),
+            schema_on_first_use=True,
         )
 
     # --- writing -------------------------------------------------------------------------
@@ -657,7 +678,7 @@ class SqlRecordStore:
         """The answer written for ``short_url``. Blocks: in a crawl, runs in the background
         thread (:meth:`shortener_answer_later`)."""
         query = select(shortener_answers).where(shortener_answers.c.id == record_id(short_url))
-        with self.engine.connect() as connection:
+        with self._ready().connect() as connection:
             found = connection.execute(query).mappings().first()
         return _shortener_answer(dict(found)) if found else None
 
@@ -747,7 +768,7 @@ class SqlRecordStore:
             return
         for attempt in range(1, FLUSH_ATTEMPTS + 1):
             try:
-                with self.engine.begin() as connection:
+                with self._ready().begin() as connection:
                     for name, table_rows in rows.items():
                         if table_rows:
                             self._upsert(connection, _UPSERTS[name], table_rows)
@@ -868,7 +889,7 @@ class SqlRecordStore:
     # --- reading -------------------------------------------------------------------------
 
     def chains(self) -> list[StoredChain]:
-        with self.engine.connect() as connection:
+        with self._ready().connect() as connection:
             hop_rows: dict[str, list[StoredHop]] = {}
             for row in connection.execute(
                 select(hops).order_by(hops.c.chain_id, hops.c.position)
@@ -887,7 +908,7 @@ class SqlRecordStore:
         query = select(table).order_by(*order)
         if where is not None:
             query = query.where(where)
-        with self.engine.connect() as connection:
+        with self._ready().connect() as connection:
             for row in connection.execute(query).mappings():
                 yield dict(row)
 
@@ -905,7 +926,7 @@ class SqlRecordStore:
             .group_by(url_aliases.c.rules_version)
             .order_by(func.max(url_aliases.c.seen_at))
         )
-        with self.engine.connect() as connection:
+        with self._ready().connect() as connection:
             return [row[0] for row in connection.execute(query)]
 
     def pages(self) -> Iterator[dict[str, Any]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -176,3 +177,16 @@ def test_crawl_with_store_url_that_is_not_one(fails_cleanly: Check) -> None:
 def test_crawl_with_a_proxy_and_the_guard_refuses_and_says_why(fails_cleanly: Check) -> None:
     outcome = run("crawl", "site", "-a", "start_url=https://e.com/", http_proxy="http://p:3128")
     fails_cleanly(outcome, "SSRF guard", "SSRF_ALLOW_PROXY")
+
+
+@pytest.mark.parametrize("command", ["crawl", "redirects"])
+def test_a_store_written_by_a_newer_version(
+    command: str, tmp_path: Path, fails_cleanly: Check
+) -> None:
+    store = tmp_path / "newer.sqlite"
+    with sqlite3.connect(store) as connection:
+        connection.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        connection.execute("INSERT INTO alembic_version VALUES ('9999_from_the_future')")
+    args = ["crawl", "site", "-a", "start_url=https://e.com/"] if command == "crawl" else [command]
+    outcome = run(*args, "-s", f"STORE_URL=sqlite:///{store}")
+    fails_cleanly(outcome, "9999_from_the_future", "newer bloom-frontier")

@@ -212,7 +212,9 @@ def test_default_store_is_a_file_in_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    SqlRecordStore.from_settings(Settings()).close()
+    store = SqlRecordStore.from_settings(Settings())
+    store.add_page(PageRecord(A, A, None, 200))
+    store.close()
     assert (tmp_path / "crawl.sqlite").is_file()
 
 
@@ -342,3 +344,19 @@ def test_pages_handled_during_a_commit_share_the_next_one(
     store.add_page(PageRecord(A + "x", A + "x", None, 200))
     store.commit_page()
     assert len(thread.calls) == 1
+
+
+def test_a_crawls_store_touches_its_database_first_from_its_own_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # store_for runs on Twisted's loop: making the store and buffering a page must not
+    # open the database there, not even to bring its schema up to date.
+    thread = StepThread()
+    monkeypatch.setattr(SqlRecordStore, "_thread", property(lambda _: thread))
+    path = tmp_path / "store.sqlite"
+    store = SqlRecordStore.from_settings(Settings({"STORE_URL": f"sqlite:///{path}"}))
+    store.add_page(PageRecord(A, A, None, 200))
+    store.commit_page()
+    assert not path.exists()
+    thread.step()
+    assert [p["fetch_url"] for p in store.pages()] == [A]

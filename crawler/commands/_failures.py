@@ -26,6 +26,7 @@ from crawler.addon import FrontierConflict
 from crawler.redis_client import RedisSetupError
 from crawler.seen.joblock import JobdirBusy
 from middlewares.ssrf import ProxyWithGuard
+from pipelines.schema import SchemaError
 
 if TYPE_CHECKING:
     from scrapy.commands import ScrapyCommand
@@ -59,7 +60,8 @@ def _first_line(error: BaseException) -> str:
 def explain(error: BaseException) -> str | None:
     """The line to print for ``error``, or None if it is not one a user can cause."""
     if isinstance(
-        error, (CommandFailed, FrontierConflict, RedisSetupError, ProxyWithGuard, JobdirBusy)
+        error,
+        (CommandFailed, FrontierConflict, RedisSetupError, ProxyWithGuard, JobdirBusy, SchemaError),
     ):
         return _first_line(error)
     if isinstance(error, redis.AuthenticationError) or (

@@ -26,6 +26,7 @@ from crawler.commands._failures import fails_cleanly
 from crawler.redis_client import command_client, require_bloom
 from crawler.seen.joblock import JobdirLock
 from middlewares.ssrf import check_proxy_setup
+from pipelines.schema import upgrade_schema
 from pipelines.store import make_engine, store_url_from
 
 if TYPE_CHECKING:
@@ -55,8 +56,7 @@ def check_crawl_setup(settings: BaseSettings, spider_name: str) -> None:
             lock.acquire("scrapy crawl")
     engine = make_engine(store_url_from(settings))
     try:
-        with engine.connect():
-            pass
+        upgrade_schema(engine)  # here, not at the crawl's first write on the loop
     finally:
         engine.dispose()
 
