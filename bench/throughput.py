@@ -48,7 +48,11 @@ now 1,570; the embedded crawl 1,568 -> 529), and the record store's group commit
 transactions -> ~124). Per thread (``/proc/<pid>/task``, one run each): the shared crawl's
 loop thread now spends what the embedded one's does (8.4-9.2 against 8.9 s); what remains
 is its record-store thread (0.23 s against 0.06), Redis thread 0.25 s, download-report
-thread 0.10 s and Redis 0.22 s.
+thread 0.10 s and Redis 0.22 s. Then at e862110 (the store's schema checked off the loop),
+``--only plain,embedded,shared,addon --seed-urls 0 --runs 5``, load average 0.5-1.2: plain
+15.4, embedded 52.2, shared 51.6, addon 19.4 req/CPU-s; shared / embedded 0.88, 0.86, 0.86,
+1.01, 0.91 run by run (0.99x between the median runs), embedded / plain 2.93-3.76x (3.38x),
+addon / plain 1.15-1.54x (1.25x).
 
 Issue 12's starting point (2026-12-01, branch i12 = i8-engine's split frontier before issue 12's
 serialization work, Scrapy 2.19, the shared 2-CPU machine under heavy load from parallel
