@@ -45,11 +45,12 @@ SITE = {
     LONG: html(),
 }
 
-#: A plain Scrapy spider; a middleware between Scrapy's own and the link batch counts the
-#: requests that got that far; at the end the stats the comparison needs go to a file.
-SPIDER = """
+#: A middleware for between Scrapy's own and the link batch: counts the requests that got
+#: that far.
+COUNTING = """
 import json
 import scrapy
+from scrapy import signals
 
 
 class CountingMiddleware:
@@ -65,7 +66,13 @@ class CountingMiddleware:
             if isinstance(output, scrapy.Request):
                 self.crawler.stats.inc_value("test/past_scrapy_middlewares")
             yield output
+"""
 
+#: A plain Scrapy spider, :data:`COUNTING` beside it; at the end the stats the comparison
+#: needs go to a file.
+SPIDER = (
+    COUNTING
+    + """
 
 class LinksSpider(scrapy.Spider):
     name = "links"
@@ -91,6 +98,7 @@ class LinksSpider(scrapy.Spider):
             json.dump({k: v for k, v in self.crawler.stats.get_stats().items()
                        if isinstance(v, int)}, out)
 """
+)
 
 
 def crawl(server: TestServer, tmp: Path, name: str, *settings: str) -> tuple[list, dict]:
@@ -155,31 +163,20 @@ def test_new_links_get_the_same_referer_depth_and_length_verdicts(tmp_path: Path
 
 #: Between Scrapy's spider middlewares and the link batch, in the ``site`` spider's crawl:
 #: counts the requests that got that far, writes the crawl's stats at the end.
-PAST_SCRAPY = """
-import json
-import scrapy
-from scrapy import signals
+PAST_SCRAPY = (
+    COUNTING
+    + """
 
-
-class PastScrapyMiddlewares:
+class StatsToFile(CountingMiddleware):
     def __init__(self, crawler):
-        self.crawler = crawler
+        super().__init__(crawler)
         crawler.signals.connect(self.closed, signal=signals.spider_closed)
-
-    @classmethod
-    def from_crawler(cls, crawler):
-        return cls(crawler)
-
-    async def process_spider_output(self, response, result):
-        async for output in result:
-            if isinstance(output, scrapy.Request):
-                self.crawler.stats.inc_value("test/past_scrapy_middlewares")
-            yield output
 
     def closed(self, spider):
         with open(self.crawler.settings["TEST_STATS_FILE"], "w") as out:
             json.dump(self.crawler.stats.get_stats(), out, default=str)
 """
+)
 
 #: A page repeating its new links (``/b``'s first spelling is too long for
 #: ``URLLENGTH_LIMIT``: the short one after it must still be followed).
@@ -200,7 +197,7 @@ def test_a_pages_repeats_of_a_new_link_get_one_request_and_the_same_verdicts(
     shared = ["-s", f"REDIS_URL={request.getfixturevalue('redis_url')}"] if mode == "shared" else []
     runs = {}
     for name, early in (("early", 1010), ("without", None)):
-        middlewares = {"past_scrapy.PastScrapyMiddlewares": 600}
+        middlewares = {"past_scrapy.StatsToFile": 600}
         middlewares["middlewares.linkbatch.SeenLinksMiddleware"] = early
         stats_file = tmp_path / f"{name}.json"
         with TestServer(REPEATS) as server:
