@@ -16,6 +16,7 @@ from scrapy.utils.test import get_crawler
 
 from crawler.frontier.politeness import backoff_pause, retry_after
 from middlewares.politeness import HostBackoffMiddleware
+from tests.crawls import site_crawl_command
 from tests.httpserver import Page, TestServer
 from tests.servers import RedisServer
 from tests.sitegen import LinkGraph
@@ -118,13 +119,9 @@ def crawl(
     """``count`` ``scrapy crawl site -s SETTING...`` processes to the end; their logs."""
     processes, logs = [], []
     for number in range(count):
-        command = [
-            str(ROOT / ".venv" / "bin" / "scrapy"), "crawl", "site",
-            "-a", f"start_url={site.url}/p/0",
-            "-s", f"STORE_URL=sqlite:///{tmp_path / f'w{number}.sqlite'}",
-            # The stats this test reads (the add-on keeps the dump at DEBUG otherwise).
-            "-s", "STATS_DUMP=True",
-        ]  # fmt: skip
+        # STATS_DUMP: the stats this test reads (the add-on keeps the dump at DEBUG otherwise).
+        store = tmp_path / f"w{number}.sqlite"
+        command = site_crawl_command(f"{site.url}/p/0", store, "-s", "STATS_DUMP=True")
         for setting in (f"REDIS_URL={redis_url}", *settings) if redis_url else settings:
             command += ["-s", setting]
         log = tmp_path / f"w{number}.log"

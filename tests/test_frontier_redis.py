@@ -31,6 +31,7 @@ from crawler.frontier.redis import LEASE_META, QUEUED_META, FrontierKeys, RedisF
 from crawler.frontier.redis.state import queued_records
 from crawler.frontier.scheduler import LeaseMiddleware, RedisScheduler
 from tests.cluster import RedisClusterServers
+from tests.crawls import site_crawl_command
 from tests.httpserver import Page, TestServer, html, redirect
 from tests.servers import RedisServer, free_port
 
@@ -514,12 +515,8 @@ def test_crawl_through_redis_answers_every_lease(redis_url: str, tmp_path: Path)
         "/b": html("/a"),
     }
     with TestServer(routes) as site:
-        command = [
-            str(ROOT / ".venv" / "bin" / "scrapy"), "crawl", "site",
-            "-a", f"start_url={site.url}/",
-            "-s", f"REDIS_URL={redis_url}",
-            "-s", f"STORE_URL=sqlite:///{tmp_path / 'store.sqlite'}",
-        ]  # fmt: skip
+        store = tmp_path / "store.sqlite"
+        command = site_crawl_command(f"{site.url}/", store, "-s", f"REDIS_URL={redis_url}")
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
         hits = Counter(path for path in site.paths() if path != "/robots.txt")
     assert result.returncode == 0, result.stderr[-3000:]

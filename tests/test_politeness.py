@@ -27,6 +27,7 @@ from crawler.frontier import frontier_for
 from crawler.frontier.politeness import HostLimits, disable_local_delays
 from crawler.frontier.redis import RedisFrontier
 from middlewares.politeness import GlobalPolitenessMiddleware
+from tests.crawls import site_crawl_command
 from tests.servers import RedisServer
 from tests.sitegen import LinkGraph, serve
 from tests.stalls import EXTENSIONS, longest_stall_ms
@@ -344,13 +345,10 @@ def crawl_with_workers(
     codes and logs, by name."""
     processes = []
     for name, arguments in workers.items():
-        command = [
-            str(ROOT / ".venv" / "bin" / "scrapy"), "crawl", "site",
-            "-a", f"start_url={site_url}/p/0",
-            "-s", f"REDIS_URL={redis_url}",
-            "-s", f"STORE_URL=sqlite:///{tmp_path / f'{name}.sqlite'}",
-            *arguments,
-        ]  # fmt: skip
+        store = tmp_path / f"{name}.sqlite"
+        command = site_crawl_command(
+            f"{site_url}/p/0", store, "-s", f"REDIS_URL={redis_url}", *arguments
+        )
         with (tmp_path / f"{name}.log").open("w") as log:
             processes.append(
                 subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
