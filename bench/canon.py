@@ -28,7 +28,7 @@ from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 from w3lib.url import canonicalize_url
 
-from crawler.canonical import InvalidURL, canonicalize, dedupe_key
+from bloom_frontier.canonical import InvalidURL, canonicalize, dedupe_key
 
 TARGET_SPEEDUP = 4.0
 TARGET_COLLAPSED = 0.995

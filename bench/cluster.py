@@ -37,12 +37,12 @@ from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
 
 from bench.dedup import dedupe_keys
-from crawler.frontier.redis import RedisFrontier
-from crawler.frontier.redis.state import queued_records
-from crawler.frontier.reset import glob_escape
-from crawler.redis_client import redis_from_url
-from crawler.seen.sharded import ShardedBloomSeenFilter
-from crawler.spiders.site import SiteSpider
+from bloom_frontier.frontier.redis import RedisFrontier
+from bloom_frontier.frontier.redis.state import queued_records
+from bloom_frontier.frontier.reset import glob_escape
+from bloom_frontier.redis_client import redis_from_url
+from bloom_frontier.seen.sharded import ShardedBloomSeenFilter
+from bloom_frontier.spiders.site import SiteSpider
 from tests.cluster import RedisClusterServers
 from tests.servers import RedisServer
 
@@ -182,7 +182,7 @@ def frontier_bytes_per_request(url: str, count: int) -> tuple[float, float, floa
     per queued request (every key of the frontier but the seen filter: lanes, their index,
     the shapes table), the mean stored record length, and the mean URL length."""
     settings = Settings()
-    settings.setmodule("crawler.defaults")
+    settings.setmodule("bloom_frontier.defaults")
     settings.set("REDIS_URL", url)
     stats = MemoryStatsCollector(Crawler(SiteSpider, settings))
     frontier = RedisFrontier.from_settings(settings, "bench", stats)

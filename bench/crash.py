@@ -30,11 +30,11 @@ import redis
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
-import crawler.defaults as project_settings
-from crawler.frontier import META_CHECKED, META_KEY
-from crawler.frontier.keys import RequestKeyer
-from crawler.frontier.redis import RedisFrontier
-from crawler.frontier.serialize import request_to_json
+import bloom_frontier.defaults as project_settings
+from bloom_frontier.frontier import META_CHECKED, META_KEY
+from bloom_frontier.frontier.keys import RequestKeyer
+from bloom_frontier.frontier.redis import RedisFrontier
+from bloom_frontier.frontier.serialize import request_to_json
 from tests.servers import RedisServer
 from tests.sitegen import LinkGraph, serve
 from tests.test_crash import DELAY, Worker, fetches, wait_for_progress

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 import redis
 from scrapy.settings import Settings
 
-from crawler.redis_client import redis_from_url
-from crawler.seen.redis import RedisBloomSeenFilter
+from bloom_frontier.redis_client import redis_from_url
+from bloom_frontier.seen.redis import RedisBloomSeenFilter
 from tests.servers import RedisServer
 
 TARGET_SPEEDUP = 40.0
@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     settings = Settings()
-    settings.setmodule("crawler.defaults")
+    settings.setmodule("bloom_frontier.defaults")
     capacity = settings.getint("SEEN_FILTER_CAPACITY")
     error_rate = settings.getfloat("SEEN_FILTER_ERROR_RATE")
     expansion = settings.getint("SEEN_FILTER_EXPANSION")

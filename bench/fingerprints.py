@@ -1,6 +1,6 @@
 """CPU-seconds of content fingerprints per normalization over a corpus of HTML pages.
 
-Fingerprints (:func:`crawler.content.fingerprint.fingerprint`) every ``*.html`` file under
+Fingerprints (:func:`bloom_frontier.content.fingerprint.fingerprint`) every ``*.html`` file under
 ``--root`` (default: the Python docs of Debian's ``python3.11-doc``, ~530 pages of ~95 kB,
 the clean site of ``bench/throughput.py``) under each normalization, best of ``--repeat``
 passes of process CPU time, and counts distinct exact fingerprints (each page of the docs is
@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from crawler.content.fingerprint import (
+from bloom_frontier.content.fingerprint import (
     N1,
     N2,
     NORMALIZATIONS,

@@ -31,8 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from crawler.content.fingerprint import fingerprint
-from pipelines.store import SqlRecordStore
+from bloom_frontier.content.fingerprint import fingerprint
+from bloom_frontier.pipelines.store import SqlRecordStore
 from tests.learnsite import LearnSite, duplicate_ratio
 
 ROOT = Path(__file__).resolve().parent.parent

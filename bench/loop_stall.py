@@ -2,7 +2,7 @@
 
 Runs ``scrapy crawl site`` through a shared frontier (its own redis-server with RedisBloom,
 a generated site of ``--pages`` pages, a SQLite store) with
-:class:`crawler.loopwatch.LoopStallMeter` installed (a 20 ms repeating timer; the longest
+:class:`bloom_frontier.loopwatch.LoopStallMeter` installed (a 20 ms repeating timer; the longest
 delay past its due time is the loop's longest stall), three times:
 
 1. **anchor**: undisturbed, the stall floor of the machine in this run;

@@ -37,9 +37,9 @@ from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
 
-from crawler.frontier.redis import RedisFrontier
-from crawler.frontier.redis.state import queue_keys
-from crawler.spiders.site import SiteSpider
+from bloom_frontier.frontier.redis import RedisFrontier
+from bloom_frontier.frontier.redis.state import queue_keys
+from bloom_frontier.spiders.site import SiteSpider
 from tests.cluster import RedisClusterServers
 from tests.servers import RedisServer
 
@@ -83,7 +83,7 @@ class Run:
 
 def frontier(url: str, partitions: int, shards: int, lease_batch: int) -> RedisFrontier:
     settings = Settings()
-    settings.setmodule("crawler.defaults")
+    settings.setmodule("bloom_frontier.defaults")
     settings.setdict(
         {
             "REDIS_URL": url,
@@ -105,7 +105,7 @@ def _worker(
     runs: multiprocessing.Queue[Run],
 ) -> None:
     """One worker process: lease and answer pages until the crawl is drained."""
-    logging.getLogger("crawler").setLevel(logging.ERROR)
+    logging.getLogger("bloom_frontier").setLevel(logging.ERROR)
     worker = frontier(*shape, lease_batch)
     start.wait(timeout=120)
     started, cpu = time.perf_counter(), time.process_time()
@@ -194,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=2, help="concurrent worker processes")
     parser.add_argument("--lease-batch", type=int, default=16, help="FRONTIER_LEASE_BATCH")
     args = parser.parse_args(argv)
-    logging.getLogger("crawler").setLevel(logging.ERROR)  # no per-worker setup warnings
+    logging.getLogger("bloom_frontier").setLevel(logging.ERROR)  # no per-worker setup warnings
     site = Site(args.pages, args.hosts, args.links, args.new)
     print(
         f"{args.pages:,} pages on {args.hosts} hosts, {args.links} links a page ({args.new} "

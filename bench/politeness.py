@@ -34,8 +34,8 @@ from typing import Any
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
-import crawler.defaults as project_settings
-from crawler.frontier.redis import RedisFrontier
+import bloom_frontier.defaults as project_settings
+from bloom_frontier.frontier.redis import RedisFrontier
 from tests.servers import RedisServer
 
 LEASE_BATCH = 16

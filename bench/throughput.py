@@ -13,7 +13,7 @@ on a loopback port) with, one after the other:
 - ``embedded``: this project's ``site`` spider, embedded defaults;
 - ``shared``: the ``site`` spider on the shared frontier, 1 worker, a private redis-server
   with RedisBloom;
-- ``addon``: the same ``CrawlSpider`` with this project's add-on (``crawler.addon``, when the
+- ``addon``: the same ``CrawlSpider`` with this project's add-on (``bloom_frontier.addon``, when the
   project has it; before that, run inside the project so that its settings apply).
 
 Each crawl is a ``scrapy`` process; its CPU (user + system, from ``wait4``) plus the CPU the
@@ -72,7 +72,7 @@ addon           46.2 s                       11.5        -
 shared / embedded 0.51x and 0.41x (target 0.85x), embedded / plain 1.70x and 1.93x (target
 2.5x), scrapy-redis / plain 0.68x and 0.65x, addon / plain 1.37x: issue 12's table (0.48x,
 1.68x, 0.59x) reproduced. ``addon`` is a CrawlSpider run inside the project (its settings),
-until ``crawler.addon`` lands. Bytes per queued request, 50,000 URLs of 76 characters: the
+until ``bloom_frontier.addon`` lands. Bytes per queued request, 50,000 URLs of 76 characters: the
 project 807 B (``requests`` 562, ``queue`` 104, ``hosts`` 82, ``scores`` 58; target 160),
 scrapy-redis' pickled PriorityQueue 408 B.
 
@@ -119,7 +119,7 @@ datasketch (which imports scipy: 0.7 CPU-s at start-up) no longer imported by a 
 secret-tag, timestamp and id passes of the normalization skipped on documents that cannot
 hold what they look for (fingerprints of the whole docs corpus bit-identical before and
 after); start-up's objects frozen out of the garbage collector's full passes
-(``crawler.gcfreeze``: 1.05 -> 0.48 CPU-s in the collector). Where the embedded crawl's
+(``bloom_frontier.gcfreeze``: 1.05 -> 0.48 CPU-s in the collector). Where the embedded crawl's
 ~7.5 CPU-s still go (py-spy, cProfile, ``-X importtime``, ``gc.callbacks``): content
 fingerprints ~2.3 s (the normalization's regex passes over ~95 kB of markup a page, visible
 words, shingles: pinned by the ``n1`` vectors; a cheaper fingerprint would have to be a new
@@ -190,7 +190,7 @@ load average 2.2-5.5 throughout: plain Scrapy's crawl took 27.6-37.4 CPU-s where
 16-18 at load ~2, so compare ratios, not seconds). Cut: shingle hashes made distinct by
 sorting (numpy 2's ``np.unique`` goes through a hash table: 2 ms against 0.1 ms on a large
 docs page; fingerprints bit-identical); links resolved once per directory and judged once per
-URL, not once per page that has them (``crawler.canonical.resolve.LinkResolver``, keyed by
+URL, not once per page that has them (``bloom_frontier.canonical.resolve.LinkResolver``, keyed by
 what the result depends on, the fragment left out: 164,000 links, 7,400 resolutions), read
 with ``//a/@href`` alone on pages without ``<area>`` and ``<base>`` found with
 ``iter("base")`` (no second whole-tree scan); whether learned rules are applied asked once a
@@ -257,9 +257,9 @@ from pathlib import Path
 
 import redis
 
-from crawler.frontier.lua import FrontierScripts
-from crawler.frontier.redis import state
-from crawler.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.lua import FrontierScripts
+from bloom_frontier.frontier.redis import state
+from bloom_frontier.frontier.redis.layout import FrontierKeys
 from tests.servers import ProcessService, RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -269,7 +269,7 @@ ANCHORS_VENV = ROOT / "bench" / ".venv-anchors"
 SCRAPY_REDIS = "scrapy-redis==0.9.1"
 ANCHOR_SPIDER = ROOT / "bench" / "anchor_scrapy.py"
 #: The add-on a user's own project lists in ADDONS (from issue 8 on).
-ADDON = "crawler.addon.BloomFrontierAddon"
+ADDON = "bloom_frontier.Addon"
 COMMON = ["-s", "LOG_LEVEL=INFO", "-s", "CONCURRENT_REQUESTS=16"]
 URL_LENGTH = 76
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -484,12 +484,12 @@ def crawled_link_bytes(urls: list[str], depth: int = 3) -> float:
     from scrapy.settings import Settings
     from scrapy.statscollectors import MemoryStatsCollector
 
-    from crawler.frontier.redis import RedisFrontier
-    from crawler.spiders.site import SiteSpider
+    from bloom_frontier.frontier.redis import RedisFrontier
+    from bloom_frontier.spiders.site import SiteSpider
 
     with RedisServer(bloom=True) as server:
         settings = Settings()
-        settings.setmodule("crawler.defaults")
+        settings.setmodule("bloom_frontier.defaults")
         settings.set("REDIS_URL", server.url)
         stats = MemoryStatsCollector(Crawler(SiteSpider, settings))
         spider = SiteSpider(start_url="https://www.example-shop.com/")

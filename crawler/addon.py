@@ -2,22 +2,23 @@
 
 .. code-block:: python
 
-    ADDONS = {"crawler.addon.BloomFrontierAddon": 0}
+    ADDONS = {"bloom_frontier.Addon": 0}
 
 :meth:`BloomFrontierAddon.update_settings` installs everything, with defaults a project's own
 settings override:
 
-- every setting of the defaults table (:mod:`crawler.defaults`), at ``"addon"`` priority;
-- the dupefilter (:class:`crawler.dupefilter.BloomDupeFilter`) and, with ``REDIS_URL`` set,
-  the shared frontier's scheduler (:class:`crawler.frontier.scheduler.RedisScheduler`);
+- every setting of the defaults table (:mod:`bloom_frontier.defaults`), at ``"addon"`` priority;
+- the dupefilter (:class:`bloom_frontier.dupefilter.BloomDupeFilter`) and, with ``REDIS_URL`` set,
+  the shared frontier's scheduler (:class:`bloom_frontier.frontier.scheduler.RedisScheduler`);
 - the spider, downloader middlewares and extensions of :data:`SPIDER_MIDDLEWARES`,
   :data:`DOWNLOADER_MIDDLEWARES`, :data:`EXTENSIONS` (and :data:`SHARED_DOWNLOADER_MIDDLEWARES`
   with ``REDIS_URL``), at the orders given there unless the project lists them itself;
 - Scrapy's ``RedirectMiddleware`` and ``MetaRefreshMiddleware`` switched off: replaced by
-  :class:`middlewares.redirects.RedirectChainMiddleware`;
+  :class:`bloom_frontier.middlewares.redirects.RedirectChainMiddleware`;
 - ``JOBDIR`` disk queues that store requests as JSON, not pickle;
 - the ``file``, ``data``, ``s3`` and ``ftp`` download handlers switched off;
-- Scrapy's ``LogStats`` replaced by :class:`crawler.progress.CrawlProgress`, and its stats dump
+- Scrapy's ``LogStats`` replaced by :class:`bloom_frontier.progress.CrawlProgress`, and its stats
+  dump
   at close off (``STATS_DUMP``), so the crawl summary is the last thing printed;
 - a download slot per link-shortener host (``SHORTENER_DELAY``, :func:`install_shortener_slots`).
 
@@ -41,8 +42,8 @@ from typing import TYPE_CHECKING
 from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import load_object
 
-from crawler.defaults import with_defaults
-from crawler.shorteners import shorteners_from_settings
+from bloom_frontier.defaults import with_defaults
+from bloom_frontier.shorteners import shorteners_from_settings
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings, Settings
@@ -53,40 +54,40 @@ logger = logging.getLogger(__name__)
 SPIDER_MIDDLEWARES = {
     # Low order = closest to the engine: sees the page's final output and checks all of its
     # links against the seen filter in one batch.
-    "middlewares.linkbatch.BatchDedupeMiddleware": 10,
+    "bloom_frontier.middlewares.linkbatch.BatchDedupeMiddleware": 10,
     # Start requests: Scrapy's start_urls requests are deduplicated like links (fetched once,
     # also across workers)...
-    "middlewares.start_requests.StartRequestsMiddleware": 20,
+    "bloom_frontier.middlewares.start_requests.StartRequestsMiddleware": 20,
     # ... and the host of each is exempt from the SSRF guard, for this crawler.
-    "middlewares.ssrf.SSRFStartHostsMiddleware": 30,
+    "bloom_frontier.middlewares.ssrf.SSRFStartHostsMiddleware": 30,
     # Highest order = closest to the spider, before Scrapy's own (MetaCopyDetection 1000,
     # Depth 900, UrlLength 800, Referer 700): drops links certainly seen as the spider yields
     # them, so no other middleware spends anything on them; the batch decides the rest.
-    "middlewares.linkbatch.SeenLinksMiddleware": 1010,
+    "bloom_frontier.middlewares.linkbatch.SeenLinksMiddleware": 1010,
     # Above it: sees every link the spider yields, the ones a learned rule merged among them,
     # and re-checks a sample (CANON_LEARN_RECHECK).
-    "crawler.learning.recheck.LearnedRuleRecheck": 1020,
+    "bloom_frontier.learning.recheck.LearnedRuleRecheck": 1020,
     # High order = close to the spider: the canonical URL it adds passes Scrapy's depth and
     # referer middlewares and joins the page's link batch.
-    "middlewares.canonical_hints.CanonicalHintsMiddleware": 950,
+    "bloom_frontier.middlewares.canonical_hints.CanonicalHintsMiddleware": 950,
     # Between the two: links to shortener hosts become resolution requests (SHORTENER_*).
-    "middlewares.shorteners.ShortenerLinksMiddleware": 900,
+    "bloom_frontier.middlewares.shorteners.ShortenerLinksMiddleware": 900,
 }
 #: Downloader middlewares; None switches one of Scrapy's off.
 DOWNLOADER_MIDDLEWARES = {
     # Before everything else downloads: drops queued requests a learned rule now merges.
-    "crawler.learning.gate.LearnedRuleGate": 30,
+    "bloom_frontier.learning.gate.LearnedRuleGate": 30,
     # Before Scrapy's offsite filter (50) and robots.txt (100): a refused host gets no
     # request at all, not even for robots.txt.
-    "middlewares.ssrf.SSRFGuardMiddleware": 40,
+    "bloom_frontier.middlewares.ssrf.SSRFGuardMiddleware": 40,
     # Below RetryMiddleware (550): sees only failures retries gave up on.
-    "middlewares.redirects.ChainFailureMiddleware": 60,
+    "bloom_frontier.middlewares.redirects.ChainFailureMiddleware": 60,
     # Replaces Scrapy's two redirect middlewares; after decompression (590) for meta refresh.
-    "middlewares.redirects.RedirectChainMiddleware": 580,
+    "bloom_frontier.middlewares.redirects.RedirectChainMiddleware": 580,
     # Above RetryMiddleware (550): sees a 429/503 before it becomes a retry.
-    "middlewares.politeness.HostBackoffMiddleware": 560,
+    "bloom_frontier.middlewares.politeness.HostBackoffMiddleware": 560,
     # Just above it: shortener answers cached, recorded, off-site targets settled (SHORTENER_*).
-    "middlewares.shorteners.ShortenerResolveMiddleware": 585,
+    "bloom_frontier.middlewares.shorteners.ShortenerResolveMiddleware": 585,
 }
 #: Scrapy's middlewares the frontier replaces (a project enabling them again is refused).
 REPLACED_DOWNLOADER_MIDDLEWARES = (
@@ -96,46 +97,46 @@ REPLACED_DOWNLOADER_MIDDLEWARES = (
 #: Downloader middlewares of the shared frontier only (``REDIS_URL`` set).
 SHARED_DOWNLOADER_MIDDLEWARES = {
     # Before everything else downloads: drops queued requests a learned rule now merges.
-    "crawler.learning.gate.LearnedRuleGate": 30,
+    "bloom_frontier.learning.gate.LearnedRuleGate": 30,
     # Lowest order: next to the engine, it sees only the failures no other middleware handled.
-    "crawler.frontier.scheduler.LeaseMiddleware": 1,
+    "bloom_frontier.frontier.scheduler.LeaseMiddleware": 1,
     # Right after Scrapy's RobotsTxtMiddleware (100): it must see the wait for robots.txt.
-    "middlewares.politeness.GlobalPolitenessMiddleware": 101,
+    "bloom_frontier.middlewares.politeness.GlobalPolitenessMiddleware": 101,
 }
 #: Extensions; None switches one of Scrapy's off.
 EXTENSIONS = {
     # The crawl summary is printed last; Scrapy's stats dump only at DEBUG (STATS_DUMP).
-    "crawler.summary.CrawlSummary": 500,
+    "bloom_frontier.summary.CrawlSummary": 500,
     # Replaces Scrapy's LogStats: a live status line on a terminal, else a line every
     # LOGSTATS_INTERVAL seconds (pages, queued, filtered as seen, pages/min, errors).
     "scrapy.extensions.logstats.LogStats": None,
-    "crawler.progress.CrawlProgress": 0,
+    "bloom_frontier.progress.CrawlProgress": 0,
     # Shared frontier only (it is NotConfigured without REDIS_URL): publishes pages/min and
     # leases for `scrapy frontier`.
-    "crawler.frontier.status.WorkerStatusReporter": 510,
+    "bloom_frontier.frontier.status.WorkerStatusReporter": 510,
     # Content fingerprints of every fetched document (CONTENT_FINGERPRINTS_ENABLED).
-    "crawler.content.extension.ContentFingerprints": 520,
+    "bloom_frontier.content.extension.ContentFingerprints": 520,
     # Parameter rules proven by content (CANON_LEARN).
-    "crawler.learning.extension.ParamRuleLearning": 530,
+    "bloom_frontier.learning.extension.ParamRuleLearning": 530,
     # Shared frontier only: CLOSESPIDER_PAGECOUNT/ITEMCOUNT/TIMEOUT hold for the whole crawl.
-    "crawler.frontier.limits.CrawlWideLimits": 540,
+    "bloom_frontier.frontier.limits.CrawlWideLimits": 540,
     # Start-up's objects out of the crawl's full garbage collections (GC_FREEZE_ENABLED).
-    "crawler.gcfreeze.FreezeStartupObjects": 550,
+    "bloom_frontier.gcfreeze.FreezeStartupObjects": 550,
 }
 
-DUPEFILTER = "crawler.dupefilter.BloomDupeFilter"
-SHARED_SCHEDULER = "crawler.frontier.scheduler.RedisScheduler"
+DUPEFILTER = "bloom_frontier.dupefilter.BloomDupeFilter"
+SHARED_SCHEDULER = "bloom_frontier.frontier.scheduler.RedisScheduler"
 #: Scrapy's own scheduler: the embedded frontier keeps it (it asks the dupefilter).
 EMBEDDED_SCHEDULER = "scrapy.core.scheduler.Scheduler"
-RESOLVER = "middlewares.ssrf.SSRFGuardResolver"
+RESOLVER = "bloom_frontier.middlewares.ssrf.SSRFGuardResolver"
 #: What Scrapy's redirect middlewares (and ours) are built on.
 REDIRECT_BASE = "scrapy.downloadermiddlewares.redirect.BaseRedirectMiddleware"
 #: Download handlers switched off: local files, data: URLs, S3 buckets and FTP servers are
 #: never a crawl target (a project listing a handler itself keeps it).
 DISABLED_DOWNLOAD_HANDLERS = ("file", "data", "s3", "ftp")
 DISK_QUEUES = {
-    "SCHEDULER_DISK_QUEUE": "crawler.frontier.diskqueue.JsonLifoDiskQueue",
-    "SCHEDULER_START_DISK_QUEUE": "crawler.frontier.diskqueue.JsonFifoDiskQueue",
+    "SCHEDULER_DISK_QUEUE": "bloom_frontier.frontier.diskqueue.JsonLifoDiskQueue",
+    "SCHEDULER_START_DISK_QUEUE": "bloom_frontier.frontier.diskqueue.JsonFifoDiskQueue",
 }
 
 
@@ -151,7 +152,7 @@ class _ConflictWithoutTraceback(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if "crawler.addon.FrontierConflict: " in str(record.msg):
+        if "bloom_frontier.addon.FrontierConflict: " in str(record.msg):
             return False  # Twisted's text copy of the traceback; the record below has it
         if isinstance(error, FrontierConflict):
             record.msg, record.args, record.exc_info, record.exc_text = str(error), (), None, None
@@ -272,7 +273,7 @@ def conflicts(settings: BaseSettings, shared: bool) -> list[str]:
             else "requests would not pass the frontier's dupefilter"
         )
         problems.append(f"SCHEDULER = {settings['SCHEDULER']!r} replaces {expected}: {why}")
-    from middlewares.redirects import RedirectChainMiddleware
+    from bloom_frontier.middlewares.redirects import RedirectChainMiddleware
 
     for path, order in settings.getdict("DOWNLOADER_MIDDLEWARES").items():
         component = _loaded(path)

@@ -1,6 +1,6 @@
 """Every bloom-frontier setting with its default and what it does: the defaults table.
 
-:class:`crawler.addon.BloomFrontierAddon` installs these at Scrapy's ``"addon"`` priority, so
+:class:`bloom_frontier.addon.BloomFrontierAddon` installs these at Scrapy's ``"addon"`` priority, so
 anything a project sets (``settings.py``, ``custom_settings``, ``-s NAME=VALUE``) wins.
 Commands that run without a crawler (``scrapy redirects``, ``seed``, ``frontier``...) never
 see add-ons; they read this same table through :func:`with_defaults`.
@@ -8,7 +8,7 @@ see add-ons; they read this same table through :func:`with_defaults`.
 New settings register here: one upper-case name per setting, with a comment saying what it
 does, its unit and its default. Scrapy's own settings are not repeated here; the few the
 add-on changes (scheduler, dupefilter, disk queues, middlewares, DNS resolver) are set in
-:mod:`crawler.addon`.
+:mod:`bloom_frontier.addon`.
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ SEEN_FILTER_ERROR_RATE = 0.001
 SEEN_FILTER_EXPANSION = 2
 # With REDIS_URL set, the shared RedisBloom filter lives beside the shared frontier, at
 # <FRONTIER_KEY_PREFIX>:seen, so every worker of one crawl shares one filter.
-# Number of RedisBloom keys the filter is split over (crawler.seen.sharded), by a hash of the
+# Number of RedisBloom keys the filter is split over (bloom_frontier.seen.sharded), by a hash of the
 # dedupe key. One Redis value holds at most 512 MiB, about 300M keys at 0.1%: plan one shard
 # per 250M keys (docs/scaling.md). On Redis Cluster the shards spread over the masters; use a
 # multiple of the number of masters. Fixed for the life of a filter (a change is refused).
 # With 1, one atomic script marks a page's links seen and queues them; above 1, three steps
 # (stage, mark in the shards, commit) that lose no request if a worker dies between them
-# (crawler.frontier.redis).
+# (bloom_frontier.frontier.redis).
 SEEN_FILTER_SHARDS = 1
-# Per-host dedupe-key rules on top of the built-in ones (crawler.canonical.rules, lists in
-# crawler.canonical.tracking). Keys: a host (applies to its subdomains too), "host/path" (one
+# Per-host dedupe-key rules on top of the built-in ones (bloom_frontier.canonical.rules, lists in
+# bloom_frontier.canonical.tracking). Keys: a host (applies to its subdomains too), "host/path" (one
 # page), "host/path/*" (every page under /path/) or "*" (every host). Values, all optional:
 #   "strip": [names]      extra tracking parameters removed there (case-insensitive)
 #   "keep_only": [names]  allowlist: every other parameter removed there
@@ -54,14 +54,14 @@ CANON_HOST_RULES: dict[str, dict[str, list[str]]] = {}
 # --- Content fingerprints and learned parameter rules --------------------------------------
 # Every fetched document gets an exact fingerprint of its normalized body (per-request noise
 # such as CSRF tokens, nonces and timestamps removed) and a MinHash near-duplicate signature,
-# stored with its page record (crawler.content), computed in a thread off the reactor.
+# stored with its page record (bloom_frontier.content), computed in a thread off the reactor.
 CONTENT_FINGERPRINTS_ENABLED = True
 # The normalization fingerprints are made under, stored with each: "n2" (visible text and link
 # targets, numpy-hashed words: half the CPU of "n1") or "n1" (the whole markup, noise removed;
 # for a crawl that must stay comparable with a store written before n2). Fingerprints of
 # different normalizations are never compared.
 CONTENT_NORMALIZATION = "n2"
-# Parameter drop rules proven by content (crawler.learning): when pages that differ by one
+# Parameter drop rules proven by content (bloom_frontier.learning): when pages that differ by one
 # parameter have equal content CANON_LEARN_MIN_PAIRS times on a host (or a path prefix) and
 # never differ, that parameter becomes a drop rule for that scope, recorded with its evidence.
 #   "propose": recorded for review (`scrapy audit-rules`, which can --apply it);
@@ -74,7 +74,7 @@ CANON_LEARN_MIN_PAIRS = 3
 # Past it, the section of a host (top-level directory) fed least recently is forgotten whole;
 # what it had seen can then only veto (its parameters get no rule for that host, nor in that
 # section, for the rest of the crawl; other sections still learn), so a bounded memory may
-# delay a proposal, never make one (crawler.learning.evidence).
+# delay a proposal, never make one (bloom_frontier.learning.evidence).
 CANON_LEARN_MEMORY = 200_000
 # Share of the links an applied learned rule merged that are fetched anyway (each URL once) to
 # re-check the rule: different content revokes it (logged, and recorded with the counter-example).
@@ -105,7 +105,8 @@ FRONTIER_LEASE_TTL = 60.0
 FRONTIER_MAX_EXPIRIES = 5
 # Requests one worker leases at a time (a small local buffer in front of the downloader).
 FRONTIER_LEASE_BATCH = 16
-# Global per-host politeness (crawler.frontier.politeness): with REDIS_URL set, DOWNLOAD_DELAY
+# Global per-host politeness (bloom_frontier.frontier.politeness): with REDIS_URL set,
+# DOWNLOAD_DELAY
 # (or a host's DOWNLOAD_SLOTS "delay") is the gap between two requests to one host across ALL
 # workers together, and this is how many of a host's requests are in flight at once across all
 # workers (0: CONCURRENT_REQUESTS_PER_DOMAIN, or the host's DOWNLOAD_SLOTS "concurrency"): a
@@ -121,7 +122,8 @@ FRONTIER_MAX_CRAWL_DELAY = 30.0
 # lease; a worker finds nothing to do only when the first this-many lanes all belong to
 # waiting hosts (a lane taken from goes to the back of its level, so hosts take turns).
 FRONTIER_POLITENESS_SCAN = 500
-# Crawl-wide backoff (middlewares.politeness.HostBackoffMiddleware, both modes): a host that
+# Crawl-wide backoff (bloom_frontier.middlewares.politeness.HostBackoffMiddleware, both modes): a
+# host that
 # answers 429 or 503 with Retry-After (seconds or a date), or twice in a row without one, gets
 # no request for that long (without: 2 s, doubled at each further one), from any worker of a
 # shared frontier. No pause is longer than this many seconds.
@@ -130,7 +132,7 @@ HOST_BACKOFF_MAX = 300.0
 FRONTIER_STATUS_INTERVAL = 10.0
 # Largest stored request (bytes of JSON). A larger one is refused when queued (counted under
 # frontier/unserializable) and, written by someone else, quarantined when leased, so no stored
-# message can hold a worker for seconds or gigabytes (crawler.frontier.decode).
+# message can hold a worker for seconds or gigabytes (bloom_frontier.frontier.decode).
 FRONTIER_MAX_REQUEST_BYTES = 1_048_576
 # Stored requests that cannot be decoded (or are longer than FRONTIER_MAX_REQUEST_BYTES) go to
 # a quarantine with the reason instead of failing a worker: `scrapy frontier SPIDER
@@ -144,7 +146,7 @@ FRONTIER_REQUEST_CLASSES: list[str] = []
 # --- Process ------------------------------------------------------------------------------
 # When the spider opens, the objects start-up made (modules, classes, settings: ~140,000) are
 # frozen out of the garbage collector's full passes and its youngest generation is collected
-# every 10,000 new objects instead of 700 (crawler.gcfreeze): about 0.6 CPU-s less per 500
+# every 10,000 new objects instead of 700 (bloom_frontier.gcfreeze): about 0.6 CPU-s less per 500
 # pages. False leaves Python's collector as it was.
 GC_FREEZE_ENABLED = True
 
@@ -161,7 +163,7 @@ STORE_FLUSH_INTERVAL = 5.0
 # --- Redirects ---------------------------------------------------------------------------
 # Hops per redirect chain: the hop that reaches the cap is recorded, its target not fetched
 # (the chain ends as "too-many-hops"). Replaces Scrapy's REDIRECT_MAX_TIMES (its
-# RedirectMiddleware is replaced by middlewares.redirects.RedirectChainMiddleware).
+# RedirectMiddleware is replaced by bloom_frontier.middlewares.redirects.RedirectChainMiddleware).
 REDIRECT_MAX_HOPS = 10
 
 # --- SSRF guard --------------------------------------------------------------------------
@@ -169,7 +171,8 @@ REDIRECT_MAX_HOPS = 10
 # unique-local, CGNAT, multicast or cloud-metadata addresses, except on the hosts the crawl was
 # started on (start URLs, allowed_domains) and those listed in SSRF_ALLOWED_HOSTS (names or
 # addresses; default: the SSRF_ALLOWED_HOSTS environment variable, comma-separated).
-# The resolver half of the guard (middlewares.ssrf.SSRFGuardResolver) is process-wide: the
+# The resolver half of the guard (bloom_frontier.middlewares.ssrf.SSRFGuardResolver) is
+# process-wide: the
 # add-on installs it as TWISTED_DNS_RESOLVER before the crawler process starts.
 SSRF_GUARD_ENABLED = True
 SSRF_ALLOWED_HOSTS = [h for h in os.environ.get("SSRF_ALLOWED_HOSTS", "").split(",") if h]
@@ -186,7 +189,8 @@ SSRF_ALLOW_PROXY = False
 # --- Shortener links ---------------------------------------------------------------------
 # Links to link-shortener hosts (bit.ly, t.co, ...: crawler/shorteners/hosts.txt; youtu.be is
 # an identity, not a shortener) are resolved to their target's key with one request that
-# follows no redirect (middlewares.shorteners): the target is fetched only when it is on the
+# follows no redirect (bloom_frontier.middlewares.shorteners): the target is fetched only when it
+# is on the
 # crawl's hosts and not seen yet.
 SHORTENERS_ENABLED = True
 # More shortener hosts for this crawl (names; default: the SHORTENER_HOSTS environment

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from scrapy.dupefilters import BaseDupeFilter
 
-from crawler.frontier import META_CHECKED, frontier_for
-from crawler.frontier.keys import was_checked
+from bloom_frontier.frontier import META_CHECKED, frontier_for
+from bloom_frontier.frontier.keys import was_checked
 
 if TYPE_CHECKING:
     from typing import Self
@@ -15,14 +15,14 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
-    from crawler.frontier import Frontier
+    from bloom_frontier.frontier import Frontier
 
 
 class BloomDupeFilter(BaseDupeFilter):
     """Decides "seen before?" on the request's dedupe key, not Scrapy's fingerprint.
 
     Links from a page were already checked as one batch by
-    :class:`middlewares.linkbatch.BatchDedupeMiddleware`; they pass straight through.
+    :class:`bloom_frontier.middlewares.linkbatch.BatchDedupeMiddleware`; they pass straight through.
     Anything else (start requests, requests from other middlewares) is checked here, one at
     a time, through the same frontier: the embedded one marks its key seen (Scrapy's
     scheduler then queues it); the shared one only checks (its scheduler marks and queues

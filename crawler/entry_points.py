@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from crawler.defaults import with_defaults
+from bloom_frontier.defaults import with_defaults
 
 
 class Unavailable(ScrapyCommand):
@@ -42,7 +42,7 @@ class LazyCommand:
     Not a ``ScrapyCommand`` itself, so that every attribute Scrapy reads or sets
     (``requires_project``, ``default_settings``, ``settings``, ``exitcode``...) goes to the
     command, once imported. The settings it is given get the defaults table
-    (:mod:`crawler.defaults`) at add-on priority, as a crawl's do.
+    (:mod:`bloom_frontier.defaults`) at add-on priority, as a crawl's do.
     """
 
     #: ``module:Class`` of the command.
@@ -80,7 +80,7 @@ class Crawl(LazyCommand):
     """Scrapy's ``crawl``, after the add-on's pre-start checks (only in a project whose
     ``ADDONS`` has the add-on: other projects get Scrapy's command unchanged)."""
 
-    target = "crawler.commands.crawl:Command"
+    target = "bloom_frontier.commands.crawl:Command"
 
     def unavailable(self, error: ImportError) -> ScrapyCommand:
         from scrapy.commands.crawl import Command
@@ -89,32 +89,32 @@ class Crawl(LazyCommand):
 
 
 class Canon(LazyCommand):
-    target = "crawler.commands.canon:Command"
+    target = "bloom_frontier.commands.canon:Command"
 
 
 class Seed(LazyCommand):
-    target = "crawler.commands.seed:Command"
+    target = "bloom_frontier.commands.seed:Command"
 
 
 class Frontier(LazyCommand):
-    target = "crawler.commands.frontier:Command"
+    target = "bloom_frontier.commands.frontier:Command"
 
 
 class Redirects(LazyCommand):
-    target = "crawler.commands.redirects:Command"
+    target = "bloom_frontier.commands.redirects:Command"
 
 
 class Canonicals(LazyCommand):
-    target = "crawler.commands.canonicals:Command"
+    target = "bloom_frontier.commands.canonicals:Command"
 
 
 class AuditRules(LazyCommand):
-    target = "crawler.commands.audit_rules:Command"
+    target = "bloom_frontier.commands.audit_rules:Command"
 
 
 class SameContent(LazyCommand):
-    target = "crawler.commands.same_content:Command"
+    target = "bloom_frontier.commands.same_content:Command"
 
 
 class RebuildFilter(LazyCommand):
-    target = "crawler.commands.rebuild_filter:Command"
+    target = "bloom_frontier.commands.rebuild_filter:Command"

@@ -4,7 +4,7 @@ A timer fires every ``LOOP_STALL_METER_INTERVAL`` seconds (default 0.02); the lo
 past its due time is the loop's longest stall. Stats: ``loop/longest_stall_ms``,
 ``loop/stalls_over_100ms`` (as the spider closes); a stall over 100 ms is logged as it
 happens, and the longest one, closing included, when the engine stops. Add it to
-``EXTENSIONS`` (``"crawler.loopwatch.LoopStallMeter": 0``) to measure a crawl;
+``EXTENSIONS`` (``"bloom_frontier.loopwatch.LoopStallMeter": 0``) to measure a crawl;
 ``bench/loop_stall.py`` and ``tests/test_loop_stalls.py`` do.
 """
 

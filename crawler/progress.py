@@ -5,7 +5,7 @@
 (pages fetched, queued, links filtered as seen, pages/min over the last minute, errors,
 elapsed time) is redrawn every :data:`LIVE_INTERVAL` seconds, and log records that arrive
 meanwhile are printed above it; it is erased when the spider closes, so the crawl summary
-(:mod:`crawler.summary`) is what stays on screen. Off a terminal (a pipe, a file, a
+(:mod:`bloom_frontier.summary`) is what stays on screen. Off a terminal (a pipe, a file, a
 container's log), the same figures are logged every ``LOGSTATS_INTERVAL`` seconds.
 """
 

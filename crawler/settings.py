@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import os
 
-BOT_NAME = "crawler"
-SPIDER_MODULES = ["crawler.spiders"]
-NEWSPIDER_MODULE = "crawler.spiders"
+BOT_NAME = "bloom_frontier"
+SPIDER_MODULES = ["bloom_frontier.spiders"]
+NEWSPIDER_MODULE = "bloom_frontier.spiders"
 
 # The whole frontier: dupefilter, scheduler, middlewares, extensions, defaults. The frontier's
 # new components register in crawler/addon.py and new settings in crawler/defaults.py, not
 # here: that is what users' own projects get with this one line.
-ADDONS = {"crawler.addon.BloomFrontierAddon": 0}
+ADDONS = {"bloom_frontier.Addon": 0}
 
 # --- Politeness --------------------------------------------------------------------------
 ROBOTSTXT_OBEY = True

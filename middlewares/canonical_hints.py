@@ -35,13 +35,13 @@ from scrapy import Request, Spider
 from scrapy.http import TextResponse
 from scrapy.http.request import NO_CALLBACK
 
-from crawler.canonical import resolve_link
-from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from crawler.frontier.keys import carry_key
-from crawler.spiders.site import page_base, page_tree
-from middlewares.redirects import is_home_page, key_or_error
-from pipelines.records import CanonicalHint, KeyAlias, rules_version_of
-from pipelines.store import store_for
+from bloom_frontier.canonical import resolve_link
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
+from bloom_frontier.frontier.keys import carry_key
+from bloom_frontier.middlewares.redirects import is_home_page, key_or_error
+from bloom_frontier.pipelines.records import CanonicalHint, KeyAlias, rules_version_of
+from bloom_frontier.pipelines.store import store_for
+from bloom_frontier.spiders.site import page_base, page_tree
 
 if TYPE_CHECKING:
     from typing import Self

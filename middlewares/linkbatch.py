@@ -12,9 +12,9 @@ from weakref import WeakSet
 from scrapy import Request, signals
 from scrapy.http import Response
 
-from crawler.frontier import failure_reason, frontier_for, handle_page
-from crawler.frontier.keys import carry_key, send_request_dropped, was_checked
-from crawler.learning.extension import RECHECK_META
+from bloom_frontier.frontier import failure_reason, frontier_for, handle_page
+from bloom_frontier.frontier.keys import carry_key, send_request_dropped, was_checked
+from bloom_frontier.learning.extension import RECHECK_META
 
 if TYPE_CHECKING:
     from typing import Self
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from twisted.python.failure import Failure
 
-    from crawler.frontier import Frontier
-    from crawler.learning.recheck import LearnedRuleRecheck
+    from bloom_frontier.frontier import Frontier
+    from bloom_frontier.learning.recheck import LearnedRuleRecheck
 
 
 class BatchDedupeMiddleware:
@@ -128,7 +128,7 @@ class SeenLinksMiddleware:
     its navigation, seen long ago).
 
     Installed closest to the spider (highest order). It only asks what is known without
-    I/O (:meth:`crawler.frontier.Frontier.seen_before`: the in-process filter, or the keys a
+    I/O (:meth:`bloom_frontier.frontier.Frontier.seen_before`: the in-process filter, or the keys a
     shared frontier's answers gave this worker) and marks nothing: links it cannot rule out
     go down the chain unchanged, and :class:`BatchDedupeMiddleware` next to the engine
     decides them after offsite filtering, depth limits and the rest did their part, as
@@ -147,7 +147,7 @@ class SeenLinksMiddleware:
 
     #: Spider middlewares that may sit between this one and the spider when a spider asks
     #: :meth:`requests_for` (it does their part for the links it drops).
-    SERVED_ABOVE: tuple[str, ...] = ("crawler.learning.recheck.LearnedRuleRecheck",)
+    SERVED_ABOVE: tuple[str, ...] = ("bloom_frontier.learning.recheck.LearnedRuleRecheck",)
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -161,7 +161,7 @@ class SeenLinksMiddleware:
     ) -> Iterator[Request]:
         """``request_for(url)`` for each link of ``urls`` not certainly seen, as if the
         spider yielded them all and this middleware dropped the seen ones, without a
-        ``Request`` for those: judged by :meth:`~crawler.frontier.keys.RequestKeyer.link_key`
+        ``Request`` for those: judged by :meth:`~bloom_frontier.frontier.keys.RequestKeyer.link_key`
         (the key ``request_for(url)`` would get, memoized per URL), counted the same, and
         offered to the learned-rule re-check (which would have sampled their requests on
         their way here). ``request_for`` must build GET requests for ``url`` as given, not
@@ -174,7 +174,7 @@ class SeenLinksMiddleware:
         new page once per anchor in it (``genindex-all.html`` of the Python docs: 13,787
         links to 464 pages, each a ``Request`` through every middleware before). Unless a
         learned rule made its key: a batch keyed again under reloaded rules
-        (:mod:`crawler.frontier.redis.admission`) must still hold it."""
+        (:mod:`bloom_frontier.frontier.redis.admission`) must still hold it."""
         frontier = frontier_for(self.crawler)
         keyer = frontier.keyer
         recheck = _learned_rule_recheck(self.crawler)
@@ -280,7 +280,7 @@ def _held_in_batches(crawler: Crawler) -> WeakSet[Request]:
 
 
 def _learned_rule_recheck(crawler: Crawler) -> LearnedRuleRecheck | None:
-    from crawler.learning.recheck import LearnedRuleRecheck
+    from bloom_frontier.learning.recheck import LearnedRuleRecheck
 
     try:
         return crawler.get_spider_middleware(LearnedRuleRecheck)

@@ -17,8 +17,8 @@ from scrapy.utils.asyncio import sleep
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 
-from crawler.frontier import frontier_for
-from crawler.frontier.politeness import (
+from bloom_frontier.frontier import frontier_for
+from bloom_frontier.frontier.politeness import (
     BACKOFF_STATUSES,
     BACKOFF_STRIKES,
     STALE_TURN,
@@ -28,7 +28,7 @@ from crawler.frontier.politeness import (
     politeness_key,
     retry_after,
 )
-from crawler.frontier.redis import RedisFrontier
+from bloom_frontier.frontier.redis import RedisFrontier
 
 if TYPE_CHECKING:
     from typing import Self
@@ -52,7 +52,7 @@ ROBOTS_POLL = 0.1
 
 class GlobalPolitenessMiddleware:
     """Keeps a worker's downloads on the turns the shared frontier gives each host
-    (:mod:`crawler.frontier.politeness`):
+    (:mod:`bloom_frontier.frontier.politeness`):
 
     - each robots.txt is fetched by one worker for all of them: the first worker to need it
       claims the fetch and shares the answer through Redis, the others wait for that copy
@@ -218,7 +218,7 @@ class HostBackoffMiddleware:
     """Crawl-wide backoff: a host that answers 429 or 503 with ``Retry-After`` (seconds or
     an HTTP date), or ``BACKOFF_STRIKES`` times in a row without one, gets no request for
     that long (at most ``HOST_BACKOFF_MAX`` seconds; see
-    :func:`crawler.frontier.politeness.backoff_pause`).
+    :func:`bloom_frontier.frontier.politeness.backoff_pause`).
 
     With ``REDIS_URL`` the pause holds for every worker: it is recorded in the shared
     politeness state, where leases obey it, and a request that was not leased (a robots.txt)

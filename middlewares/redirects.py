@@ -7,7 +7,7 @@
 It also follows the HTTP ``Refresh`` header, which browsers honour like a meta refresh.
 
 Each hop (source, status, ``Location`` as sent, the target resolved with
-:func:`~crawler.canonical.resolve_link`, time) is appended to the chain carried in
+:func:`~bloom_frontier.canonical.resolve_link`, time) is appended to the chain carried in
 ``request.meta["redirect_chain"]`` (JSON-safe). A chain ends, and is stored, as:
 
 * ``fetched``: a response that is not a followed redirect;
@@ -42,12 +42,12 @@ from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.response import get_meta_refresh
 
-from crawler.canonical import InvalidURL, dedupe_key, resolve_link
-from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from crawler.frontier import META_CHECKED, frontier_for, handle_page
-from crawler.frontier.keys import carry_key, url_key
-from middlewares.ssrf import DNS_FAILURES, AddressBlocked, policy_for
-from pipelines.records import (
+from bloom_frontier.canonical import InvalidURL, dedupe_key, resolve_link
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
+from bloom_frontier.frontier import META_CHECKED, frontier_for, handle_page
+from bloom_frontier.frontier.keys import carry_key, url_key
+from bloom_frontier.middlewares.ssrf import DNS_FAILURES, AddressBlocked, policy_for
+from bloom_frontier.pipelines.records import (
     BLOCKED,
     CHAIN_META_KEY,
     ERROR,
@@ -64,7 +64,7 @@ from pipelines.records import (
     UrlAlias,
     rules_version_of,
 )
-from pipelines.store import record_chain, store_for
+from bloom_frontier.pipelines.store import record_chain, store_for
 
 if TYPE_CHECKING:
     from typing import Self

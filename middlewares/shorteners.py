@@ -1,6 +1,6 @@
 """Shortener links (bit.ly, t.co, ...) resolved to their target's key, without fetching it.
 
-A link to a known shortener host (:mod:`crawler.shorteners`) becomes a **resolution
+A link to a known shortener host (:mod:`bloom_frontier.shorteners`) becomes a **resolution
 request**: queued in the frontier as its own work under the short URL's key (so each short
 link is asked once, and never while holding the lease of the page that linked it), it asks
 the shortener once and reads its answer without following it:
@@ -13,7 +13,8 @@ the shortener once and reads its answer without following it:
 - answered from the record store's cache when a worker asked it within
   ``SHORTENER_CACHE_TTL`` seconds (``shortener_answers``, with the answer's time).
 
-The answer is a redirect hop like any other (:class:`middlewares.redirects.RedirectChainMiddleware`
+The answer is a redirect hop like any other
+(:class:`bloom_frontier.middlewares.redirects.RedirectChainMiddleware`
 records it): a target at a private address is blocked and recorded; a target on the crawl's
 hosts is admitted under its own key through the frontier, so one already seen is not fetched
 again. A target elsewhere is recorded (chain outcome ``offsite``), not fetched.
@@ -31,14 +32,14 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 from scrapy.utils.defer import maybe_deferred_to_future
 
-from crawler.canonical import resolve_link
-from crawler.canonical.rules import rules_from_settings
-from crawler.frontier import frontier_for, page_handled
-from crawler.shorteners import Shorteners, shorteners_from_settings
-from middlewares.redirects import REDIRECT_STATUSES, key_or_error
-from middlewares.ssrf import crawl_hosts, policy_for
-from pipelines.records import ERROR, OFFSITE, Chain, Hop, KeyAlias, ShortenerAnswer
-from pipelines.store import record_chain, store_for
+from bloom_frontier.canonical import resolve_link
+from bloom_frontier.canonical.rules import rules_from_settings
+from bloom_frontier.frontier import frontier_for, page_handled
+from bloom_frontier.middlewares.redirects import REDIRECT_STATUSES, key_or_error
+from bloom_frontier.middlewares.ssrf import crawl_hosts, policy_for
+from bloom_frontier.pipelines.records import ERROR, OFFSITE, Chain, Hop, KeyAlias, ShortenerAnswer
+from bloom_frontier.pipelines.store import record_chain, store_for
+from bloom_frontier.shorteners import Shorteners, shorteners_from_settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -58,11 +58,11 @@ from scrapy.resolver import CachingThreadedResolver
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet.error import DNSLookupError
 
-from crawler.canonical import InvalidURL, canonicalize
-from crawler.frontier import META_KEY
-from crawler.frontier.keys import carried_key, key_host
-from pipelines.records import BLOCKED, Chain
-from pipelines.store import record_chain
+from bloom_frontier.canonical import InvalidURL, canonicalize
+from bloom_frontier.frontier import META_KEY
+from bloom_frontier.frontier.keys import carried_key, key_host
+from bloom_frontier.pipelines.records import BLOCKED, Chain
+from bloom_frontier.pipelines.store import record_chain
 
 if TYPE_CHECKING:
     from typing import Self

@@ -202,7 +202,7 @@ class KeyAlias:
 
 @dataclass(frozen=True)
 class ContentRecord:
-    """A document's content fingerprints (:mod:`crawler.content.fingerprint`): ``exact``
+    """A document's content fingerprints (:mod:`bloom_frontier.content.fingerprint`): ``exact``
     (32 hex digits), ``minhash`` (None for bodies that are not text), the normalization
     they were made under, and the document's ``kind`` for learning (``ok``, ``empty``,
     ``error``, ``soft-404``)."""

@@ -57,9 +57,9 @@ from sqlalchemy.exc import OperationalError
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.python.failure import Failure
 
-from crawler.background import BackgroundThread, pause_off_loop
-from crawler.frontier import page_handled
-from pipelines.records import (
+from bloom_frontier.background import BackgroundThread, pause_off_loop
+from bloom_frontier.frontier import page_handled
+from bloom_frontier.pipelines.records import (
     SEEN,
     CanonicalHint,
     Chain,
@@ -71,7 +71,7 @@ from pipelines.records import (
     ShortenerAnswer,
     UrlAlias,
 )
-from pipelines.schema import upgrade_schema
+from bloom_frontier.pipelines.schema import upgrade_schema
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -117,7 +117,7 @@ pages = Table(
     Column("chain_id", String(ID_LENGTH)),
     Column("flag", Text),
     Column("fetched_at", Float, nullable=False),
-    # Content fingerprints (crawler.content): revision 0002_content_fingerprints.
+    # Content fingerprints (bloom_frontier.content): revision 0002_content_fingerprints.
     Column("content_hash", String(32)),
     Column("content_minhash", LargeBinary),
     Column("content_norm", String(8)),
@@ -192,7 +192,7 @@ key_aliases = Table(
     Column("seen_at", Float, nullable=False),
 )
 
-#: Parameter drop rules learned from content (crawler.learning), with their evidence (JSON).
+#: Parameter drop rules learned from content (bloom_frontier.learning), with their evidence (JSON).
 param_rules = Table(
     "param_rules",
     metadata,
@@ -208,7 +208,8 @@ param_rules = Table(
     Column("updated_at", Float, nullable=False),
 )
 
-#: Shortener answers (middlewares.shorteners): where a short link pointed, and when that was
+#: Shortener answers (bloom_frontier.middlewares.shorteners): where a short link pointed, and when
+#: that was
 #: answered (revision 0003_shortener_answers).
 shortener_answers = Table(
     "shortener_answers",
@@ -953,7 +954,7 @@ def store_for(crawler: Crawler) -> RecordStore:
     """The crawler's record store, opened on first use and flushed when the spider closes.
 
     On a shared frontier it is also flushed before each handled page's lease is released
-    (:data:`crawler.frontier.page_handled`): a worker killed after that moment must not take
+    (:data:`bloom_frontier.frontier.page_handled`): a worker killed after that moment must not take
     the page's redirect chains and canonical hints with it, since nobody refetches the page.
     """
     store = _stores.get(crawler)

@@ -16,7 +16,7 @@ import pytest
 import redis
 from scrapy.utils.reactor import install_reactor
 
-from crawler.settings import TWISTED_REACTOR
+from bloom_frontier.settings import TWISTED_REACTOR
 from tests.cluster import RedisClusterServers
 from tests.servers import RedisServer, Service, ServiceUnavailable
 

@@ -20,12 +20,12 @@ from typing import Any
 from scrapy.crawler import CrawlerProcess
 from scrapy.utils.project import get_project_settings
 
-import crawler.canonical.rules
-import crawler.frontier.keys
-import crawler.learning.extension
-import middlewares.redirects
-import middlewares.ssrf
-from crawler.spiders.site import SiteSpider
+import bloom_frontier.canonical.rules
+import bloom_frontier.frontier.keys
+import bloom_frontier.learning.extension
+import bloom_frontier.middlewares.redirects
+import bloom_frontier.middlewares.ssrf
+from bloom_frontier.spiders.site import SiteSpider
 
 calls: Counter[str] = Counter()
 
@@ -39,13 +39,17 @@ def counted(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def main(start_url: str, store_url: str, redis_url: str = "") -> None:
-    for module in (crawler.canonical.rules, middlewares.ssrf):
+    for module in (bloom_frontier.canonical.rules, bloom_frontier.middlewares.ssrf):
         module.canonicalize = counted("canonicalize", module.canonicalize)  # type: ignore[attr-defined]
     # Every caller reaches dedupe_key through these module globals.
-    original_key = crawler.canonical.rules.dedupe_key
-    for module in (crawler.canonical.rules, middlewares.redirects, crawler.frontier.keys):
+    original_key = bloom_frontier.canonical.rules.dedupe_key
+    for module in (
+        bloom_frontier.canonical.rules,
+        bloom_frontier.middlewares.redirects,
+        bloom_frontier.frontier.keys,
+    ):
         module.dedupe_key = counted("dedupe_key", original_key)  # type: ignore[attr-defined]
-    crawler.learning.extension.dedupe_key = counted("learn_key", original_key)  # type: ignore[attr-defined]
+    bloom_frontier.learning.extension.dedupe_key = counted("learn_key", original_key)  # type: ignore[attr-defined]
     settings = get_project_settings()
     settings.set("LOG_LEVEL", "WARNING")
     settings.set("STORE_URL", store_url)

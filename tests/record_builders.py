@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from crawler.canonical import dedupe_key
-from pipelines.records import VIA_LOCATION, Chain, Hop
+from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.pipelines.records import VIA_LOCATION, Chain, Hop
 
 A, B, C = "https://e.org/a", "https://e.org/b", "https://e.org/c"
 

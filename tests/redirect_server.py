@@ -30,7 +30,7 @@ from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
 from scrapy.http import Response
 from twisted.internet.error import ConnectionRefusedError
 
-from pipelines.store import SqlRecordStore, StoredChain
+from bloom_frontier.pipelines.store import SqlRecordStore, StoredChain
 from tests.httpserver import Page, Route, TestServer, html, redirect
 
 #: Hosts the spy lets through to the real handler.

@@ -10,8 +10,8 @@ from multiprocessing.synchronize import Barrier
 
 from scrapy.settings import Settings
 
-from crawler.redis_client import redis_from_url
-from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
+from bloom_frontier.redis_client import redis_from_url
+from bloom_frontier.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
 
 #: Keys every racing worker adds, each in its own order.
 SHARED_KEYS = 2000
@@ -22,7 +22,7 @@ def open_filter(url: str, key: str = "books:seen", **overrides: object) -> Shard
     new connection to ``url`` (close it with ``seen.client.close()``; closed already if the
     filter is refused)."""
     settings = Settings()
-    settings.setmodule("crawler.defaults")
+    settings.setmodule("bloom_frontier.defaults")
     settings.update(overrides)
     client = redis_from_url(url)
     try:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.utils.asyncio import sleep
 
-from crawler.frontier import page_handled
+from bloom_frontier.frontier import page_handled
 
 if TYPE_CHECKING:
     from typing import Self
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class SlowRecordCommits:
     """Every handled page's records take ``SLOW_RECORDS_SECONDS`` to commit, as with a busy
     database: the page's lease is answered only after that (its answer waits in the
-    frontier's outbox meanwhile, see :data:`crawler.frontier.page_handled`)."""
+    frontier's outbox meanwhile, see :data:`bloom_frontier.frontier.page_handled`)."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds

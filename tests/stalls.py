@@ -1,5 +1,5 @@
 """A shared crawl whose Redis or record store is made to hang for a while, with the worker's
-loop stalls measured (:class:`crawler.loopwatch.LoopStallMeter`): used by
+loop stalls measured (:class:`bloom_frontier.loopwatch.LoopStallMeter`): used by
 ``tests/test_loop_stalls.py`` and ``bench/loop_stall.py``."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tests.sitegen import LinkGraph, serve
 ROOT = Path(__file__).resolve().parent.parent
 SCRAPY = str(ROOT / ".venv" / "bin" / "scrapy")
 #: The add-on installs the project's own extensions next to these.
-EXTENSIONS = {"crawler.loopwatch.LoopStallMeter": 0}
+EXTENSIONS = {"bloom_frontier.loopwatch.LoopStallMeter": 0}
 
 
 @dataclass

@@ -16,13 +16,13 @@ from scrapy.settings import Settings
 from scrapy.utils.misc import load_object
 from scrapy.utils.test import get_crawler
 
-import crawler.commands
-import crawler.defaults as defaults
-from crawler.addon import DOWNLOADER_MIDDLEWARES, EXTENSIONS, SPIDER_MIDDLEWARES
-from crawler.entry_points import LazyCommand
+import bloom_frontier.commands
+import bloom_frontier.defaults as defaults
+from bloom_frontier.addon import DOWNLOADER_MIDDLEWARES, EXTENSIONS, SPIDER_MIDDLEWARES
+from bloom_frontier.entry_points import LazyCommand
 
 ROOT = Path(__file__).resolve().parent.parent
-ADDONS = {"crawler.addon.BloomFrontierAddon": 0}
+ADDONS = {"bloom_frontier.Addon": 0}
 #: A shared crawl of a closed port (nothing listens at either address).
 CLOSED_PORT_CRAWL = [
     sys.executable,
@@ -52,9 +52,9 @@ def enabled(settings, name: str) -> dict[type, int | None]:
 
 def test_the_addons_line_installs_every_component_and_default() -> None:
     settings = settings_of()
-    assert settings["DUPEFILTER_CLASS"] == "crawler.dupefilter.BloomDupeFilter"
+    assert settings["DUPEFILTER_CLASS"] == "bloom_frontier.dupefilter.BloomDupeFilter"
     assert settings["SCHEDULER"] == "scrapy.core.scheduler.Scheduler"
-    assert settings["SCHEDULER_DISK_QUEUE"].startswith("crawler.frontier.diskqueue.Json")
+    assert settings["SCHEDULER_DISK_QUEUE"].startswith("bloom_frontier.frontier.diskqueue.Json")
     for name, table in [
         ("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),
         ("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES),
@@ -80,20 +80,25 @@ def test_the_projects_own_settings_win() -> None:
     settings = settings_of(
         SEEN_FILTER_CAPACITY=5000,
         REDIRECT_MAX_HOPS=3,
-        SPIDER_MIDDLEWARES={"middlewares.canonical_hints.CanonicalHintsMiddleware": None},
+        SPIDER_MIDDLEWARES={
+            "bloom_frontier.middlewares.canonical_hints.CanonicalHintsMiddleware": None
+        },
     )
     assert settings.getint("SEEN_FILTER_CAPACITY") == 5000
     assert settings.getint("REDIRECT_MAX_HOPS") == 3
-    hints = load_object("middlewares.canonical_hints.CanonicalHintsMiddleware")
+    hints = load_object("bloom_frontier.middlewares.canonical_hints.CanonicalHintsMiddleware")
     assert enabled(settings, "SPIDER_MIDDLEWARES")[hints] is None
 
 
 def test_redis_url_installs_the_shared_frontier() -> None:
     settings = settings_of(REDIS_URL="redis://127.0.0.1:6379/0")
-    assert settings["SCHEDULER"] == "crawler.frontier.scheduler.RedisScheduler"
+    assert settings["SCHEDULER"] == "bloom_frontier.frontier.scheduler.RedisScheduler"
     downloader = enabled(settings, "DOWNLOADER_MIDDLEWARES")
-    assert downloader[load_object("crawler.frontier.scheduler.LeaseMiddleware")] == 1
-    assert downloader[load_object("middlewares.politeness.GlobalPolitenessMiddleware")] == 101
+    assert downloader[load_object("bloom_frontier.frontier.scheduler.LeaseMiddleware")] == 1
+    assert (
+        downloader[load_object("bloom_frontier.middlewares.politeness.GlobalPolitenessMiddleware")]
+        == 101
+    )
 
 
 def test_the_dns_resolver_is_installed_in_the_process_settings() -> None:
@@ -101,7 +106,7 @@ def test_the_dns_resolver_is_installed_in_the_process_settings() -> None:
     settings before any crawler exists."""
     on = Settings({"ADDONS": ADDONS})
     AddonManager.load_pre_crawler_settings(on)
-    assert on["TWISTED_DNS_RESOLVER"] == "middlewares.ssrf.SSRFGuardResolver"
+    assert on["TWISTED_DNS_RESOLVER"] == "bloom_frontier.middlewares.ssrf.SSRFGuardResolver"
     assert on.getbool("SSRF_GUARD_ENABLED")
     off = Settings({"ADDONS": ADDONS, "SSRF_GUARD_ENABLED": False})
     AddonManager.load_pre_crawler_settings(off)
@@ -146,29 +151,29 @@ def test_entry_points_import_no_command_until_one_is_used() -> None:
         "import sys\n"
         "from importlib.metadata import entry_points\n"
         "names = [e.name for e in entry_points(group='scrapy.commands')"
-        " if e.value.startswith('crawler.')]\n"
+        " if e.value.startswith('bloom_frontier.')]\n"
         "commands = [e.load()() for e in entry_points(group='scrapy.commands')"
         " if e.name in names]\n"
         "print(sorted(names))\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('crawler.commands.', 'redis',"
-        " 'sqlalchemy', 'pipelines'))))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('bloom_frontier.commands.', 'redis',"
+        " 'sqlalchemy', 'bloom_frontier.pipelines'))))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     names, imported = result.stdout.splitlines()
     # Every command module of the project (crawler/commands/NAME.py) is an entry point.
-    commands = pkgutil.iter_modules(crawler.commands.__path__)
+    commands = pkgutil.iter_modules(bloom_frontier.commands.__path__)
     assert names == str(sorted(m.name.replace("_", "-") for m in commands if m.name[0] != "_"))
     assert imported == "[]"
 
 
 def test_a_command_that_cannot_be_imported_says_why() -> None:
     class Broken(LazyCommand):
-        target = "crawler.no_such_module:Command"
+        target = "bloom_frontier.no_such_module:Command"
 
     command = Broken()
-    assert "No module named 'crawler.no_such_module'" in command.short_desc()
+    assert "No module named 'bloom_frontier.no_such_module'" in command.short_desc()
     with pytest.raises(UsageError, match="unavailable"):
         command.run([], None)
 
@@ -178,7 +183,7 @@ def test_commands_read_the_defaults_table() -> None:
     the test's environment variable)."""
 
     class Redirects(LazyCommand):
-        target = "crawler.commands.redirects:Command"
+        target = "bloom_frontier.commands.redirects:Command"
 
     command = Redirects()
     command.settings = Settings()

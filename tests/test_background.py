@@ -10,8 +10,8 @@ import pytest
 from twisted.internet import reactor
 from twisted.python import threadable
 
-from crawler.background import BackgroundThread, pause_off_loop
-from pipelines.store import SqlRecordStore
+from bloom_frontier.background import BackgroundThread, pause_off_loop
+from bloom_frontier.pipelines.store import SqlRecordStore
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Crawl-wide backoff: a host that answers 429 or 503 gets no request before the time it asked,
-from any worker (middlewares.politeness.HostBackoffMiddleware, crawler.frontier.politeness)."""
+from any worker (bloom_frontier.middlewares.politeness.HostBackoffMiddleware,
+bloom_frontier.frontier.politeness)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from typing import Any
 import pytest
 from scrapy.utils.test import get_crawler
 
-from crawler.frontier.politeness import backoff_pause, retry_after
-from middlewares.politeness import HostBackoffMiddleware
+from bloom_frontier.frontier.politeness import backoff_pause, retry_after
+from bloom_frontier.middlewares.politeness import HostBackoffMiddleware
 from tests.crawls import site_crawl_command
 from tests.httpserver import Page, TestServer
 from tests.servers import RedisServer

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from crawler.canonical import RULES_VERSION, dedupe_key
+from bloom_frontier.canonical import RULES_VERSION, dedupe_key
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRAPY = Path(sys.executable).with_name("scrapy")

@@ -12,7 +12,7 @@ from scrapy.http import HtmlResponse, Response
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.test import get_crawler
 
-from middlewares.canonical_hints import (
+from bloom_frontier.middlewares.canonical_hints import (
     SOURCE_ELEMENT,
     SOURCE_HEADER,
     CanonicalHintsMiddleware,
@@ -21,8 +21,8 @@ from middlewares.canonical_hints import (
     page_number,
     site_of,
 )
-from middlewares.redirects import key_or_error
-from pipelines.store import SqlRecordStore
+from bloom_frontier.middlewares.redirects import key_or_error
+from bloom_frontier.pipelines.store import SqlRecordStore
 from tests.httpserver import TestServer, html
 from tests.redirect_server import Crawl, command_rows, run_crawl, scrapy, spy_hosts
 

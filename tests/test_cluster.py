@@ -9,10 +9,10 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from crawler.redis_client import RedisSetupError, describe, redis_from_url
-from crawler.seen import SeenFilter
-from crawler.seen.redis import RedisBloomSeenFilter
-from crawler.seen.sharded import shard_keys
+from bloom_frontier.redis_client import RedisSetupError, describe, redis_from_url
+from bloom_frontier.seen import SeenFilter
+from bloom_frontier.seen.redis import RedisBloomSeenFilter
+from bloom_frontier.seen.sharded import shard_keys
 from tests.cluster import RedisClusterServers
 from tests.seen_support import SHARED_KEYS, open_filter, page_keys, race_to_add_shared_keys
 

@@ -8,8 +8,8 @@ import io
 import json
 from pathlib import Path
 
-from crawler.canonical import dedupe_key
-from pipelines.records import (
+from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.pipelines.records import (
     BLOCKED,
     FETCHED,
     SEEN,
@@ -18,7 +18,7 @@ from pipelines.records import (
     PageRecord,
     UrlAlias,
 )
-from pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.store import SqlRecordStore
 from tests.record_builders import A, B, C, chain, hop
 from tests.redirect_server import command_rows, scrapy
 

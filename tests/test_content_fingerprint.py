@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from datasketch import MinHash
 
-from crawler.commands.same_content import groups
-from crawler.content import fingerprint as content_fingerprint
-from crawler.content.fingerprint import (
+from bloom_frontier.commands.same_content import groups
+from bloom_frontier.content import fingerprint as content_fingerprint
+from bloom_frontier.content.fingerprint import (
     EMPTY,
     ERROR,
     N1,
@@ -242,7 +242,7 @@ def test_the_crawl_fingerprints_under_the_normalization_it_is_set_to() -> None:
     anything else refused with a one-line error."""
     from scrapy.utils.test import get_crawler
 
-    from crawler.content.extension import ContentFingerprints
+    from bloom_frontier.content.extension import ContentFingerprints
 
     assert ContentFingerprints.from_crawler(get_crawler()).norm == N2
     n1 = get_crawler(settings_dict={"CONTENT_NORMALIZATION": "n1"})

@@ -17,14 +17,14 @@ from scrapy.linkextractors import LinkExtractor
 from scrapy.spiders import CrawlSpider, Rule, SitemapSpider
 from scrapy.utils.test import get_crawler
 
-from crawler.frontier import decode
-from crawler.frontier.decode import (
+from bloom_frontier.frontier import decode
+from bloom_frontier.frontier.decode import (
     FORMAT_VERSION,
     RequestDecoder,
     RequestNotLoadable,
     request_from_json,
 )
-from crawler.frontier.serialize import RequestNotSerializable, request_to_json
+from bloom_frontier.frontier.serialize import RequestNotSerializable, request_to_json
 
 
 class ShopSpider(Spider):

@@ -33,11 +33,11 @@ from scrapy.http import HtmlResponse
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
-from crawler.dupefilter import BloomDupeFilter
-from crawler.frontier.redis import RedisFrontier
-from middlewares.linkbatch import BatchDedupeMiddleware
+from bloom_frontier.dupefilter import BloomDupeFilter
+from bloom_frontier.frontier.redis import RedisFrontier
+from bloom_frontier.middlewares.linkbatch import BatchDedupeMiddleware
 
-ADDONS = {"crawler.addon.BloomFrontierAddon": 0}
+ADDONS = {"bloom_frontier.Addon": 0}
 
 
 class ContractSpider(Spider):

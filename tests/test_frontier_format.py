@@ -19,12 +19,12 @@ import redis
 from scrapy import Request
 from scrapy.http import FormRequest, JsonRequest
 
-from crawler.commands.seed import BATCH, Command, batches
-from crawler.frontier.decode import DEFAULT_DECODER, RequestNotLoadable, record_url
-from crawler.frontier.redis import RedisFrontier, quarantine
-from crawler.frontier.redis.layout import lane_rank
-from crawler.frontier.redis.state import queued_records
-from crawler.frontier.serialize import compact_record
+from bloom_frontier.commands.seed import BATCH, Command, batches
+from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestNotLoadable, record_url
+from bloom_frontier.frontier.redis import RedisFrontier, quarantine
+from bloom_frontier.frontier.redis.layout import lane_rank
+from bloom_frontier.frontier.redis.state import queued_records
+from bloom_frontier.frontier.serialize import compact_record
 from tests.test_frontier_redis import ExampleSpider, make_worker
 
 #: Issue 12's target, bytes per queued request of a 76-character URL.

@@ -22,14 +22,14 @@ from scrapy.http import JsonRequest
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
-import crawler.defaults as project_defaults
-import crawler.settings as project_settings
-from crawler.commands.seed import Command as SeedCommand
-from crawler.frontier import META_KEY
-from crawler.frontier.decode import record_url
-from crawler.frontier.redis import LEASE_META, QUEUED_META, FrontierKeys, RedisFrontier
-from crawler.frontier.redis.state import queued_records
-from crawler.frontier.scheduler import LeaseMiddleware, RedisScheduler
+import bloom_frontier.defaults as project_defaults
+import bloom_frontier.settings as project_settings
+from bloom_frontier.commands.seed import Command as SeedCommand
+from bloom_frontier.frontier import META_KEY
+from bloom_frontier.frontier.decode import record_url
+from bloom_frontier.frontier.redis import LEASE_META, QUEUED_META, FrontierKeys, RedisFrontier
+from bloom_frontier.frontier.redis.state import queued_records
+from bloom_frontier.frontier.scheduler import LeaseMiddleware, RedisScheduler
 from tests.cluster import RedisClusterServers
 from tests.crawls import site_crawl_command
 from tests.httpserver import Page, TestServer, html, redirect
@@ -379,7 +379,7 @@ def scheduler_crawler(redis_url: str) -> Any:
 
 def test_redis_url_switches_the_scheduler_and_adds_the_lease_middleware(redis_url: str) -> None:
     with_redis = scheduler_crawler(redis_url).settings
-    assert with_redis["SCHEDULER"] == "crawler.frontier.scheduler.RedisScheduler"
+    assert with_redis["SCHEDULER"] == "bloom_frontier.frontier.scheduler.RedisScheduler"
     assert LeaseMiddleware in with_redis.getdict("DOWNLOADER_MIDDLEWARES")
     without = get_crawler(ExampleSpider, {"ADDONS": project_settings.ADDONS}).settings
     assert without["SCHEDULER"] == "scrapy.core.scheduler.Scheduler"
@@ -566,9 +566,9 @@ def test_closing_worker_gives_its_leases_back_to_the_queue(redis_url: str, worke
 
 
 def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them() -> None:
-    import crawler.frontier.redis.layout as layout
-    from crawler.frontier.lua import script_keys
-    from crawler.frontier.redis import SCRIPTS
+    import bloom_frontier.frontier.redis.layout as layout
+    from bloom_frontier.frontier.lua import script_keys
+    from bloom_frontier.frontier.redis import SCRIPTS
 
     every_key = FrontierKeys.names()
     for name in (*SCRIPTS, "turn", "waiting"):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import redis
 
-from crawler.frontier.redis.layout import FrontierKeys
-from crawler.frontier.reset import reset_crawl
-from crawler.redis_client import redis_from_url
+from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.reset import reset_crawl
+from bloom_frontier.redis_client import redis_from_url
 from tests.cluster import RedisClusterServers
 from tests.httpserver import TestServer, html
 from tests.seen_support import open_filter, page_keys

@@ -15,9 +15,9 @@ from redis.crc import key_slot
 from scrapy import Request
 from scrapy.utils.test import get_crawler
 
-import crawler.defaults as project_settings
-from crawler.frontier.redis import RedisFrontier
-from crawler.redis_client import RedisSetupError
+import bloom_frontier.defaults as project_settings
+from bloom_frontier.frontier.redis import RedisFrontier
+from bloom_frontier.redis_client import RedisSetupError
 from tests.cluster import RedisClusterServers
 from tests.test_frontier_redis import FRONTIER_SETTINGS, ExampleSpider, stat, urls
 

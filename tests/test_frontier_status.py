@@ -10,10 +10,10 @@ from pathlib import Path
 
 import redis
 
-from crawler.frontier.politeness import HostLimits
-from crawler.frontier.status import expected_error_rate, read_status
-from crawler.seen.redis import bloom_info
-from crawler.seen.sharded import ShardedBloomSeenFilter
+from bloom_frontier.frontier.politeness import HostLimits
+from bloom_frontier.frontier.status import expected_error_rate, read_status
+from bloom_frontier.seen.redis import bloom_info
+from bloom_frontier.seen.sharded import ShardedBloomSeenFilter
 from tests.httpserver import TestServer, html
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from scrapy import Spider
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.test import get_crawler
 
-from crawler.gcfreeze import YOUNG_THRESHOLD, FreezeStartupObjects
+from bloom_frontier.gcfreeze import YOUNG_THRESHOLD, FreezeStartupObjects
 
 
 @pytest.fixture

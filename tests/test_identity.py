@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawler.canonical import RULES_VERSION, InvalidURL, canonicalize, dedupe_key, explain
-from crawler.canonical.identity import PROVIDER_HOSTS, Identity, av_to_bv, bv_to_av, identify
+from bloom_frontier.canonical import RULES_VERSION, InvalidURL, canonicalize, dedupe_key, explain
+from bloom_frontier.canonical.identity import PROVIDER_HOSTS, Identity, av_to_bv, bv_to_av, identify
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "video_identity.json").read_text())
 

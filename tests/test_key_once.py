@@ -15,11 +15,11 @@ from scrapy import Request
 from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.test import get_crawler
 
-from crawler.canonical import dedupe_key
-from crawler.canonical.rules import DEFAULT_RULES
-from crawler.frontier import META_KEY, keys
-from crawler.frontier.keys import RequestKeyer, carried_key, key_host, url_key
-from middlewares.ssrf import normalized_host
+from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.canonical.rules import DEFAULT_RULES
+from bloom_frontier.frontier import META_KEY, keys
+from bloom_frontier.frontier.keys import RequestKeyer, carried_key, key_host, url_key
+from bloom_frontier.middlewares.ssrf import normalized_host
 from tests.httpserver import TestServer, html, redirect
 
 ROOT = Path(__file__).resolve().parent.parent

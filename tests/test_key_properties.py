@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawler.canonical import RULES_VERSION, InvalidURL, canonicalize, dedupe_key
-from crawler.canonical.rules import DEFAULT_RULES
-from crawler.canonical.tracking import (
+from bloom_frontier.canonical import RULES_VERSION, InvalidURL, canonicalize, dedupe_key
+from bloom_frontier.canonical.rules import DEFAULT_RULES
+from bloom_frontier.canonical.tracking import (
     GLOBAL_TRACKING,
     GLOBAL_TRACKING_PREFIXES,
     SHAPED_TRACKING,

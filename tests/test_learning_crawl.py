@@ -13,8 +13,8 @@ from pathlib import Path
 
 import redis
 
-from pipelines.records import APPLIED, PROPOSED, REVOKED
-from pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.records import APPLIED, PROPOSED, REVOKED
+from bloom_frontier.pipelines.store import SqlRecordStore
 from tests.learnsite import LearnSite, duplicate_ratio
 
 ROOT = Path(__file__).resolve().parent.parent

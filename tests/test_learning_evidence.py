@@ -5,10 +5,10 @@ from __future__ import annotations
 import redis
 from scrapy.settings import Settings
 
-from crawler.canonical import dedupe_key
-from crawler.content.fingerprint import ERROR, OK, SOFT_404
-from crawler.learning.evidence import Page, ParamEvidence, path_prefixes, without_param
-from crawler.learning.state import (
+from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.content.fingerprint import ERROR, OK, SOFT_404
+from bloom_frontier.learning.evidence import Page, ParamEvidence, path_prefixes, without_param
+from bloom_frontier.learning.state import (
     LiveRules,
     MemoryRuleState,
     RedisRuleState,

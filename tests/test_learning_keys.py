@@ -11,17 +11,17 @@ from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
-import crawler.learning.extension
-import crawler.learning.gate
-from crawler.canonical import dedupe_key
-from crawler.content.fingerprint import OK
-from crawler.frontier.keys import carry_key
-from crawler.learning.evidence import Page
-from crawler.learning.extension import ParamRuleLearning
-from crawler.learning.gate import LearnedRuleGate
-from crawler.learning.state import LiveRules, MemoryRuleState
-from crawler.spiders.site import SiteSpider
-from pipelines.records import APPLIED, REVOKED, ParamRule
+import bloom_frontier.learning.extension
+import bloom_frontier.learning.gate
+from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.content.fingerprint import OK
+from bloom_frontier.frontier.keys import carry_key
+from bloom_frontier.learning.evidence import Page
+from bloom_frontier.learning.extension import ParamRuleLearning
+from bloom_frontier.learning.gate import LearnedRuleGate
+from bloom_frontier.learning.state import LiveRules, MemoryRuleState
+from bloom_frontier.pipelines.records import APPLIED, REVOKED, ParamRule
+from bloom_frontier.spiders.site import SiteSpider
 
 
 def live_with(learned: dict[str, list[str]]) -> LiveRules:
@@ -55,7 +55,7 @@ def keyed_by(module: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 @pytest.fixture
 def learning(monkeypatch: pytest.MonkeyPatch) -> tuple[ParamRuleLearning, list[str]]:
     """A learner whose own keying is counted (URLs it keys)."""
-    keyed = keyed_by(crawler.learning.extension, monkeypatch)
+    keyed = keyed_by(bloom_frontier.learning.extension, monkeypatch)
     learner = ParamRuleLearning(get_crawler(SiteSpider), "apply", 3)
     learner.live.current()
     return learner, keyed
@@ -104,7 +104,7 @@ def test_on_a_host_with_a_learned_rule_evidence_keys_keep_the_parameter(
 def test_the_gate_keys_again_only_requests_of_hosts_a_learned_rule_touches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    keyed = keyed_by(crawler.learning.gate, monkeypatch)
+    keyed = keyed_by(bloom_frontier.learning.gate, monkeypatch)
     spider_crawler = get_crawler(SiteSpider)
     learner = ParamRuleLearning.from_crawler(spider_crawler)
     gate = LearnedRuleGate(spider_crawler)

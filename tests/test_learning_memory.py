@@ -8,12 +8,12 @@ import random
 import pytest
 from scrapy.utils.test import get_crawler
 
-from crawler.canonical import dedupe_key
-from crawler.content.fingerprint import ERROR, OK, SOFT_404
-from crawler.defaults import CANON_LEARN_MEMORY
-from crawler.learning.evidence import Page, ParamEvidence
-from crawler.learning.extension import ParamRuleLearning
-from crawler.spiders.site import SiteSpider
+from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.content.fingerprint import ERROR, OK, SOFT_404
+from bloom_frontier.defaults import CANON_LEARN_MEMORY
+from bloom_frontier.learning.evidence import Page, ParamEvidence
+from bloom_frontier.learning.extension import ParamRuleLearning
+from bloom_frontier.spiders.site import SiteSpider
 
 
 def page(url: str, content: str, kind: str = OK, status: int = 200) -> Page:

@@ -21,14 +21,14 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 from twisted.internet.defer import Deferred
 
-import crawler.frontier
-import crawler.learning.extension
-from crawler.canonical import dedupe_key
-from crawler.frontier.keys import carry_key
-from crawler.frontier.redis import RedisFrontier
-from crawler.frontier.redis.leases import LEASE_META
-from crawler.learning.gate import LearnedRuleGate
-from crawler.learning.state import LiveRules, RedisRuleState
+import bloom_frontier.frontier
+import bloom_frontier.learning.extension
+from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.frontier.keys import carry_key
+from bloom_frontier.frontier.redis import RedisFrontier
+from bloom_frontier.frontier.redis.leases import LEASE_META
+from bloom_frontier.learning.gate import LearnedRuleGate
+from bloom_frontier.learning.state import LiveRules, RedisRuleState
 from tests.test_frontier_redis import ExampleSpider, stat, urls
 from tests.test_frontier_sharded import make_worker
 
@@ -295,8 +295,8 @@ def test_the_gate_never_drops_a_queued_variant_under_a_rule_revoked_a_moment_ago
     queued = Request(VARIANT)  # as first queued it, under the rules without "ref"
     carry_key(queued, dedupe_key(VARIANT, live(second).without_learned()))
     spider_crawler = get_crawler(ExampleSpider)
-    crawler.frontier._frontiers[spider_crawler] = second
-    crawler.learning.extension._learners[spider_crawler] = SimpleNamespace(live=live(second))  # type: ignore[assignment]
+    bloom_frontier.frontier._frontiers[spider_crawler] = second
+    bloom_frontier.learning.extension._learners[spider_crawler] = SimpleNamespace(live=live(second))  # type: ignore[assignment]
     LearnedRuleGate(spider_crawler).process_request(queued)  # not dropped
     assert live(second).version == 2
     assert stat(second, "learn/dropped_queued") == 0

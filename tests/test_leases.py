@@ -19,7 +19,7 @@ from scrapy.statscollectors import StatsCollector
 from scrapy.utils.test import get_crawler
 from twisted.internet.defer import Deferred, maybeDeferred
 
-from crawler.frontier.redis.outbox import Answer, Outbox
+from bloom_frontier.frontier.redis.outbox import Answer, Outbox
 from tests.httpserver import TestServer, html
 from tests.stalls import EXTENSIONS as STALL_EXTENSIONS
 from tests.stalls import crawl_with_hang, lock_store

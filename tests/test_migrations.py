@@ -14,9 +14,15 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from pipelines.records import PageRecord
-from pipelines.schema import HEAD, VERSION_TABLE, alembic_config, current_revision, head_revision
-from pipelines.store import SqlRecordStore, make_engine, metadata
+from bloom_frontier.pipelines.records import PageRecord
+from bloom_frontier.pipelines.schema import (
+    HEAD,
+    VERSION_TABLE,
+    alembic_config,
+    current_revision,
+    head_revision,
+)
+from bloom_frontier.pipelines.store import SqlRecordStore, make_engine, metadata
 
 VERSIONS = Path(__file__).parent.parent / "pipelines" / "migrations" / "versions"
 
@@ -113,8 +119,8 @@ def test_workers_opening_a_new_store_at_once_migrate_it_once(pg_url: str) -> Non
 
 
 def test_fingerprints_and_learned_rules_round_trip(store_url: str) -> None:
-    from crawler.content.fingerprint import fingerprint
-    from pipelines.records import APPLIED, PROPOSED, ParamRule
+    from bloom_frontier.content.fingerprint import fingerprint
+    from bloom_frontier.pipelines.records import APPLIED, PROPOSED, ParamRule
 
     store = SqlRecordStore.from_url(store_url)
     page = PageRecord("https://e.org/a?from=nav", "https://e.org/a?from=nav", "r2|x", 200)
@@ -195,7 +201,7 @@ def test_a_store_whose_creation_was_interrupted_is_completed(sqlite_url: str) ->
 
 OPEN_STORE = """
 import sys
-from pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.store import SqlRecordStore
 SqlRecordStore.from_url(sys.argv[1]).close()
 print(sorted(name for name in sys.modules if name.split(".")[0] in ("alembic", "mako")))
 """

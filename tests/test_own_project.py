@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import pytest
 import redis
 
-from pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.store import SqlRecordStore
 from tests.httpserver import Page, TestServer, html, redirect
 from tests.sitegen import LinkGraph
 

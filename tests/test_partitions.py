@@ -20,14 +20,14 @@ import pytest
 import redis
 from scrapy import Request
 
-from crawler.frontier.politeness import HostLimits
-from crawler.frontier.redis import RedisFrontier
-from crawler.frontier.redis.layout import FrontierKeys, partition_prefixes
-from crawler.frontier.redis.partitions import partition_count, partition_keys
-from crawler.frontier.reset import crawl_keys, reset_crawl
-from crawler.frontier.status import read_status
-from crawler.redis_client import RedisSetupError
-from crawler.seen.rebuild import redis_frontier_urls
+from bloom_frontier.frontier.politeness import HostLimits
+from bloom_frontier.frontier.redis import RedisFrontier
+from bloom_frontier.frontier.redis.layout import FrontierKeys, partition_prefixes
+from bloom_frontier.frontier.redis.partitions import partition_count, partition_keys
+from bloom_frontier.frontier.reset import crawl_keys, reset_crawl
+from bloom_frontier.frontier.status import read_status
+from bloom_frontier.redis_client import RedisSetupError
+from bloom_frontier.seen.rebuild import redis_frontier_urls
 from tests.cluster import RedisClusterServers
 from tests.test_frontier_redis import stat, urls
 from tests.test_frontier_sharded import MakeWorker, WorkerKilled, make_worker, worker_factory

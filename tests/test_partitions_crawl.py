@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler.frontier.redis.layout import FrontierKeys
-from crawler.frontier.redis.state import queue_keys
+from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.redis.state import queue_keys
 from tests.cluster import RedisClusterServers
 from tests.httpserver import TestServer
 from tests.sitegen import HostsGraph, serve_hosts

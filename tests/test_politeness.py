@@ -21,12 +21,12 @@ from scrapy.core.downloader import Downloader
 from scrapy.robotstxt import ProtegoRobotParser
 from scrapy.utils.test import get_crawler
 
-import crawler.defaults as project_defaults
-import crawler.settings as project_settings
-from crawler.frontier import frontier_for
-from crawler.frontier.politeness import HostLimits, disable_local_delays
-from crawler.frontier.redis import RedisFrontier
-from middlewares.politeness import GlobalPolitenessMiddleware
+import bloom_frontier.defaults as project_defaults
+import bloom_frontier.settings as project_settings
+from bloom_frontier.frontier import frontier_for
+from bloom_frontier.frontier.politeness import HostLimits, disable_local_delays
+from bloom_frontier.frontier.redis import RedisFrontier
+from bloom_frontier.middlewares.politeness import GlobalPolitenessMiddleware
 from tests.crawls import site_crawl_command
 from tests.servers import RedisServer
 from tests.sitegen import LinkGraph, serve

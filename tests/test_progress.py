@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from crawler.frontier.scheduler import RedisScheduler
-from crawler.progress import ERASE_LINE
+from bloom_frontier.frontier.scheduler import RedisScheduler
+from bloom_frontier.progress import ERASE_LINE
 from tests.httpserver import TestServer, html
 
 ROOT = Path(__file__).resolve().parent.parent

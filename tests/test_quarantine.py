@@ -19,9 +19,9 @@ from scrapy import Request, Spider
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
-import crawler.defaults as project_defaults
-from crawler.frontier.redis import RedisFrontier, quarantine
-from crawler.frontier.redis.layout import KEY_TYPES, FrontierKeys, lane_rank
+import bloom_frontier.defaults as project_defaults
+from bloom_frontier.frontier.redis import RedisFrontier, quarantine
+from bloom_frontier.frontier.redis.layout import KEY_TYPES, FrontierKeys, lane_rank
 from tests.httpserver import Page, TestServer, html
 from tests.redirect_server import ROOT, SCRAPY, scrapy
 from tests.test_decode import ShopCrawlSpider

@@ -20,24 +20,24 @@ from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
-from crawler.canonical import dedupe_key
-from crawler.canonical.rules import DEFAULT_RULES, rules_from_settings
-from crawler.defaults import with_defaults
-from crawler.frontier.memory import MemoryFrontier
-from crawler.frontier.redis import RedisFrontier
-from crawler.frontier.serialize import request_to_json
-from crawler.learning.state import LiveRules, RedisRuleState
-from crawler.redis_client import redis_from_url
-from crawler.seen.joblock import LOCK_FILE, JobdirBusy, JobdirLock
-from crawler.seen.layers import (
+from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.canonical.rules import DEFAULT_RULES, rules_from_settings
+from bloom_frontier.defaults import with_defaults
+from bloom_frontier.frontier.memory import MemoryFrontier
+from bloom_frontier.frontier.redis import RedisFrontier
+from bloom_frontier.frontier.serialize import request_to_json
+from bloom_frontier.learning.state import LiveRules, RedisRuleState
+from bloom_frontier.pipelines.records import PROPOSED, REVOKED, ParamRule, UrlAlias
+from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.redis_client import redis_from_url
+from bloom_frontier.seen.joblock import LOCK_FILE, JobdirBusy, JobdirLock
+from bloom_frontier.seen.layers import (
     RulesMismatch,
     read_manifest,
     settings_rules_record,
 )
-from crawler.seen.rebuild import jobdir_queued_urls, rebuild_redis
-from crawler.spiders.site import SiteSpider
-from pipelines.records import PROPOSED, REVOKED, ParamRule, UrlAlias
-from pipelines.store import SqlRecordStore
+from bloom_frontier.seen.rebuild import jobdir_queued_urls, rebuild_redis
+from bloom_frontier.spiders.site import SiteSpider
 from tests.httpserver import Page, TestServer, html
 from tests.redirect_server import ROOT, SCRAPY, scrapy
 
@@ -298,7 +298,7 @@ def test_a_process_holding_the_jobdir_lock_is_named_and_released_by_its_death(
 ) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import time; from crawler.seen.joblock import JobdirLock; "
+         "import time; from bloom_frontier.seen.joblock import JobdirLock; "
          f"lock = JobdirLock({str(tmp_path)!r}); lock.acquire('a test'); print('held', flush=1); "
          "time.sleep(60)"],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,

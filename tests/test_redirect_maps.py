@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from crawler.canonical import dedupe_key
-from pipelines.records import FETCHED, PageRecord
-from pipelines.store import SqlRecordStore
+from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.pipelines.records import FETCHED, PageRecord
+from bloom_frontier.pipelines.store import SqlRecordStore
 from tests.awkward_site import EXPECTED, NOT_ENTRIES, VARIANTS, awkward_site
 from tests.conftest import serve
 from tests.httpserver import TestServer

@@ -1,4 +1,4 @@
-"""The redirect-map semantics (:mod:`crawler.redirectmap.semantics`) on records built in
+"""The redirect-map semantics (:mod:`bloom_frontier.redirectmap.semantics`) on records built in
 memory: the options a user chooses and the rules every format follows."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import importlib
 
 import pytest
 
-from crawler.canonical import dedupe_key
-from crawler.redirectmap.matching import server_entries
-from crawler.redirectmap.semantics import MapOptions, SourceRow, redirect_sources
-from pipelines.records import FETCHED, SEEN
-from pipelines.store import StoredChain, StoredHop
+from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.pipelines.records import FETCHED, SEEN
+from bloom_frontier.pipelines.store import StoredChain, StoredHop
+from bloom_frontier.redirectmap.matching import server_entries
+from bloom_frontier.redirectmap.semantics import MapOptions, SourceRow, redirect_sources
 from tests.record_builders import chain, hop
 
 MODULES = ["semantics", "matching", "nginx", "apache"]
@@ -20,7 +20,7 @@ MODULES = ["semantics", "matching", "nginx", "apache"]
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name: str) -> None:
-    module = importlib.import_module(f"crawler.redirectmap.{name}")
+    module = importlib.import_module(f"bloom_frontier.redirectmap.{name}")
     result = doctest.testmod(module)
     assert result.failed == 0 and result.attempted > 0
 

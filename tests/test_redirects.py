@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from crawler.canonical import RULES_VERSION
-from pipelines.store import SqlRecordStore
+from bloom_frontier.canonical import RULES_VERSION
+from bloom_frontier.pipelines.store import SqlRecordStore
 from tests.redirect_server import Crawl, command_rows, run_crawl, scrapy
 
 

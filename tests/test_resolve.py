@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scrapy import Request
 
-from crawler.canonical import resolve_link
-from crawler.canonical.resolve import LinkResolver
+from bloom_frontier.canonical import resolve_link
+from bloom_frontier.canonical.resolve import LinkResolver
 
 DATA = Path(__file__).parent / "data"
 #: Properties, not timings: a loaded CI machine must not fail them on hypothesis' deadline.

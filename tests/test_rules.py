@@ -1,13 +1,14 @@
-"""Stage 2 (crawler.canonical.rules): each rule, what is never touched, per-host rules, versions."""
+"""Stage 2 (bloom_frontier.canonical.rules): each rule, what is never touched, per-host rules,
+versions."""
 
 from __future__ import annotations
 
 import pytest
 from scrapy.settings import Settings
 
-from crawler.canonical import RULES_VERSION, InvalidURL, canonicalize, dedupe_key, explain
-from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from crawler.canonical.tracking import GLOBAL_TRACKING, SESSION_PARAMS
+from bloom_frontier.canonical import RULES_VERSION, InvalidURL, canonicalize, dedupe_key, explain
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
+from bloom_frontier.canonical.tracking import GLOBAL_TRACKING, SESSION_PARAMS
 
 
 def key_url(key: str) -> str:

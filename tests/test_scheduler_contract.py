@@ -1,5 +1,5 @@
 """Scrapy's scheduler contract, for both modes: embedded (Scrapy's own scheduler with
-:class:`crawler.dupefilter.BloomDupeFilter`) and shared (:class:`RedisScheduler`).
+:class:`bloom_frontier.dupefilter.BloomDupeFilter`) and shared (:class:`RedisScheduler`).
 
 Adapted from Scrapy's ``tests/test_scheduler.py`` (length, dequeue, priorities, a reopened
 scheduler keeping its requests) and ``tests/test_dupefilters.py`` (``request_seen``), plus
@@ -29,10 +29,10 @@ from scrapy.core.scheduler import Scheduler
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
-import crawler.settings as project_settings
-from crawler.frontier import frontier_for
-from crawler.frontier.redis import RedisFrontier
-from crawler.frontier.scheduler import RedisScheduler
+import bloom_frontier.settings as project_settings
+from bloom_frontier.frontier import frontier_for
+from bloom_frontier.frontier.redis import RedisFrontier
+from bloom_frontier.frontier.scheduler import RedisScheduler
 
 PRIORITIES = [
     ("http://foo.com/a", -2),
@@ -102,7 +102,7 @@ class Mode:
 
     def crawler_dupefilter(self) -> Any:
         """The dupefilter a shared crawl installs (its scheduler never asks it)."""
-        from crawler.dupefilter import BloomDupeFilter
+        from bloom_frontier.dupefilter import BloomDupeFilter
 
         return BloomDupeFilter.from_crawler(self.crawler)
 

@@ -22,11 +22,15 @@ from scrapy import Request, Spider, signals
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
-import crawler.defaults as project_defaults
-from crawler.frontier import META_KEY, frontier_for, known
-from crawler.frontier.known import KnownKeys
-from crawler.learning.recheck import LearnedRuleRecheck
-from middlewares.linkbatch import BatchDedupeMiddleware, SeenLinksMiddleware, early_seen_links
+import bloom_frontier.defaults as project_defaults
+from bloom_frontier.frontier import META_KEY, frontier_for, known
+from bloom_frontier.frontier.known import KnownKeys
+from bloom_frontier.learning.recheck import LearnedRuleRecheck
+from bloom_frontier.middlewares.linkbatch import (
+    BatchDedupeMiddleware,
+    SeenLinksMiddleware,
+    early_seen_links,
+)
 from tests.httpserver import TestServer, html
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,9 +127,9 @@ def crawl(server: TestServer, tmp: Path, name: str, *settings: str) -> tuple[lis
 
 def test_new_links_get_the_same_referer_depth_and_length_verdicts(tmp_path: Path) -> None:
     addon = ["-s", "STORE_URL=sqlite:///store.sqlite", "-s",
-             'ADDONS={"crawler.addon.BloomFrontierAddon": 0}']  # fmt: skip
+             'ADDONS={"bloom_frontier.Addon": 0}']  # fmt: skip
     counting = {"spider.CountingMiddleware": 600}
-    early_off = {**counting, "middlewares.linkbatch.SeenLinksMiddleware": None}
+    early_off = {**counting, "bloom_frontier.middlewares.linkbatch.SeenLinksMiddleware": None}
     runs = {}
     with TestServer(SITE) as server:
         for name, settings, middlewares in (
@@ -198,7 +202,7 @@ def test_a_pages_repeats_of_a_new_link_get_one_request_and_the_same_verdicts(
     runs = {}
     for name, early in (("early", 1010), ("without", None)):
         middlewares = {"past_scrapy.StatsToFile": 600}
-        middlewares["middlewares.linkbatch.SeenLinksMiddleware"] = early
+        middlewares["bloom_frontier.middlewares.linkbatch.SeenLinksMiddleware"] = early
         stats_file = tmp_path / f"{name}.json"
         with TestServer(REPEATS) as server:
             result = subprocess.run(

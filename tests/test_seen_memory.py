@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from crawler.seen import SeenFilter
-from crawler.seen.memory import MemoryBloomSeenFilter
+from bloom_frontier.seen import SeenFilter
+from bloom_frontier.seen.memory import MemoryBloomSeenFilter
 
 
 def test_reports_new_once_also_within_one_batch() -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler.redis_client import RedisSetupError, redis_from_url, require_bloom
-from crawler.seen import SeenFilter
-from crawler.seen.redis import RedisBloomSeenFilter
+from bloom_frontier.redis_client import RedisSetupError, redis_from_url, require_bloom
+from bloom_frontier.seen import SeenFilter
+from bloom_frontier.seen.redis import RedisBloomSeenFilter
 from tests.seen_support import SHARED_KEYS, open_filter, page_keys, race_to_add_shared_keys
 from tests.servers import RedisServer, make_tls_files
 
@@ -122,7 +122,7 @@ def test_existing_filter_with_other_error_rate_is_kept_with_a_warning(
 ) -> None:
     first = open_filter(redis_url)
     first.add_many(page_keys(5))
-    with caplog.at_level(logging.WARNING, logger="crawler.seen.redis"):
+    with caplog.at_level(logging.WARNING, logger="bloom_frontier.seen.redis"):
         second = open_filter(redis_url, SEEN_FILTER_ERROR_RATE=0.01)
     assert "{'error_rate': 0.001}; settings say {'error_rate': 0.01}" in caplog.text
     assert second.add_many(page_keys(5)) == [False] * 5
@@ -131,7 +131,7 @@ def test_existing_filter_with_other_error_rate_is_kept_with_a_warning(
 
 
 def test_same_settings_do_not_warn(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="crawler.seen.redis"):
+    with caplog.at_level(logging.WARNING, logger="bloom_frontier.seen.redis"):
         for _worker in range(2):
             open_filter(redis_url).client.close()
     assert caplog.records == []

@@ -13,9 +13,9 @@ from scrapy.core.scheduler import Scheduler
 from scrapy.http import JsonRequest
 from scrapy.utils.test import get_crawler
 
-from crawler.frontier.decode import RequestNotLoadable, request_from_json
-from crawler.frontier.diskqueue import JsonFifoDiskQueue, JsonLifoDiskQueue
-from crawler.frontier.serialize import RequestNotSerializable, RequestShapes, request_to_json
+from bloom_frontier.frontier.decode import RequestNotLoadable, request_from_json
+from bloom_frontier.frontier.diskqueue import JsonFifoDiskQueue, JsonLifoDiskQueue
+from bloom_frontier.frontier.serialize import RequestNotSerializable, RequestShapes, request_to_json
 
 
 class ExampleSpider(Spider):
@@ -223,8 +223,8 @@ def test_jobdir_scheduler_resumes_from_json_and_keeps_unserializable_in_memory(
 ) -> None:
     settings = {
         "JOBDIR": str(tmp_path / "job"),
-        "SCHEDULER_DISK_QUEUE": "crawler.frontier.diskqueue.JsonLifoDiskQueue",
-        "SCHEDULER_START_DISK_QUEUE": "crawler.frontier.diskqueue.JsonFifoDiskQueue",
+        "SCHEDULER_DISK_QUEUE": "bloom_frontier.frontier.diskqueue.JsonLifoDiskQueue",
+        "SCHEDULER_START_DISK_QUEUE": "bloom_frontier.frontier.diskqueue.JsonFifoDiskQueue",
         "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.ScrapyPriorityQueue",
         "DUPEFILTER_CLASS": "scrapy.dupefilters.BaseDupeFilter",
     }

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from scrapy.settings import Settings
 
-from crawler.addon import BloomFrontierAddon
-from crawler.redis_client import redis_from_url
-from crawler.shorteners import Shorteners, builtin_hosts
-from pipelines.records import BLOCKED, ERROR, OFFSITE, SEEN, ShortenerAnswer
-from pipelines.store import SqlRecordStore
+from bloom_frontier.addon import BloomFrontierAddon
+from bloom_frontier.pipelines.records import BLOCKED, ERROR, OFFSITE, SEEN, ShortenerAnswer
+from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.redis_client import redis_from_url
+from bloom_frontier.shorteners import Shorteners, builtin_hosts
 from tests.httpserver import TestServer, html, redirect
 from tests.redirect_server import scrapy, spy_hosts
 from tests.shortener_server import HANDLERS, HOST_MAP_ENV, HangingServer

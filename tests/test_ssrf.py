@@ -19,8 +19,8 @@ from scrapy import Request, Spider
 from scrapy.utils.python import without_none_values
 from scrapy.utils.test import get_crawler
 
-import crawler.settings as crawler_settings
-from middlewares.ssrf import (
+import bloom_frontier.settings as crawler_settings
+from bloom_frontier.middlewares.ssrf import (
     AddressBlocked,
     ProxyWithGuard,
     SSRFGuardMiddleware,
@@ -29,7 +29,7 @@ from middlewares.ssrf import (
     address_refusal,
     policy_for,
 )
-from pipelines.store import SqlRecordStore, store_for
+from bloom_frontier.pipelines.store import SqlRecordStore, store_for
 from tests.redirect_server import PRIVATE_REDIRECTS, Crawl, run_crawl, spy_hosts
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from sqlalchemy.exc import OperationalError
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from pipelines.records import (
+from bloom_frontier.pipelines.records import (
     FETCHED,
     LOOP,
     SEEN,
@@ -25,7 +25,7 @@ from pipelines.records import (
     PageRecord,
     UrlAlias,
 )
-from pipelines.store import (
+from bloom_frontier.pipelines.store import (
     DEFAULT_STORE_URL,
     SqlRecordStore,
     StoreMissing,

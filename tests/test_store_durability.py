@@ -21,8 +21,8 @@ import psycopg
 import pytest
 import redis
 
-from pipelines.records import Chain
-from pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.records import Chain
+from bloom_frontier.pipelines.store import SqlRecordStore
 from tests.conftest import PG_DSN, PG_URL
 from tests.httpserver import Page, TestServer, html, redirect
 

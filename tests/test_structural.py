@@ -1,4 +1,5 @@
-"""Stage 1 (crawler.canonical.structural): RFC 3986 normalization, WHATWG hosts, failing closed.
+"""Stage 1 (bloom_frontier.canonical.structural): RFC 3986 normalization, WHATWG hosts, failing
+closed.
 
 Reference data in tests/data (see SOURCES.md). Where a reference library's *policy* differs from
 ours the case is still tested, against our documented answer, in the ``*_POLICY`` tables below.
@@ -14,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawler.canonical import InvalidURL, canonicalize, resolve_link
-from crawler.canonical.structural import MAX_URL_LENGTH, remove_dot_segments
+from bloom_frontier.canonical import InvalidURL, canonicalize, resolve_link
+from bloom_frontier.canonical.structural import MAX_URL_LENGTH, remove_dot_segments
 
 DATA = Path(__file__).parent / "data"
 #: Properties, not timings: a loaded CI machine must not fail them on hypothesis' deadline.

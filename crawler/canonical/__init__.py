@@ -12,11 +12,11 @@ Two separately tested stages turn a link into a dedupe key:
 site linked) or ``None`` for junk.
 """
 
-from crawler.canonical.errors import InvalidURL
-from crawler.canonical.identity import Identity, identify
-from crawler.canonical.resolve import resolve_link
-from crawler.canonical.rules import RULES_VERSION, KeyExplanation, dedupe_key, explain
-from crawler.canonical.structural import canonicalize
+from bloom_frontier.canonical.errors import InvalidURL
+from bloom_frontier.canonical.identity import Identity, identify
+from bloom_frontier.canonical.resolve import resolve_link
+from bloom_frontier.canonical.rules import RULES_VERSION, KeyExplanation, dedupe_key, explain
+from bloom_frontier.canonical.structural import canonicalize
 
 __all__ = [
     "RULES_VERSION",

@@ -15,9 +15,9 @@ import re
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 
-from crawler.canonical._host import HostError, normalize_host
-from crawler.canonical._percent import encode_unsafe
-from crawler.canonical.structural import SCHEME, clean_input, parse_port, remove_dot_segments
+from bloom_frontier.canonical._host import HostError, normalize_host
+from bloom_frontier.canonical._percent import encode_unsafe
+from bloom_frontier.canonical.structural import SCHEME, clean_input, parse_port, remove_dot_segments
 
 FETCHABLE_SCHEMES = frozenset({"http", "https"})
 

@@ -8,11 +8,11 @@
   :func:`explain` reports when it fires and :data:`CANON_HOST_RULES` uses to switch it off:
 
   - ``tracking:<name>``: a tracking parameter removed (curated lists in
-    :mod:`crawler.canonical.tracking`: global names and ``utm_``/``mtm_`` prefixes, plus
+    :mod:`bloom_frontier.canonical.tracking`: global names and ``utm_``/``mtm_`` prefixes, plus
     per-provider names such as ``si`` on YouTube);
   - ``tracking-shaped:<name>``: a parameter removed on any host because its value has a
     tracker's token shape (``si=`` + 16 base64url characters, ``ref_src=twsrc%5E...``;
-    :data:`crawler.canonical.tracking.SHAPED_TRACKING`). A family of its own: switching off
+    :data:`bloom_frontier.canonical.tracking.SHAPED_TRACKING`). A family of its own: switching off
     ``tracking`` on a host leaves it on;
   - ``session:<name>``: a session id removed (``;jsessionid=`` path parameter, ``PHPSESSID``,
     ``ASPSESSIONID...`` and other framework session parameters);
@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from crawler.canonical import tracking
-from crawler.canonical.errors import InvalidURL
-from crawler.canonical.identity import PROVIDER_HOSTS, Identity, identify
-from crawler.canonical.structural import canonicalize
+from bloom_frontier.canonical import tracking
+from bloom_frontier.canonical.errors import InvalidURL
+from bloom_frontier.canonical.identity import PROVIDER_HOSTS, Identity, identify
+from bloom_frontier.canonical.structural import canonicalize
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -495,7 +495,7 @@ def dedupe_key(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
     >>> dedupe_key("https://Example.com/a?utm_source=x&b=1#top")
     'r2|https://example.com/a?b=1'
 
-    Raises :class:`~crawler.canonical.errors.InvalidURL` for URLs stage 1 rejects.
+    Raises :class:`~bloom_frontier.canonical.errors.InvalidURL` for URLs stage 1 rejects.
     """
     return _derive(url, rules, None)[2]
 

@@ -28,15 +28,15 @@ from __future__ import annotations
 
 import re
 
-from crawler.canonical._host import HostError, normalize_host
-from crawler.canonical._percent import (
+from bloom_frontier.canonical._host import HostError, normalize_host
+from bloom_frontier.canonical._percent import (
     PATH_SAFE,
     QUERY_SAFE,
     normalize_path,
     normalize_query,
     normalize_userinfo,
 )
-from crawler.canonical.errors import InvalidURL
+from bloom_frontier.canonical.errors import InvalidURL
 
 #: Longest accepted URL (without its fragment), before and after normalization: 8 KiB, the
 #: request-line limit of common servers (nginx, Apache); longer URLs rarely fetch anyway.

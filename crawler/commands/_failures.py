@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 from sqlalchemy import exc as sql_errors
 
-from crawler.addon import FrontierConflict
-from crawler.redis_client import RedisSetupError
-from crawler.seen.joblock import JobdirBusy
-from middlewares.ssrf import ProxyWithGuard
-from pipelines.schema import SchemaError
+from bloom_frontier.addon import FrontierConflict
+from bloom_frontier.middlewares.ssrf import ProxyWithGuard
+from bloom_frontier.pipelines.schema import SchemaError
+from bloom_frontier.redis_client import RedisSetupError
+from bloom_frontier.seen.joblock import JobdirBusy
 
 if TYPE_CHECKING:
     from scrapy.commands import ScrapyCommand

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import UsageError
 
-from pipelines.store import SqlRecordStore, StoreMissing
+from bloom_frontier.pipelines.store import SqlRecordStore, StoreMissing
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings

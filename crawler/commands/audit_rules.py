@@ -3,7 +3,7 @@ rebuilds a Bloom filter with them.
 
 The store keeps every URL the crawl fetched or was redirected through with the key it had
 (``url_aliases``). This command recomputes each URL's key under the rules in force now
-(``crawler.canonical`` plus ``CANON_HOST_RULES``) and compares the two partitions of URLs:
+(``bloom_frontier.canonical`` plus ``CANON_HOST_RULES``) and compares the two partitions of URLs:
 
 * a **merge**: URLs that had different keys now share one. A false merge is silent data loss
   (the second page is never fetched again), so review these first;
@@ -14,7 +14,7 @@ Keys carry their rule version, so the comparison is between groupings, not key s
 Formats: ``text`` (a summary and each change) or ``jsonl`` (one change per line). Exit status
 1 when a merge is found, so a deploy script can stop on it.
 
-It also lists the parameter rules learned from content (:mod:`crawler.learning`): proposed,
+It also lists the parameter rules learned from content (:mod:`bloom_frontier.learning`): proposed,
 applied and revoked, each with its evidence (URL pairs of equal content) or counter-example,
 and for a proposal the stored URLs it would merge, flagged ``CONFLICT`` if any of them were
 fetched with different content. ``--apply SCOPE?PARAM`` applies a proposal: the next crawl
@@ -34,13 +34,13 @@ from urllib.parse import urlsplit
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from crawler.canonical import InvalidURL, dedupe_key
-from crawler.canonical.rules import DEFAULT_RULES, RuleSet
-from crawler.commands._failures import fails_cleanly
-from crawler.commands._records import add_format_option, reading_store
-from crawler.learning.state import applied_rules, combined_host_rules
-from pipelines.records import APPLIED, PROPOSED, REVOKED, ParamRule, now, write_rows
-from pipelines.store import SqlRecordStore
+from bloom_frontier.canonical import InvalidURL, dedupe_key
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
+from bloom_frontier.commands._failures import fails_cleanly
+from bloom_frontier.commands._records import add_format_option, reading_store
+from bloom_frontier.learning.state import applied_rules, combined_host_rules
+from bloom_frontier.pipelines.records import APPLIED, PROPOSED, REVOKED, ParamRule, now, write_rows
+from bloom_frontier.pipelines.store import SqlRecordStore
 
 
 @dataclass

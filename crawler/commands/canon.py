@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from crawler.canonical import InvalidURL, explain, resolve_link
-from crawler.canonical.rules import RuleSet, rules_from_settings
+from bloom_frontier.canonical import InvalidURL, explain, resolve_link
+from bloom_frontier.canonical.rules import RuleSet, rules_from_settings
 
 
 def describe(url: str, rules: RuleSet) -> dict[str, Any]:

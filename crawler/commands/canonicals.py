@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
 
-from crawler.commands._failures import fails_cleanly
-from crawler.commands._records import add_format_option, reading_store
-from crawler.redirectmap.report import canonical_judge
-from pipelines.records import write_rows
+from bloom_frontier.commands._failures import fails_cleanly
+from bloom_frontier.commands._records import add_format_option, reading_store
+from bloom_frontier.pipelines.records import write_rows
+from bloom_frontier.redirectmap.report import canonical_judge
 
 COLUMNS = ("page", "canonical", "valid", "reason", "problem")
 

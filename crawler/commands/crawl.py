@@ -1,13 +1,13 @@
 """``scrapy crawl SPIDER``: Scrapy's own command, after checking what the crawl needs.
 
-An entry point (``crawler.entry_points.Crawl``), so a user's project that adds the add-on
+An entry point (``bloom_frontier.entry_points.Crawl``), so a user's project that adds the add-on
 gets these checks too; a project without the add-on gets Scrapy's command unchanged.
 
 A crawl that cannot work (unknown spider, Redis down or refusing the password, a
 ``REDIS_URL`` or ``STORE_URL`` that is not one, a proxy the SSRF guard cannot vouch for, a
 ``JOBDIR`` another crawl or a ``rebuild-filter`` is using)
 stops before the engine starts, with one line saying what is wrong and what to do
-(:mod:`crawler.commands._failures`), instead of a traceback from inside the running engine.
+(:mod:`bloom_frontier.commands._failures`), instead of a traceback from inside the running engine.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from scrapy.utils.job import job_dir
 from scrapy.utils.misc import load_object
 from scrapy.utils.reactor import _asyncio_reactor_path
 
-from crawler.addon import BloomFrontierAddon
-from crawler.commands._failures import fails_cleanly
-from crawler.redis_client import command_client, require_bloom
-from crawler.seen.joblock import JobdirLock
-from middlewares.ssrf import check_proxy_setup
-from pipelines.schema import upgrade_schema
-from pipelines.store import make_engine, store_url_from
+from bloom_frontier.addon import BloomFrontierAddon
+from bloom_frontier.commands._failures import fails_cleanly
+from bloom_frontier.middlewares.ssrf import check_proxy_setup
+from bloom_frontier.pipelines.schema import upgrade_schema
+from bloom_frontier.pipelines.store import make_engine, store_url_from
+from bloom_frontier.redis_client import command_client, require_bloom
+from bloom_frontier.seen.joblock import JobdirLock
 
 if TYPE_CHECKING:
     import argparse
@@ -39,7 +39,7 @@ def check_crawl_setup(settings: BaseSettings, spider_name: str) -> None:
     """Raise the error a user can fix if the crawl of ``spider_name`` cannot work; each
     server is given the command timeouts, so this takes seconds when one does not answer.
     ``settings`` are the project's: the add-on's are applied to a copy first (its
-    :class:`~crawler.addon.FrontierConflict` when a setting defeats the frontier)."""
+    :class:`~bloom_frontier.addon.FrontierConflict` when a setting defeats the frontier)."""
     get_spider_loader(settings).load(spider_name)
     settings = settings.copy()
     BloomFrontierAddon.claim(settings)

@@ -1,7 +1,7 @@
 """``scrapy frontier SPIDER [--watch] [--json]``: live status of a shared (Redis) frontier;
 ``scrapy frontier SPIDER --reset --yes``: clear it so the same crawl can run again.
 
-``--quarantine`` lists the stored requests in quarantine (:mod:`crawler.frontier.redis.
+``--quarantine`` lists the stored requests in quarantine (:mod:`bloom_frontier.frontier.redis.
 quarantine`); ``--requeue-quarantined ID...|all`` and ``--drop-quarantined ID...|all`` act on
 them.
 """
@@ -18,14 +18,14 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
-from crawler.commands._failures import fails_cleanly
-from crawler.frontier.politeness import HostLimits
-from crawler.frontier.redis import quarantine
-from crawler.frontier.redis.layout import FrontierKeys
-from crawler.frontier.redis.partitions import partition_keys
-from crawler.frontier.reset import CrawlStillRunning, crawl_keys, reset_crawl
-from crawler.frontier.status import read_status
-from crawler.redis_client import Client, command_client
+from bloom_frontier.commands._failures import fails_cleanly
+from bloom_frontier.frontier.politeness import HostLimits
+from bloom_frontier.frontier.redis import quarantine
+from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.redis.partitions import partition_keys
+from bloom_frontier.frontier.reset import CrawlStillRunning, crawl_keys, reset_crawl
+from bloom_frontier.frontier.status import read_status
+from bloom_frontier.redis_client import Client, command_client
 
 #: ANSI: cursor home, clear screen - --watch redraws in place.
 CLEAR_SCREEN = "\x1b[H\x1b[2J"

@@ -3,9 +3,9 @@
 Keys the URLs the crawl knows (record store: fetched pages, redirect hops, URL aliases,
 canonical hints; frontier: requests queued, leased, staged or failed) under the rules in
 force now into a new seen filter, and keeps the old filter as a read-only layer consulted
-with the old rules (:mod:`crawler.seen.layers`): nothing seen becomes unseen, and URLs the
+with the old rules (:mod:`bloom_frontier.seen.layers`): nothing seen becomes unseen, and URLs the
 new rules merge with a known one count as seen. The rules in force are ``CANON_HOST_RULES``
-plus the learned parameter rules applied (:mod:`crawler.learning`: ``scrapy audit-rules
+plus the learned parameter rules applied (:mod:`bloom_frontier.learning`: ``scrapy audit-rules
 --apply``, or ``CANON_LEARN="apply"``, in the store or the shared crawl's ``<prefix>:learned``)
 and not revoked; the filter records both, and the next crawl keys with them.
 
@@ -23,7 +23,7 @@ while the rebuild runs (stop them first to save those fetches).
 
 - Embedded crawl (``-s JOBDIR=DIR``): run it while the crawl is stopped (paused with
   Ctrl-C); resume the crawl with the new rules. A crawl running on that ``JOBDIR`` holds
-  its lock (:mod:`crawler.seen.joblock`): the rebuild refuses with one line (exit status 2)
+  its lock (:mod:`bloom_frontier.seen.joblock`): the rebuild refuses with one line (exit status 2)
   and changes nothing; a crawl started during the rebuild refuses the same way.
 - Shared crawl (``-s REDIS_URL=...``): workers may keep running. The new filter is a new
   generation, switched to in one atomic write of the crawl's layer manifest; keys workers
@@ -46,27 +46,29 @@ from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.job import job_dir
 
-from crawler.canonical import dedupe_key
-from crawler.canonical.rules import DEFAULT_RULES
-from crawler.commands._failures import fails_cleanly
-from crawler.commands._records import reading_store
-from crawler.commands.audit_rules import audit, proposal_previews, write_learned, write_text
-from crawler.learning.state import (
+from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.canonical.rules import DEFAULT_RULES
+from bloom_frontier.commands._failures import fails_cleanly
+from bloom_frontier.commands._records import reading_store
+from bloom_frontier.commands.audit_rules import audit, proposal_previews, write_learned, write_text
+from bloom_frontier.learning.state import (
     Learned,
     RedisRuleState,
     combined_host_rules,
     learned_in_force,
 )
-from crawler.redis_client import redis_from_url, require_bloom
-from crawler.seen.joblock import JobdirLock
-from crawler.seen.layers import (
+from bloom_frontier.pipelines.records import REVOKED
+from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.redis_client import redis_from_url, require_bloom
+from bloom_frontier.seen.joblock import JobdirLock
+from bloom_frontier.seen.layers import (
     ensure_manifest,
     filter_parameters,
     read_rules_file,
     rules_from_record,
     rules_record,
 )
-from crawler.seen.rebuild import (
+from bloom_frontier.seen.rebuild import (
     KeyedUrls,
     jobdir_queued_urls,
     rebuild_jobdir,
@@ -74,8 +76,6 @@ from crawler.seen.rebuild import (
     redis_frontier_urls,
     store_urls,
 )
-from pipelines.records import REVOKED
-from pipelines.store import SqlRecordStore
 
 
 class Command(ScrapyCommand):

@@ -1,14 +1,14 @@
 """``scrapy redirects``: the redirect map from the record store, as a migration deploys it.
 
-What every format says is stated once, in :mod:`crawler.redirectmap.semantics` (one row per
+What every format says is stated once, in :mod:`bloom_frontier.redirectmap.semantics` (one row per
 redirect source, target, status, which rows are entries). Formats:
 
 * ``jsonl`` (default), ``csv``: every source, chain level: source, target, status, hops, every
   hop's status, permanent end to end, outcome, final status, flag, entry and why not;
 * ``bulk``: ``source,target,status`` for the entries, as CDNs and hosting platforms import;
-* ``nginx``: a file to include in ``http {}`` (:mod:`crawler.redirectmap.nginx`);
-* ``apache``: rules to include in a ``<VirtualHost>`` (:mod:`crawler.redirectmap.apache`);
-* ``html``: the redirect audit report (:mod:`crawler.redirectmap.report`);
+* ``nginx``: a file to include in ``http {}`` (:mod:`bloom_frontier.redirectmap.nginx`);
+* ``apache``: rules to include in a ``<VirtualHost>`` (:mod:`bloom_frontier.redirectmap.apache`);
+* ``html``: the redirect audit report (:mod:`bloom_frontier.redirectmap.report`);
 * ``hops``: the recorded hops themselves, one JSON line each
   (``{"from", "to", "status", "permanent", "via"}``): what the crawl saw, not a map (the
   shape the messy-site scorer reads).
@@ -27,16 +27,16 @@ from typing import Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
 
-from crawler.canonical.rules import rules_from_settings
-from crawler.commands._failures import fails_cleanly
-from crawler.commands._records import add_format_option, reading_store
-from crawler.redirectmap.apache import write_apache
-from crawler.redirectmap.matching import Unmatchable, request_key, server_entries
-from crawler.redirectmap.nginx import DEFAULT_MAX_REGEX, write_nginx
-from crawler.redirectmap.report import canonical_judge, write_report
-from crawler.redirectmap.semantics import COLUMNS, MapOptions, redirect_sources
-from pipelines.records import write_rows
-from pipelines.store import StoredChain
+from bloom_frontier.canonical.rules import rules_from_settings
+from bloom_frontier.commands._failures import fails_cleanly
+from bloom_frontier.commands._records import add_format_option, reading_store
+from bloom_frontier.pipelines.records import write_rows
+from bloom_frontier.pipelines.store import StoredChain
+from bloom_frontier.redirectmap.apache import write_apache
+from bloom_frontier.redirectmap.matching import Unmatchable, request_key, server_entries
+from bloom_frontier.redirectmap.nginx import DEFAULT_MAX_REGEX, write_nginx
+from bloom_frontier.redirectmap.report import canonical_judge, write_report
+from bloom_frontier.redirectmap.semantics import COLUMNS, MapOptions, redirect_sources
 
 FORMATS = ("jsonl", "csv", "bulk", "nginx", "apache", "html", "hops")
 HOP_COLUMNS = ("from", "to", "status", "permanent", "via")

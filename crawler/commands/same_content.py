@@ -21,16 +21,16 @@ from typing import Any, ClassVar, TextIO
 from datasketch import MinHashLSH
 from scrapy.commands import ScrapyCommand
 
-from crawler.commands._records import add_format_option, reading_store
-from crawler.content.fingerprint import (
+from bloom_frontier.commands._records import add_format_option, reading_store
+from bloom_frontier.content.fingerprint import (
     NEAR_DUPLICATE,
     NUM_PERM,
     OK,
     signature_of,
     similarity,
 )
-from crawler.learning.evidence import split_key
-from pipelines.records import write_rows
+from bloom_frontier.learning.evidence import split_key
+from bloom_frontier.pipelines.records import write_rows
 
 
 def separated_by(keys: Iterable[str]) -> list[str]:

@@ -20,9 +20,9 @@ from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 from scrapy.statscollectors import MemoryStatsCollector
 
-from crawler.commands._failures import CommandFailed, fails_cleanly
-from crawler.frontier.redis import RedisFrontier
-from crawler.redis_client import command_client
+from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
+from bloom_frontier.frontier.redis import RedisFrontier
+from bloom_frontier.redis_client import command_client
 
 #: Seeds admitted per Redis call.
 BATCH = 1000

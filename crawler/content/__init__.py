@@ -1,2 +1,3 @@
-"""Content fingerprints of fetched documents (:mod:`crawler.content.fingerprint`) and the
-extension that computes and stores them off the reactor (:mod:`crawler.content.extension`)."""
+"""Content fingerprints of fetched documents (:mod:`bloom_frontier.content.fingerprint`) and the
+extension that computes and stores them off the reactor
+(:mod:`bloom_frontier.content.extension`)."""

@@ -5,7 +5,7 @@ Each response that reached the engine (redirects are followed before that; robot
 other engine-internal downloads are skipped) is fingerprinted in Twisted's thread pool; the
 result is added to the record store from the reactor thread and announced with the
 :data:`content_fingerprinted` signal (``page``, ``content``, ``request``), which
-:mod:`crawler.learning` listens to. Pending fingerprints are awaited when the spider
+:mod:`bloom_frontier.learning` listens to. Pending fingerprints are awaited when the spider
 closes. Stats: ``content/fingerprinted``, ``content/kind/<kind>``, ``content/failed``.
 A fingerprint of a page whose lease was already released is lost if the worker dies before
 the next flush: it is derived data, the page itself is recorded.
@@ -23,12 +23,12 @@ from scrapy.http.request import NO_CALLBACK
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.threads import deferToThread
 
-from crawler.content.fingerprint import NORMALIZATIONS, fingerprint
-from crawler.defaults import CONTENT_NORMALIZATION
-from crawler.frontier import META_KEY
-from middlewares.redirects import soft_404_flag
-from pipelines.records import Chain, ContentRecord, PageRecord
-from pipelines.store import store_for
+from bloom_frontier.content.fingerprint import NORMALIZATIONS, fingerprint
+from bloom_frontier.defaults import CONTENT_NORMALIZATION
+from bloom_frontier.frontier import META_KEY
+from bloom_frontier.middlewares.redirects import soft_404_flag
+from bloom_frontier.pipelines.records import Chain, ContentRecord, PageRecord
+from bloom_frontier.pipelines.store import store_for
 
 if TYPE_CHECKING:
     from typing import Self

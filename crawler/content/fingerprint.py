@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xxhash
 
-from pipelines.records import ContentRecord
+from bloom_frontier.pipelines.records import ContentRecord
 
 if TYPE_CHECKING:
     from datasketch import MinHash

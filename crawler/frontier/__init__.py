@@ -2,9 +2,9 @@
 
 One interface, one implementation per backend:
 
-- :class:`crawler.frontier.memory.MemoryFrontier` (default): checks keys against the
+- :class:`bloom_frontier.frontier.memory.MemoryFrontier` (default): checks keys against the
   in-process seen filter and hands the new requests back to Scrapy's own scheduler.
-- :class:`crawler.frontier.redis.RedisFrontier` (``REDIS_URL`` set): marks keys seen,
+- :class:`bloom_frontier.frontier.redis.RedisFrontier` (``REDIS_URL`` set): marks keys seen,
   queues the new requests and releases the page's lease in Redis in one atomic step (three
   crash-safe steps with a sharded filter), shared by every worker.
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from twisted.internet.defer import Deferred
 
-    from crawler.frontier.keys import RequestKeyer
+    from bloom_frontier.frontier.keys import RequestKeyer
 
 #: ``request.meta`` key holding the request's dedupe key once computed.
 META_KEY = "dedupe_key"
@@ -92,7 +92,8 @@ class Frontier(Protocol):
         """``request``'s key if it is certainly seen already, so its batch would drop it;
         no I/O, nothing marked (None is no verdict: the batch decides). The key is carried
         in its ``meta`` for the batch. Lets
-        :class:`middlewares.linkbatch.SeenLinksMiddleware` drop duplicates as the spider
+        :class:`bloom_frontier.middlewares.linkbatch.SeenLinksMiddleware` drop duplicates as the
+        spider
         yields them."""
         ...
 
@@ -100,7 +101,7 @@ class Frontier(Protocol):
         """True if the link ``url``, whose key is ``key``, is certainly seen already (as
         :meth:`seen_before` asks it): no I/O, nothing marked. For links judged by key
         before any request is built for them
-        (:meth:`middlewares.linkbatch.SeenLinksMiddleware.requests_for`)."""
+        (:meth:`bloom_frontier.middlewares.linkbatch.SeenLinksMiddleware.requests_for`)."""
         ...
 
     def request_seen(self, request: Request) -> bool:
@@ -129,11 +130,11 @@ def frontier_for(crawler: Crawler) -> Frontier:
     frontier = _frontiers.get(crawler)
     if frontier is None:
         if crawler.settings.get("REDIS_URL"):
-            from crawler.frontier.redis import RedisFrontier
+            from bloom_frontier.frontier.redis import RedisFrontier
 
             frontier = RedisFrontier.from_crawler(crawler)
         else:
-            from crawler.frontier.memory import MemoryFrontier
+            from bloom_frontier.frontier.memory import MemoryFrontier
 
             frontier = MemoryFrontier.from_crawler(crawler)
         _frontiers[crawler] = frontier

@@ -12,7 +12,7 @@ end
 -- True if a batch keyed under the learned rules of `version` (a decimal; '' from a worker
 -- without learned rules: never stale) comes too late: the crawl's rules are another version
 -- now (LEARNED_VERSION, missing: 0). A mangled version reads as 0, as the workers read it
--- (crawler.learning.state.parse_version), so they and the scripts agree.
+-- (bloom_frontier.learning.state.parse_version), so they and the scripts agree.
 -- Keys: LEARNED_VERSION.
 local function rules_stale(version)
   if version == '' then
@@ -236,7 +236,7 @@ local function pick_ready(n, now, rules)
 end
 
 -- Bytes of a stored request kept in its quarantine record (more is cut, and the record can
--- no longer be requeued). crawler.frontier.redis.quarantine.KEEP_BYTES says the same.
+-- no longer be requeued). bloom_frontier.frontier.redis.quarantine.KEEP_BYTES says the same.
 local QUARANTINE_KEEP = 65536
 
 -- Put the stored request `id` (its text: `payload`, may be nil) in quarantine with `reason`:

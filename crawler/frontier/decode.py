@@ -12,7 +12,7 @@ one there), so before a request is built:
   format of earlier releases is read as version 0, which has the same fields as 1 and as
   2's JSON objects);
 - a compact record (format 2, ``2<TAB><shape id><TAB><url>[<TAB><JSON fields>]``, see
-  :mod:`crawler.frontier.serialize`) names a shape the crawl's table holds, given beside
+  :mod:`bloom_frontier.frontier.serialize`) names a shape the crawl's table holds, given beside
   it; the shape (JSON) and the fields are checked as strictly as a JSON request, and may
   only hold what each may hold (:data:`SHAPE_FIELDS` in the shape, the other fields beside
   the URL);
@@ -98,7 +98,7 @@ GENERIC_SPIDER_CALLBACKS: dict[type, frozenset[str]] = {
 SPIDER_NAMES = frozenset(dir(Spider)) - {"parse"}
 
 _METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}")
-#: Tags of the values JSON has no type for (see :mod:`crawler.frontier.serialize`).
+#: Tags of the values JSON has no type for (see :mod:`bloom_frontier.frontier.serialize`).
 BYTES, TUPLE, MAPPING, DICT = "$b", "$t", "$m", "$d"
 _MAX_PRIORITY = 2**53
 
@@ -125,7 +125,7 @@ def _refuse_constant(name: str) -> Any:
 
 def decode_value(value: Any, where: str, depth: int = 0) -> Any:
     """A JSON value of the stored form as the Python value it stands for (bytes, tuples,
-    non-string-keyed dicts are tagged, see :mod:`crawler.frontier.serialize`)."""
+    non-string-keyed dicts are tagged, see :mod:`bloom_frontier.frontier.serialize`)."""
     if depth > MAX_DEPTH:
         raise _refuse(f"{where}: nested more than {MAX_DEPTH} levels")
     if isinstance(value, list):
@@ -510,12 +510,12 @@ DEFAULT_DECODER = RequestDecoder()
 def request_from_json(
     text: str | bytes, spider: Spider | None = None, decoder: RequestDecoder = DEFAULT_DECODER
 ) -> Request:
-    """The request :func:`crawler.frontier.serialize.request_to_json` stored as ``text``;
+    """The request :func:`bloom_frontier.frontier.serialize.request_to_json` stored as ``text``;
     :class:`RequestNotLoadable` (with its ``reason``) for anything else."""
     return decoder.decode(text, spider)
 
 
 def request_dict_from_json(text: str | bytes) -> dict[str, Any]:
-    """Inverse of :func:`crawler.frontier.serialize.request_dict_to_json` (``JOBDIR`` disk
+    """Inverse of :func:`bloom_frontier.frontier.serialize.request_dict_to_json` (``JOBDIR`` disk
     queues): checked like :func:`request_from_json`, callbacks left as names."""
     return DEFAULT_DECODER.decode_dict(text)

@@ -1,8 +1,8 @@
 """``JOBDIR`` disk queues that store requests as JSON instead of pickle.
 
 queuelib's disk queues (what Scrapy's own are built on) holding
-:func:`~crawler.frontier.serialize.request_to_json` text. A request that has no JSON form
-raises :class:`~crawler.frontier.serialize.RequestNotSerializable` (a ``ValueError``), so
+:func:`~bloom_frontier.frontier.serialize.request_to_json` text. A request that has no JSON form
+raises :class:`~bloom_frontier.frontier.serialize.RequestNotSerializable` (a ``ValueError``), so
 Scrapy's scheduler keeps it in memory and counts it under ``scheduler/unserializable``,
 exactly as it does for requests pickle cannot handle.
 """
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from queuelib import queue
 
-from crawler.frontier.decode import RequestDecoder
-from crawler.frontier.serialize import request_to_json
+from bloom_frontier.frontier.decode import RequestDecoder
+from bloom_frontier.frontier.serialize import request_to_json
 
 if TYPE_CHECKING:
     from typing import Self
@@ -32,7 +32,7 @@ class _JsonRequests:
     def __init__(self, crawler: Crawler, key: str) -> None:
         Path(key).parent.mkdir(parents=True, exist_ok=True)
         self.spider = crawler.spider
-        # Stored requests are read back strictly (crawler.frontier.decode), under the
+        # Stored requests are read back strictly (bloom_frontier.frontier.decode), under the
         # crawl's FRONTIER_MAX_REQUEST_BYTES and FRONTIER_REQUEST_CLASSES, as from Redis.
         self.decoder = RequestDecoder.from_settings(crawler.settings)
         super().__init__(key)  # type: ignore[call-arg]

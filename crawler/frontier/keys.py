@@ -1,7 +1,7 @@
 """Dedupe keys for requests: computed once per request and carried in its ``meta``,
 rejections counted by reason.
 
-A request's key is its URL's dedupe key (:func:`crawler.canonical.dedupe_key`); a request
+A request's key is its URL's dedupe key (:func:`bloom_frontier.canonical.dedupe_key`); a request
 with another method than GET (a form POST, a HEAD) has that key extended with the method and
 a digest of its body (:func:`request_key`), so two POSTs to one URL with different bodies are
 two requests, as Scrapy's own fingerprint has them. Links outside the spider's
@@ -23,9 +23,9 @@ from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.httpobj import urlparse_cached
 from w3lib.url import safe_url_string
 
-from crawler.canonical import InvalidURL, dedupe_key
-from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from crawler.frontier import META_CHECKED, META_KEY, META_KEY_URL
+from bloom_frontier.canonical import InvalidURL, dedupe_key
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
+from bloom_frontier.frontier import META_CHECKED, META_KEY, META_KEY_URL
 
 if TYPE_CHECKING:
     from typing import Self
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
-    from crawler.learning.state import LiveRules
+    from bloom_frontier.learning.state import LiveRules
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ KEY_MEMO_SIZE = 100_000
 
 def request_key(request: Request, rules: RuleSet = DEFAULT_RULES) -> str:
     """The dedupe key of ``request``: its URL's key for GET, else that key, the method and
-    a digest of the body. Raises :class:`~crawler.canonical.InvalidURL`.
+    a digest of the body. Raises :class:`~bloom_frontier.canonical.InvalidURL`.
 
     >>> request_key(Request("https://example.com/a?utm_source=x"))
     'r2|https://example.com/a'
@@ -170,13 +170,13 @@ class RequestKeyer:
 
     def use_version(self, version: str) -> None:
         """Key under the version prefix ``version`` (that of the seen filter, when it was
-        rebuilt with learned rules on top of these, :mod:`crawler.seen.layers`)."""
+        rebuilt with learned rules on top of these, :mod:`bloom_frontier.seen.layers`)."""
         if version != self.rules.version:
             self.rules = replace(self.rules, version=version)
 
     def use_rules(self, live: LiveRules) -> None:
         """Key each batch with ``live.current()`` from now on: rules that change while the
-        crawl runs (learned rules, :mod:`crawler.learning.state`). A key carried in a
+        crawl runs (learned rules, :mod:`bloom_frontier.learning.state`). A key carried in a
         request's ``meta`` serves only under the version it was made under."""
         self.live = live
 
@@ -209,10 +209,10 @@ class RequestKeyer:
         return self.rules if self.live is None else self.live.current()
 
     def url_key(self, url: str, rules: RuleSet) -> str:
-        """:func:`~crawler.canonical.dedupe_key` of ``url`` under ``rules``, memoized per URL
+        """:func:`~bloom_frontier.canonical.dedupe_key` of ``url`` under ``rules``, memoized per URL
         (at most :data:`KEY_MEMO_SIZE`, the oldest forgotten first; all forgotten when the
         rules change: a learned rule, another version). Raises
-        :class:`~crawler.canonical.InvalidURL` (not memoized)."""
+        :class:`~bloom_frontier.canonical.InvalidURL` (not memoized)."""
         if rules is not self._memo_rules:
             self._memo, self._memo_rules = {}, rules
         key = self._memo.get(url)
@@ -369,7 +369,7 @@ def url_key(request: Request, url: str, rules: RuleSet = DEFAULT_RULES) -> str:
     """The dedupe key of ``url``, computed once per request: when ``url`` is the URL of
     ``request`` (a response's URL usually is) and the request is a GET, whose key is its
     URL's, the key the request carries, else computed (and carried). Raises
-    :class:`~crawler.canonical.InvalidURL`."""
+    :class:`~bloom_frontier.canonical.InvalidURL`."""
     if url != request.url or request.method != "GET":
         return dedupe_key(url, rules)
     key = carried_key(request, rules)

@@ -15,16 +15,17 @@ page again, dropping its links as known would lose them. While pages are in flig
 to keys of batches not answered yet are sent again (a few per page, counted in
 ``frontier/records_built`` against ``frontier/enqueued``).
 
-Across a change of the crawl's learned rules (:mod:`crawler.learning.state`): keys keep the
+Across a change of the crawl's learned rules (:mod:`bloom_frontier.learning.state`): keys keep the
 seen filter's prefix (the learned rules' version is not in it, or every URL seen so far would
 look new), so a key known here names the same normalized URL under any learned rules, and the
 filter holds it under all of them: "known" stays as true as the filter's own answer. What a
 rules change makes wrong is a key made under rules a worker has not reloaded yet (a rule
 revoked a second ago still merging a variant into its page). So a key a learned rule merged is
-never dropped here (:meth:`crawler.frontier.redis.RedisFrontier.seen_before`): its admission
-checks the version (:mod:`crawler.frontier.redis.admission`); and a key carried in a request's
+never dropped here (:meth:`bloom_frontier.frontier.redis.RedisFrontier.seen_before`): its admission
+checks the version (:mod:`bloom_frontier.frontier.redis.admission`); and a key carried in a
+request's
 ``meta`` serves only under the version it was made under
-(:data:`crawler.frontier.keys.META_KEY_RULES`). Marks made under a rule before its revocation
+(:data:`bloom_frontier.frontier.keys.META_KEY_RULES`). Marks made under a rule before its revocation
 stay in the filter, as everything seen does (the revocation's warning says so).
 """
 

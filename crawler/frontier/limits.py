@@ -27,9 +27,9 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import defer, task, threads
 
-from crawler.frontier.lua import FrontierScripts
-from crawler.frontier.redis.layout import FrontierKeys
-from crawler.redis_client import redis_from_url
+from bloom_frontier.frontier.lua import FrontierScripts
+from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.redis_client import redis_from_url
 
 if TYPE_CHECKING:
     from typing import Self

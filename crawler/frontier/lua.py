@@ -2,7 +2,7 @@
 shared helpers in front of it and given only the keys it names.
 
 Each script file starts with a ``-- KEYS: name name ...`` line naming, in order, the fields
-of :class:`crawler.frontier.redis.layout.FrontierKeys` it touches (itself or through the
+of :class:`bloom_frontier.frontier.redis.layout.FrontierKeys` it touches (itself or through the
 helpers it calls); the loader binds ``KEYS[i]`` to the upper-case name (``queue`` ->
 ``QUEUE``) in front of the helpers, so a helper reaching for a key its script did not name
 fails loudly ("nonexistent global variable") instead of touching the wrong key.
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import redis
 
-    from crawler.frontier.redis.layout import FrontierKeys
+    from bloom_frontier.frontier.redis.layout import FrontierKeys
 
 _SCRIPTS_DIR = Path(__file__).parent
 #: Helpers prepended to every script, in this order: ``common.lua`` calls into
@@ -53,7 +53,9 @@ end"""
 def script_source(name: str) -> str:
     """``<name>.lua`` with its keys bound by name and checked for their types, and the
     shared helpers in front."""
-    from crawler.frontier.redis.layout import KEY_TYPES  # here: the package imports this module
+    from bloom_frontier.frontier.redis.layout import (
+        KEY_TYPES,  # here: the package imports this module
+    )
 
     keys = script_keys(name)
     prelude = "local {} = {}\n".format(

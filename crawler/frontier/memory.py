@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.utils.job import job_dir
 
-from crawler.frontier.keys import RequestKeyer
-from crawler.seen.joblock import JobdirLock
-from crawler.seen.layers import OlderLayers, prepare_jobdir
-from crawler.seen.memory import MemoryBloomSeenFilter
+from bloom_frontier.frontier.keys import RequestKeyer
+from bloom_frontier.seen.joblock import JobdirLock
+from bloom_frontier.seen.layers import OlderLayers, prepare_jobdir
+from bloom_frontier.seen.memory import MemoryBloomSeenFilter
 
 if TYPE_CHECKING:
     from typing import Self
@@ -26,8 +26,8 @@ class MemoryFrontier:
     """Checks a page's links against the seen filter in one ``add_many`` call and returns
     the new ones for Scrapy's scheduler (which then does not check them again). Links an
     ``older`` read-only layer has seen (``JOBDIR`` after ``scrapy rebuild-filter``, see
-    :mod:`crawler.seen.layers`) count as seen too. A crawl on a ``JOBDIR`` holds its
-    lock (:mod:`crawler.seen.joblock`) until the spider closes."""
+    :mod:`bloom_frontier.seen.layers`) count as seen too. A crawl on a ``JOBDIR`` holds its
+    lock (:mod:`bloom_frontier.seen.joblock`) until the spider closes."""
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ to the queue and enforced atomically by the lease script (``politeness.lua``):
 - a request is leased only when its host's next-allowed time (Redis server clock) has come
   and fewer than the host's limit of requests are in flight; the lease moves the next-allowed
   time one delay ahead and counts the request in flight until its download ends (a response
-  or a failure: its worker reports it at once, see :mod:`crawler.frontier.redis.leases`), or
+  or a failure: its worker reports it at once, see :mod:`bloom_frontier.frontier.redis.leases`), or
   at the latest until its lease ends (answered, failed, given back or expired). As with
   Scrapy's own ``CONCURRENT_REQUESTS_PER_DOMAIN``, a limit of N means N downloads at once,
   across all workers; a worker still parsing a page does not hold its host's turn (on a
@@ -21,12 +21,13 @@ to the queue and enforced atomically by the lease script (``politeness.lua``):
   the host's ``DOWNLOAD_SLOTS`` ``concurrency``);
 - requests of hosts that are not ready are passed over (``frontier/politeness_skipped``)
   among the first ``FRONTIER_POLITENESS_SCAN`` lanes of the queue (one lane per host and
-  priority level, see :mod:`crawler.frontier.redis.layout`), so a worker never idles behind
+  priority level, see :mod:`bloom_frontier.frontier.redis.layout`), so a worker never idles behind
   one slow host while others are ready; a worker that finds nothing ready asks again when
   the soonest waiting host is due. Only when those first lanes all belong to waiting hosts
   does a worker wait although a later lane's host is ready.
 
-The worker's side (:class:`middlewares.politeness.GlobalPolitenessMiddleware`) keeps each
+The worker's side (:class:`bloom_frontier.middlewares.politeness.GlobalPolitenessMiddleware`) keeps
+each
 download on its turn: a request is sent right after its lease (the scheduler leases no more
 than the downloader can start, and each worker's own download delay is 0, see
 :func:`disable_local_delays`: the two delays would add up and a request could leave long
@@ -49,7 +50,7 @@ Crawl-wide backoff: a 429 or 503 answer with ``Retry-After`` (seconds or an HTTP
 next-allowed time moves to the end of the pause, see ``pause_host`` in politeness.lua), for
 at most ``HOST_BACKOFF_MAX`` seconds; each worker's own downloader slot of that host pauses
 too (:func:`pause_slot`), which is all there is to it in embedded mode
-(:class:`middlewares.politeness.HostBackoffMiddleware`).
+(:class:`bloom_frontier.middlewares.politeness.HostBackoffMiddleware`).
 
 Stats: ``frontier/politeness_skipped``, ``frontier/hosts_waiting`` (at the last lease),
 ``frontier/politeness_new_turns``, ``robotstxt/crawl_delay``, ``robotstxt/shared_fetch``,
@@ -71,7 +72,7 @@ from scrapy import signals
 from scrapy.utils.asyncio import call_later
 from scrapy.utils.httpobj import urlparse_cached
 
-from crawler.frontier.lua import FrontierScripts
+from bloom_frontier.frontier.lua import FrontierScripts
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -83,8 +84,8 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
-    from crawler.frontier.redis.layout import FrontierKeys
-    from crawler.frontier.redis.partitions import Partitions
+    from bloom_frontier.frontier.redis.layout import FrontierKeys
+    from bloom_frontier.frontier.redis.partitions import Partitions
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Clearing a shared crawl so the same command can crawl again (``scrapy frontier SPIDER
 --reset --yes``).
 
-A crawl's shared state is every key under its prefix (:mod:`crawler.frontier.redis.layout`:
+A crawl's shared state is every key under its prefix (:mod:`bloom_frontier.frontier.redis.layout`:
 queue, requests, leases, failures, staged batches, politeness state, shared robots.txt,
 status records, crawl-wide limit counters, the quarantine, the seen filter) plus, with
 ``SEEN_FILTER_SHARDS`` > 1, the filter's shards, and with ``FRONTIER_PARTITIONS`` > 1, the
@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import redis
 
-from crawler.frontier.redis.layout import FrontierKeys
-from crawler.seen.sharded import shard_keys
+from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.seen.sharded import shard_keys
 
 #: Keys deleted per command.
 DELETE_BATCH = 500

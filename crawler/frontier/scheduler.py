@@ -1,6 +1,6 @@
 """Scrapy scheduler and downloader middleware for the shared Redis frontier.
 
-Installed by :class:`crawler.addon.BloomFrontierAddon` when ``REDIS_URL`` is set.
+Installed by :class:`bloom_frontier.addon.BloomFrontierAddon` when ``REDIS_URL`` is set.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from scrapy.exceptions import DontCloseSpider
 from twisted.internet import defer
 from twisted.internet.task import LoopingCall
 
-from crawler.frontier import frontier_for
-from crawler.frontier.politeness import disable_local_delays
-from crawler.frontier.redis import REDIS_UNAVAILABLE, RedisFrontier, failure_reason
+from bloom_frontier.frontier import frontier_for
+from bloom_frontier.frontier.politeness import disable_local_delays
+from bloom_frontier.frontier.redis import REDIS_UNAVAILABLE, RedisFrontier, failure_reason
 
 if TYPE_CHECKING:
     from typing import Self
@@ -54,12 +54,12 @@ def _redis_frontier(crawler: Crawler) -> RedisFrontier:
 
 
 class RedisScheduler(BaseScheduler):
-    """Serves requests leased from the shared frontier (:mod:`crawler.frontier.redis`).
+    """Serves requests leased from the shared frontier (:mod:`bloom_frontier.frontier.redis`).
 
     ``next_request`` hands out requests from a small local buffer, refilled with up to
     ``FRONTIER_LEASE_BATCH`` leases at a time, and no more than the downloader can start at
     once: a request leaves right after its host's politeness turn, not after waiting in the
-    buffer (the worker's own download delay is 0, see :mod:`crawler.frontier.politeness`).
+    buffer (the worker's own download delay is 0, see :mod:`bloom_frontier.frontier.politeness`).
     When nothing can be leased it polls again after a delay doubling up to one second, or
     sooner when a host waiting on its delay becomes ready. The crawl ends only when the whole
     frontier is drained: nothing queued and no lease outstanding in any worker (another
@@ -114,7 +114,7 @@ class RedisScheduler(BaseScheduler):
         )
         crawler.signals.connect(scheduler.spider_idle, signal=signals.spider_idle)
         # A lease is answered by what happens to its request (module docstring of
-        # crawler.frontier.redis.leases), never by the garbage collector.
+        # bloom_frontier.frontier.redis.leases), never by the garbage collector.
         frontier = scheduler.frontier
         crawler.signals.connect(frontier.responded, signal=signals.response_received)
         crawler.signals.connect(frontier.left_downloader, signal=signals.request_left_downloader)
@@ -314,7 +314,8 @@ class LeaseMiddleware:
     when the scheduler closes.
 
     The other outcomes answer the lease elsewhere: a response, through its page batch
-    (:class:`middlewares.linkbatch.BatchDedupeMiddleware`, also when the callback raises);
+    (:class:`bloom_frontier.middlewares.linkbatch.BatchDedupeMiddleware`, also when the callback
+    raises);
     a redirect or retry, by taking the lease over (:meth:`RedisFrontier.enqueue`); a
     request dropped after its download, by :meth:`RedisFrontier.answer_dropped`.
     """

@@ -2,7 +2,7 @@
 
 Scrapy's :meth:`~scrapy.Request.to_dict` does the request-level work (callbacks and errbacks
 by spider method name, the request class); this module makes the resulting dict JSON-safe,
-losslessly, and :mod:`crawler.frontier.decode` reads it back (strictly: stored requests are
+losslessly, and :mod:`bloom_frontier.frontier.decode` reads it back (strictly: stored requests are
 untrusted input). Two forms:
 
 - a JSON object carrying its format version (``"v"``): the ``JOBDIR`` disk queues,
@@ -14,7 +14,7 @@ untrusted input). Two forms:
   A ``meta`` value that is the URL itself behind a short prefix (the dedupe key
   ``r2|<url>``, the checked mark) or the request's politeness host is named in the shape,
   not stored. Redis' scripts give a shape its id (``shapes``, append-only, see
-  :mod:`crawler.frontier.redis.layout`).
+  :mod:`bloom_frontier.frontier.redis.layout`).
 
 - ``bytes`` (body, header names and values, meta values) become ``{"$b": "<base64>"}``;
 - tuples become ``{"$t": [...]}``, dicts with non-string keys ``{"$m": [[key, value], ...]}``;
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
-from crawler.frontier.decode import (
+from bloom_frontier.frontier.decode import (
     BYTES,
     DICT,
     FORMAT_VERSION,

@@ -19,16 +19,16 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
-from crawler.frontier import frontier_for
-from crawler.frontier.lua import FrontierScripts
-from crawler.frontier.politeness import HostLimits, hosts_waiting
-from crawler.frontier.redis import RedisFrontier, quarantine, state
-from crawler.frontier.redis.layout import FrontierKeys
-from crawler.frontier.redis.partitions import partition_keys
-from crawler.progress import RateWindow
-from crawler.seen.layers import current_seen_key
-from crawler.seen.redis import BloomInfo, bloom_info
-from crawler.seen.sharded import shard_keys
+from bloom_frontier.frontier import frontier_for
+from bloom_frontier.frontier.lua import FrontierScripts
+from bloom_frontier.frontier.politeness import HostLimits, hosts_waiting
+from bloom_frontier.frontier.redis import RedisFrontier, quarantine, state
+from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.redis.partitions import partition_keys
+from bloom_frontier.progress import RateWindow
+from bloom_frontier.seen.layers import current_seen_key
+from bloom_frontier.seen.redis import BloomInfo, bloom_info
+from bloom_frontier.seen.sharded import shard_keys
 
 if TYPE_CHECKING:
     from typing import Self

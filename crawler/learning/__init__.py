@@ -1,12 +1,12 @@
 """Parameter rules proven by content: learn which query parameters change nothing.
 
-* :mod:`crawler.learning.evidence`: pairs of fetched URLs that differ by one parameter,
+* :mod:`bloom_frontier.learning.evidence`: pairs of fetched URLs that differ by one parameter,
   compared by content fingerprint, and the drop rules they prove (pure, no I/O);
-* :mod:`crawler.learning.state`: the crawl's active learned rules and their version, in
+* :mod:`bloom_frontier.learning.state`: the crawl's active learned rules and their version, in
   process (embedded) or in Redis beside the frontier (shared), and the live ruleset every
   batch of keys is made with;
-* :mod:`crawler.learning.extension`: the Scrapy extension tying fingerprints, evidence,
+* :mod:`bloom_frontier.learning.extension`: the Scrapy extension tying fingerprints, evidence,
   the record store and the shared state together (``CANON_LEARN``);
-* :mod:`crawler.learning.gate`: queued requests a newly learned rule merges are dropped;
-* :mod:`crawler.learning.recheck`: the sampled re-check of applied rules.
+* :mod:`bloom_frontier.learning.gate`: queued requests a newly learned rule merges are dropped;
+* :mod:`bloom_frontier.learning.recheck`: the sampled re-check of applied rules.
 """

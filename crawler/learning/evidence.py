@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 
 from rbloom import Bloom
 
-from crawler.content.fingerprint import OK
-from crawler.defaults import CANON_LEARN_MEMORY
+from bloom_frontier.content.fingerprint import OK
+from bloom_frontier.defaults import CANON_LEARN_MEMORY
 
 #: Entries of the forgotten-facts filter per remembered page (about 2 are added per page
 #: forgotten, so it fills once some 8 times ``max_pages`` pages were forgotten; about 2 bytes

@@ -1,18 +1,18 @@
 """``ParamRuleLearning``: learn parameter drop rules from content while the crawl runs.
 
 ``CANON_LEARN`` says what happens when content proves a parameter changes nothing
-(:mod:`crawler.learning.evidence`):
+(:mod:`bloom_frontier.learning.evidence`):
 
 * ``"propose"`` (default): the rule is recorded in the store (``param_rules``, state
   ``proposed``, with its evidence) for review with ``scrapy audit-rules``, which can apply
   it (``--apply``); the next crawl keys with it;
 * ``"apply"``: it also joins the crawl's active learned rules at once (the shared state,
-  :mod:`crawler.learning.state`), so every worker keys with it from its next batch;
+  :mod:`bloom_frontier.learning.state`), so every worker keys with it from its next batch;
 * ``"off"``: nothing is learned.
 
 Rules applied earlier (state ``applied`` in the store) are loaded into the shared state when
 a worker opens. A counter-example found later, by the crawl or by the sampled re-check
-(:mod:`crawler.learning.recheck`), revokes a proposed or applied rule for good: recorded with
+(:mod:`bloom_frontier.learning.recheck`), revokes a proposed or applied rule for good: recorded with
 the counter-example, removed from the active rules, logged as a warning. Stats:
 ``learn/proposed``, ``learn/applied``, ``learn/revoked``, ``learn/rechecked``,
 ``learn/recheck_confirmed``, ``learn/recheck_unmatched`` (no page the URL was merged into is
@@ -33,20 +33,20 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from crawler.canonical import InvalidURL, dedupe_key
-from crawler.content.extension import content_fingerprinted
-from crawler.content.fingerprint import OK
-from crawler.defaults import CANON_LEARN_MEMORY
-from crawler.frontier import frontier_for
-from crawler.frontier.keys import carried_key, key_host
-from crawler.learning.evidence import (
+from bloom_frontier.canonical import InvalidURL, dedupe_key
+from bloom_frontier.content.extension import content_fingerprinted
+from bloom_frontier.content.fingerprint import OK
+from bloom_frontier.defaults import CANON_LEARN_MEMORY
+from bloom_frontier.frontier import frontier_for
+from bloom_frontier.frontier.keys import carried_key, key_host
+from bloom_frontier.learning.evidence import (
     CounterExample,
     Page,
     ParamEvidence,
     Proposal,
     split_key,
 )
-from crawler.learning.state import (
+from bloom_frontier.learning.state import (
     Learned,
     LiveRules,
     MemoryRuleState,
@@ -55,8 +55,16 @@ from crawler.learning.state import (
     applied_rules,
     normalized,
 )
-from pipelines.records import APPLIED, PROPOSED, REVOKED, ContentRecord, PageRecord, ParamRule, now
-from pipelines.store import store_for
+from bloom_frontier.pipelines.records import (
+    APPLIED,
+    PROPOSED,
+    REVOKED,
+    ContentRecord,
+    PageRecord,
+    ParamRule,
+    now,
+)
+from bloom_frontier.pipelines.store import store_for
 
 if TYPE_CHECKING:
     from typing import Self

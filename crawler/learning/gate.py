@@ -6,11 +6,11 @@ again before it is downloaded, when a learned rule is active on its host (any ot
 keeps the key the frontier made and it carries): if its key changed and the new key is
 already in the seen filter, the request is dropped (``learn/dropped_queued``), its lease
 (shared frontier) released; otherwise the new key is marked seen and it goes on.
-Re-check fetches (:mod:`crawler.learning.recheck`) and ``dont_filter`` requests pass.
+Re-check fetches (:mod:`bloom_frontier.learning.recheck`) and ``dont_filter`` requests pass.
 Before it marks or drops, it reloads the learned rules (one Redis read when shared): the
 version a worker last read may be a second old, and a rule revoked since must not drop a page.
 The reload and the mark are two calls, not one atomic step as the admission's version check
-is (:mod:`crawler.frontier.redis.admission`): a revocation landing between them (a few
+is (:mod:`bloom_frontier.frontier.redis.admission`): a revocation landing between them (a few
 milliseconds) is not caught.
 """
 
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
-from crawler.canonical import InvalidURL, dedupe_key
-from crawler.frontier import META_KEY, frontier_for
-from crawler.frontier.keys import key_host
-from crawler.learning.extension import RECHECK_META, learning_for
+from bloom_frontier.canonical import InvalidURL, dedupe_key
+from bloom_frontier.frontier import META_KEY, frontier_for
+from bloom_frontier.frontier.keys import key_host
+from bloom_frontier.learning.extension import RECHECK_META, learning_for
 
 if TYPE_CHECKING:
     from typing import Self

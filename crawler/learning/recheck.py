@@ -6,7 +6,7 @@ link a page yields) sends a share ``CANON_LEARN_RECHECK`` of the links a learned
 changed to the downloader anyway (each URL once), as a ``dont_filter`` copy marked for
 re-checking; when its content differs from the page its key was merged into, the rule is
 revoked
-(:meth:`crawler.learning.extension.ParamRuleLearning`). The original link goes through the
+(:meth:`bloom_frontier.learning.extension.ParamRuleLearning`). The original link goes through the
 batch as usual.
 """
 
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.exceptions import NotConfigured
 
-from crawler.canonical import InvalidURL, dedupe_key
-from crawler.learning.extension import RECHECK_META, learning_for
+from bloom_frontier.canonical import InvalidURL, dedupe_key
+from bloom_frontier.learning.extension import RECHECK_META, learning_for
 
 if TYPE_CHECKING:
     from typing import Self
@@ -91,7 +91,7 @@ class LearnedRuleRecheck:
         was merged into, the parameters dropped) if it is sampled among the links a learned
         rule changed, else None. By URL, so a spider that drops seen links before building
         their requests offers them too
-        (:meth:`middlewares.linkbatch.SeenLinksMiddleware.requests_for`)."""
+        (:meth:`bloom_frontier.middlewares.linkbatch.SeenLinksMiddleware.requests_for`)."""
         learning = learning_for(self.crawler)
         if learning is None or not learning.has_applied or self.rng.random() >= self.rate:
             return None

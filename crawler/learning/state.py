@@ -9,12 +9,13 @@ before each batch of keys (a shared crawl's read is refreshed off the loop about
 second) and rebuilds its ruleset when it moved. That read may be a second old, so a shared
 frontier's admission scripts check the version the batch was keyed under against the crawl's
 own, atomically with marking its keys: a batch keyed under an older version changes nothing,
-is keyed again under the rules reloaded and sent again (:mod:`crawler.frontier.redis.admission`).
+is keyed again under the rules reloaded and sent again
+(:mod:`bloom_frontier.frontier.redis.admission`).
 A worker therefore never admits, nor drops as a duplicate, a link keyed with stale rules.
 
 Keys keep the key prefix of the crawl's seen filter (its keyer's, set by the frontier: the
 version of ``CANON_HOST_RULES``, or the version a ``scrapy rebuild-filter`` with learned rules
-recorded, :mod:`crawler.seen.layers`) while learned rules change under it: a learned rule
+recorded, :mod:`bloom_frontier.seen.layers`) while learned rules change under it: a learned rule
 only drops a parameter proven to change nothing, so a key it does not touch stays the same
 and a key it touches becomes the key of the page proven equal; a new prefix (mid-crawl, or
 for a worker that joins after rules were learned) would make every URL seen so far look
@@ -32,14 +33,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from crawler.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from pipelines.records import APPLIED, REVOKED, ParamRule
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
+from bloom_frontier.pipelines.records import APPLIED, REVOKED, ParamRule
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
-    from crawler.background import BackgroundThread
-    from crawler.redis_client import Client
+    from bloom_frontier.background import BackgroundThread
+    from bloom_frontier.redis_client import Client
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from crawler.canonical.rules import DEFAULT_RULES, RuleSet
-from crawler.redirectmap.matching import (
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
+from bloom_frontier.redirectmap.matching import (
     Entry,
     pcre_escape,
     query_pattern,

@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes, urlsplit
 
-from crawler.canonical.rules import DEFAULT_RULES, RuleSet
-from crawler.redirectmap.semantics import SourceRow, without_dropped_params
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
+from bloom_frontier.redirectmap.semantics import SourceRow, without_dropped_params
 
 _SLASHES = re.compile("//+")
 

@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from crawler.canonical.rules import DEFAULT_RULES, RuleSet
-from crawler.redirectmap.matching import (
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
+from bloom_frontier.redirectmap.matching import (
     Entry,
     RequestKey,
     pcre_escape,

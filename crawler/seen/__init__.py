@@ -2,9 +2,9 @@
 
 One interface, one implementation per backend:
 
-- :class:`crawler.seen.memory.MemoryBloomSeenFilter`: in-process scalable Bloom filter
+- :class:`bloom_frontier.seen.memory.MemoryBloomSeenFilter`: in-process scalable Bloom filter
   (the default; saved to ``JOBDIR`` so a paused crawl resumes).
-- :class:`crawler.seen.redis.RedisBloomSeenFilter`: RedisBloom ``BF.*`` shared by workers.
+- :class:`bloom_frontier.seen.redis.RedisBloomSeenFilter`: RedisBloom ``BF.*`` shared by workers.
 """
 
 from __future__ import annotations

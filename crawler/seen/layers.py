@@ -1,6 +1,6 @@
 """Older seen-filter layers: what a crawl saw under the rules it had before a rebuild.
 
-``scrapy rebuild-filter`` (:mod:`crawler.commands.rebuild_filter`) builds a new seen filter
+``scrapy rebuild-filter`` (:mod:`bloom_frontier.commands.rebuild_filter`) builds a new seen filter
 from every URL the crawl knows, keyed under the current rules. Bloom filters cannot list
 their keys, so URLs the crawl met but never recorded (dropped by the offsite or robots.txt
 middleware, say) are only in the old filter: it stays as a **read-only layer**. A URL is
@@ -21,7 +21,7 @@ Where the layers live:
 
 A crawl records its rules beside its filter the first time it starts, and refuses to start
 with other rules than those its filter was filled (or rebuilt) under: the keys would not
-match, and every page would count as new. Learned parameter rules (:mod:`crawler.learning`)
+match, and every page would count as new. Learned parameter rules (:mod:`bloom_frontier.learning`)
 are the exception: a filter rebuilt under ``CANON_HOST_RULES`` plus learned rules records
 both (``learned``), and a crawl with the same ``CANON_HOST_RULES`` keys under that filter's
 version prefix with whichever learned rules are applied now (a learned rule only drops a
@@ -37,17 +37,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from crawler.canonical import InvalidURL, dedupe_key
-from crawler.canonical.rules import DEFAULT_RULES, RuleSet
-from crawler.learning.state import combined_host_rules
+from bloom_frontier.canonical import InvalidURL, dedupe_key
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
+from bloom_frontier.learning.state import combined_host_rules
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.settings import BaseSettings
 
-    from crawler.frontier.keys import RequestKeyer
-    from crawler.frontier.redis.layout import FrontierKeys
-    from crawler.redis_client import Client
+    from bloom_frontier.frontier.keys import RequestKeyer
+    from bloom_frontier.frontier.redis.layout import FrontierKeys
+    from bloom_frontier.redis_client import Client
 
 #: File beside an embedded filter naming the rules it was filled under.
 RULES_FILE = "rules.json"
@@ -218,7 +218,7 @@ def older_dirs(jobdir: Path) -> list[Path]:
 
 def jobdir_layers(jobdir: Path) -> OlderLayers:
     """The older layers of an embedded crawl's ``JOBDIR``, loaded read-only."""
-    from crawler.seen.memory import MemoryBloomSeenFilter
+    from bloom_frontier.seen.memory import MemoryBloomSeenFilter
 
     layers = []
     for directory in older_dirs(jobdir):
@@ -293,7 +293,7 @@ def ensure_manifest(
 
 def open_redis_layer(client: Client, entry: dict[str, Any]) -> OlderLayer:
     """An older layer of a shared crawl, from its manifest entry."""
-    from crawler.seen.sharded import ShardedBloomSeenFilter
+    from bloom_frontier.seen.sharded import ShardedBloomSeenFilter
 
     seen = ShardedBloomSeenFilter(
         client,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import xxhash
 from rbloom import Bloom
 
-from crawler.seen import check_filter_parameters
+from bloom_frontier.seen import check_filter_parameters
 
 if TYPE_CHECKING:
     from typing import Self
@@ -116,7 +116,7 @@ class MemoryBloomSeenFilter:
 
     def contains(self, key: str) -> bool:
         """True if the filter (probably) holds ``key``; adds nothing. Asked for each link a
-        page yields (:meth:`crawler.frontier.memory.MemoryFrontier.seen_before`)."""
+        page yields (:meth:`bloom_frontier.frontier.memory.MemoryFrontier.seen_before`)."""
         hashed = _hash128(key)
         layers = self._layers
         if len(layers) == 1:  # the usual case, without a generator: asked for every link

@@ -1,7 +1,7 @@
 """Rebuilding a crawl's seen filter under new rules (``scrapy rebuild-filter``).
 
 Every URL the crawl knows is keyed again under the current rules and added to a new filter;
-the old filter becomes a read-only layer (:mod:`crawler.seen.layers`), so nothing seen
+the old filter becomes a read-only layer (:mod:`bloom_frontier.seen.layers`), so nothing seen
 becomes unseen. The URLs come from the record store (fetched pages, redirect hops, URL
 aliases, canonical hints) and from the frontier (requests queued, leased, staged or failed
 in Redis; the ``JOBDIR`` request queue of an embedded crawl).
@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 import redis
 from queuelib import queue
 
-from crawler.canonical import InvalidURL, dedupe_key
-from crawler.frontier.decode import COMPACT_PREFIX, record_url
-from crawler.frontier.redis.layout import FrontierKeys
-from crawler.frontier.redis.partitions import partition_keys
-from crawler.frontier.redis.state import queued_records
-from crawler.seen.layers import (
+from bloom_frontier.canonical import InvalidURL, dedupe_key
+from bloom_frontier.frontier.decode import COMPACT_PREFIX, record_url
+from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.redis.partitions import partition_keys
+from bloom_frontier.frontier.redis.state import queued_records
+from bloom_frontier.seen.layers import (
     OLDER_DIR,
     filter_parameters,
     manifest_key,
@@ -36,15 +36,15 @@ from crawler.seen.layers import (
     revoked_in,
     write_rules_file,
 )
-from crawler.seen.memory import MemoryBloomSeenFilter
-from crawler.seen.sharded import seen_filter_from_settings, shard_keys
+from bloom_frontier.seen.memory import MemoryBloomSeenFilter
+from bloom_frontier.seen.sharded import seen_filter_from_settings, shard_keys
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
-    from crawler.canonical.rules import RuleSet
-    from crawler.redis_client import Client
-    from pipelines.store import RecordStore
+    from bloom_frontier.canonical.rules import RuleSet
+    from bloom_frontier.pipelines.store import RecordStore
+    from bloom_frontier.redis_client import Client
 
 logger = logging.getLogger(__name__)
 

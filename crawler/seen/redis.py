@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from crawler.redis_client import RedisSetupError, describe
-from crawler.seen import check_filter_parameters
+from bloom_frontier.redis_client import RedisSetupError, describe
+from bloom_frontier.seen import check_filter_parameters
 
 if TYPE_CHECKING:
     from redis.client import Pipeline

@@ -27,8 +27,8 @@ import redis
 import xxhash
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from crawler.redis_client import Client, RedisSetupError, describe
-from crawler.seen.redis import REPLY_TTL, BloomInfo, RedisBloomSeenFilter, added_flags
+from bloom_frontier.redis_client import Client, RedisSetupError, describe
+from bloom_frontier.seen.redis import REPLY_TTL, BloomInfo, RedisBloomSeenFilter, added_flags
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -76,7 +76,7 @@ def shard_capacity(capacity: int, shards: int) -> int:
 
 
 class ShardedBloomSeenFilter:
-    """N RedisBloom filters acting as one :class:`~crawler.seen.SeenFilter`.
+    """N RedisBloom filters acting as one :class:`~bloom_frontier.seen.SeenFilter`.
 
     :meth:`add_many` groups the keys by shard and sends one atomic add per shard touched, all
     in one pipeline; answers come back in the order of ``keys``, a key repeated in the batch
@@ -155,7 +155,7 @@ class ShardedBloomSeenFilter:
     def contains_many(self, keys: Sequence[str]) -> list[bool]:
         """Per key, True if its shard (probably) holds it; adds nothing. One pipelined
         ``BF.MEXISTS`` per shard touched; a shard not created yet holds nothing. For an
-        older, read-only layer (:mod:`crawler.seen.layers`)."""
+        older, read-only layer (:mod:`bloom_frontier.seen.layers`)."""
         if not keys:
             return []
         positions = self._positions_by_shard(keys)

@@ -2,7 +2,8 @@
 
 Pure: the list is package data (``hosts.txt``, with its sources and what is excepted, such as
 ``youtu.be``, an identity); a crawl adds hosts with ``SHORTENER_HOSTS``. How a link is
-resolved (one request, no redirect followed, cached) is :mod:`middlewares.shorteners`.
+resolved (one request, no redirect followed, cached) is
+:mod:`bloom_frontier.middlewares.shorteners`.
 """
 
 from __future__ import annotations

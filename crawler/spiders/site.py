@@ -12,10 +12,10 @@ from lxml import etree
 from scrapy import Request, Spider
 from scrapy.http import Response, TextResponse
 
-from crawler.canonical import resolve_link
-from crawler.canonical.resolve import RESOLVED_LINKS, LinkResolver
-from crawler.shorteners import Shorteners, shorteners_from_settings
-from middlewares.linkbatch import early_seen_links
+from bloom_frontier.canonical import resolve_link
+from bloom_frontier.canonical.resolve import RESOLVED_LINKS, LinkResolver
+from bloom_frontier.middlewares.linkbatch import early_seen_links
+from bloom_frontier.shorteners import Shorteners, shorteners_from_settings
 
 #: Elements whose ``href`` is a link to follow.
 LINK_XPATH = "//a/@href | //area/@href"
@@ -139,14 +139,15 @@ class SiteSpider(Spider):
 
     def is_short_link(self, url: str) -> bool:
         """A link to a shortener host, followed to learn its target (SHORTENERS_ENABLED,
-        middlewares.shorteners) although the host is not the crawl's."""
+        bloom_frontier.middlewares.shorteners) although the host is not the crawl's."""
         return self._shorteners is not None and self._shorteners.host_of(url) is not None
 
     def follow_links(self, response: TextResponse) -> Iterator[Request]:
         """Requests for the page's links that stay on the allowed hosts. Links the crawl
         has certainly seen are dropped before a ``Request`` is built for them, when the
-        crawl's :class:`~middlewares.linkbatch.SeenLinksMiddleware` allows
-        (:func:`~middlewares.linkbatch.early_seen_links`): they are counted the same."""
+        crawl's :class:`~bloom_frontier.middlewares.linkbatch.SeenLinksMiddleware` allows
+        (:func:`~bloom_frontier.middlewares.linkbatch.early_seen_links`): they are counted the
+        same."""
         urls = self.followed_urls(response)
         early = early_seen_links(self.crawler)
         if early is None:
@@ -162,7 +163,7 @@ class SiteSpider(Spider):
     def followed_urls(self, response: TextResponse) -> Iterator[str]:
         """The URLs of the page's links that stay on the allowed hosts (counted:
         ``links/extracted``, ``links/junk``, ``links/offsite``). Resolved and judged once
-        per link, not once per page that has it (:class:`~crawler.canonical.resolve.
+        per link, not once per page that has it (:class:`~bloom_frontier.canonical.resolve.
         LinkResolver`, :meth:`follows`)."""
         base = page_base(response)
         stats = self.crawler.stats

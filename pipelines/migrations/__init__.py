@@ -1,1 +1,2 @@
-"""Alembic migrations of the record store (package data: run by :mod:`pipelines.schema`)."""
+"""Alembic migrations of the record store (package data: run by
+:mod:`bloom_frontier.pipelines.schema`)."""

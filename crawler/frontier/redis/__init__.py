@@ -43,23 +43,23 @@ from redis.retry import Retry
 from scrapy import signals
 from twisted.internet.defer import Deferred, maybeDeferred
 
-from crawler.background import BackgroundThread, PeriodicThread
-from crawler.frontier import failure_reason
-from crawler.frontier.decode import DEFAULT_DECODER, RequestDecoder
-from crawler.frontier.keys import RequestKeyer
-from crawler.frontier.lua import FrontierScripts
-from crawler.frontier.politeness import HostLimits, HostPoliteness
-from crawler.frontier.redis import state
-from crawler.frontier.redis.admission import QUEUED_META, Admission
-from crawler.frontier.redis.layout import FrontierKeys
-from crawler.frontier.redis.leases import LEASE_META, Leases, worker_id
-from crawler.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
-from crawler.frontier.redis.partitions import Partitions, partition_count
-from crawler.frontier.redis.quarantine import QUARANTINE_MAX
-from crawler.frontier.redis.upgrade import upgrade_layout
-from crawler.redis_client import Client, describe, redis_from_url, require_bloom
-from crawler.seen.layers import OlderLayers, redis_layers
-from crawler.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
+from bloom_frontier.background import BackgroundThread, PeriodicThread
+from bloom_frontier.frontier import failure_reason
+from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestDecoder
+from bloom_frontier.frontier.keys import RequestKeyer
+from bloom_frontier.frontier.lua import FrontierScripts
+from bloom_frontier.frontier.politeness import HostLimits, HostPoliteness
+from bloom_frontier.frontier.redis import state
+from bloom_frontier.frontier.redis.admission import QUEUED_META, Admission
+from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.redis.leases import LEASE_META, Leases, worker_id
+from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
+from bloom_frontier.frontier.redis.partitions import Partitions, partition_count
+from bloom_frontier.frontier.redis.quarantine import QUARANTINE_MAX
+from bloom_frontier.frontier.redis.upgrade import upgrade_layout
+from bloom_frontier.redis_client import Client, describe, redis_from_url, require_bloom
+from bloom_frontier.seen.layers import OlderLayers, redis_layers
+from bloom_frontier.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
 
 if TYPE_CHECKING:
     from typing import Self
@@ -119,8 +119,8 @@ def _warn_about_setup(client: redis.Redis) -> None:
 class RedisFrontier:
     """The frontier of one crawl in Redis, as seen by one worker (see the module docstring).
 
-    Implements :class:`crawler.frontier.Frontier` (``admit``, ``fail``, ``close``) and what
-    :class:`crawler.frontier.scheduler.RedisScheduler` needs: :meth:`enqueue`,
+    Implements :class:`bloom_frontier.frontier.Frontier` (``admit``, ``fail``, ``close``) and what
+    :class:`bloom_frontier.frontier.scheduler.RedisScheduler` needs: :meth:`enqueue`,
     :meth:`lease`, :meth:`heartbeat`, :meth:`release_all`, :meth:`is_drained`. Its parts
     keep their own stats (:class:`.admission.Admission`, :class:`.leases.Leases`,
     :class:`.outbox.Outbox`).
@@ -243,7 +243,7 @@ class RedisFrontier:
         client: Client | None = None,
     ) -> Self:
         """The frontier of ``spider_name`` at ``REDIS_URL``, on its own connection (or on
-        ``client``, e.g. a command's, see :func:`crawler.redis_client.command_client`)."""
+        ``client``, e.g. a command's, see :func:`bloom_frontier.redis_client.command_client`)."""
         retry = Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), CLIENT_RETRY_ATTEMPTS)
         prefix = settings["FRONTIER_KEY_PREFIX"] % {"spider": spider_name}
         if client is None:
@@ -336,7 +336,7 @@ class RedisFrontier:
 
     def seen_before(self, request: Request) -> str | None:
         """``request``'s key if an answer to this worker said the filter holds it
-        (:mod:`crawler.frontier.known`); no Redis call. Not for a key a learned rule merged:
+        (:mod:`bloom_frontier.frontier.known`); no Redis call. Not for a key a learned rule merged:
         this worker's rules may be a second old (a rule revoked since), so its admission,
         which checks their version, decides."""
         keyer = self.keyer

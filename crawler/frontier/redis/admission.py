@@ -26,7 +26,7 @@ An answer from a worker whose lease expired is still accepted if nobody has leas
 request again; if another worker holds it, it is refused and dropped
 (``frontier/ack_refused``): the other worker fetches the same page and admits the same links.
 
-Keys depend on the crawl's learned parameter rules (:mod:`crawler.learning.state`), which
+Keys depend on the crawl's learned parameter rules (:mod:`bloom_frontier.learning.state`), which
 another worker may change at any moment (a rule applied, or revoked by a counter-example),
 and a worker reads their version only about once a second. So each batch carries the version
 its keys were made under; admit and stage change nothing and answer **stale** when the
@@ -48,26 +48,26 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from crawler.frontier import META_CHECKED, META_KEY
-from crawler.frontier.keys import META_KEY_RULES, was_checked
-from crawler.frontier.known import KnownKeys
-from crawler.frontier.politeness import HOST_META, politeness_key
-from crawler.frontier.redis.leases import refused_batch, text, without_lease
-from crawler.frontier.redis.outbox import Answer
-from crawler.frontier.serialize import RequestNotSerializable, RequestShapes, compact_record
-from crawler.seen.layers import OlderLayers
-from crawler.seen.redis import REPLY_TTL
+from bloom_frontier.frontier import META_CHECKED, META_KEY
+from bloom_frontier.frontier.keys import META_KEY_RULES, was_checked
+from bloom_frontier.frontier.known import KnownKeys
+from bloom_frontier.frontier.politeness import HOST_META, politeness_key
+from bloom_frontier.frontier.redis.leases import refused_batch, text, without_lease
+from bloom_frontier.frontier.redis.outbox import Answer
+from bloom_frontier.frontier.serialize import RequestNotSerializable, RequestShapes, compact_record
+from bloom_frontier.seen.layers import OlderLayers
+from bloom_frontier.seen.redis import REPLY_TTL
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
-    from crawler.frontier.keys import RequestKeyer
-    from crawler.frontier.redis.leases import Leases
-    from crawler.frontier.redis.outbox import Outbox
-    from crawler.frontier.redis.partitions import Partitions
-    from crawler.seen.sharded import ShardedBloomSeenFilter
+    from bloom_frontier.frontier.keys import RequestKeyer
+    from bloom_frontier.frontier.redis.leases import Leases
+    from bloom_frontier.frontier.redis.outbox import Outbox
+    from bloom_frontier.frontier.redis.partitions import Partitions
+    from bloom_frontier.seen.sharded import ShardedBloomSeenFilter
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ class StagedAdmission:
 
 class WithoutOlder:
     """Delivers a batch without the requests an older, read-only layer of the seen filter
-    holds (after ``scrapy rebuild-filter``, :mod:`crawler.seen.layers`): the layers are
+    holds (after ``scrapy rebuild-filter``, :mod:`bloom_frontier.seen.layers`): the layers are
     asked in the delivering thread, never on Twisted's loop, once (kept for a retry); the
     requests they hold are answered "0" (seen), the others by the admission step."""
 
@@ -377,7 +377,7 @@ class Admission:
 
     Stats: ``frontier/enqueued``, ``frontier/acked``, ``frontier/unserializable``,
     ``frontier/records_built`` (stored records made, for new links and for links whose key
-    this worker did not know, see :mod:`crawler.frontier.known`), ``frontier/stale_rules``
+    this worker did not know, see :mod:`bloom_frontier.frontier.known`), ``frontier/stale_rules``
     (batches keyed again because the crawl's learned rules changed since, module docstring);
     the seen-filter verdicts as in the embedded frontier (``seen/new``, ...).
     """

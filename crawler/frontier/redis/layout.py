@@ -15,7 +15,7 @@ requests            HASH    lease id -> the record of a leased request (or of on
                             after its lease expired), so a crash requeues it
 lanes               HASH    lease id -> the lane that request came from, to requeue it there
 shapes              HASH    shape id -> shape JSON (callback, errback, flags...: append-only,
-                            shared by every worker, see :mod:`crawler.frontier.serialize`)
+                            shared by every worker, see :mod:`bloom_frontier.frontier.serialize`)
 shape_ids           HASH    shape JSON -> shape id (the same table, looked up by shape)
 leases              ZSET    lease id (or ``batch:<id>``) -> lease expiry, ms on Redis' clock
 owners              HASH    lease id -> the worker holding it
@@ -69,11 +69,11 @@ of Scrapy's priorities:
   is not ready (its delay or concurrency), and takes from a ready lane as many as its host
   allows now.
 
-A record (format 2, :mod:`crawler.frontier.serialize`) is ``2<TAB><shape id><TAB><url>``,
+A record (format 2, :mod:`bloom_frontier.frontier.serialize`) is ``2<TAB><shape id><TAB><url>``,
 then ``<TAB>`` and a JSON object of the request's non-default fields when it has any; the
 shape id names an entry of ``shapes``. Format 1 (a JSON object, from older workers' staged
 batches or requeued quarantine records) is still read from a lane. Both are decoded by the
-strict decoder (:mod:`crawler.frontier.decode`); one that does not decode is quarantined.
+strict decoder (:mod:`bloom_frontier.frontier.decode`); one that does not decode is quarantined.
 
 Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
 
@@ -81,21 +81,24 @@ Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
   ``<prefix>:lane:<...>:foreign:<n>``: what someone wrote over a lane key, moved aside.
 - ``<prefix>:robots_txt:<url>`` STRING (expiring): a robots.txt one worker fetched, shared
   with the others; ``<prefix>:robots_txt:<url>:claim`` STRING (expiring): the worker
-  fetching it now (:mod:`crawler.frontier.politeness`).
+  fetching it now (:mod:`bloom_frontier.frontier.politeness`).
 - ``<prefix>:workers`` SET of worker ids, ``<prefix>:worker:<id>`` STRING (expiring): the
-  workers' published status records (:mod:`crawler.frontier.status`).
+  workers' published status records (:mod:`bloom_frontier.frontier.status`).
 - ``<prefix>:limits`` HASH: the crawl-wide counts behind ``CLOSESPIDER_*`` (``pages``,
   ``items``) and the crawl's first start (``started``, ms on Redis' clock)
-  (:mod:`crawler.frontier.limits`).
+  (:mod:`bloom_frontier.frontier.limits`).
 - ``<prefix>:learned`` STRING: the crawl's learned parameter rules (JSON), of the version in
-  ``learned_version``, so every worker keys with the same rules (:mod:`crawler.learning.state`).
+  ``learned_version``, so every worker keys with the same rules
+  (:mod:`bloom_frontier.learning.state`).
 
-Partitions (``FRONTIER_PARTITIONS`` = N, :mod:`crawler.frontier.redis.partitions`): with N = 1
+Partitions (``FRONTIER_PARTITIONS`` = N, :mod:`bloom_frontier.frontier.redis.partitions`): with N =
+1
 (the default) every fixed key above is ``<prefix>:<field>``, as described. With N > 1 the
 queue, its leases and the hosts' politeness state (every fixed key but ``seen``) live N times,
 once per partition, under a partition prefix of their own instead of ``<prefix>``:
 ``{<prefix without braces>:part:<i>/<N>:<salt>}``, whose hash tag the seen filter's
-slot-spreading helper (:func:`crawler.seen.sharded.shard_keys`) puts in the *i*-th N-th of the
+slot-spreading helper (:func:`bloom_frontier.seen.sharded.shard_keys`) puts in the *i*-th N-th of
+the
 cluster's slots, so the partitions land on distinct masters. Each partition is one
 :class:`FrontierKeys` and the same scripts run against it: its lanes
 (``<partition prefix>:lane:<level>|<host>``) and its own ``shapes`` table included (a lease
@@ -109,14 +112,14 @@ requests of one host live in one partition; the crawl-wide keys that route them 
   once, when the host is first seen, to the partition with the fewest hosts (``assign.lua``).
 - ``<prefix>:partition_hosts`` HASH: partition -> hosts assigned to it.
 
-Keys of the seen filter (:mod:`crawler.seen.redis`, :mod:`crawler.seen.sharded`):
+Keys of the seen filter (:mod:`bloom_frontier.seen.redis`, :mod:`bloom_frontier.seen.sharded`):
 ``<seen>:params`` (its parameters), ``<seen>:reply:<batch>`` (expiring answers to a batch,
 for a retry), ``<seen>:shards`` (the number of shards), and with shards each shard's own key
 ``{<seen without braces>:<i>/<N>:<salt>}`` (spread over the cluster's slots) with its own
 ``:params`` and ``:reply:*``.
 After ``scrapy rebuild-filter``, ``<prefix>:seen:layers`` STRING (JSON) names the current
 filter generation (``<prefix>:seen:g<n>``, whose keys are laid out as ``seen``'s) and the
-older, read-only ones with their rules (:mod:`crawler.seen.layers`).
+older, read-only ones with their rules (:mod:`bloom_frontier.seen.layers`).
 """
 
 from __future__ import annotations
@@ -147,7 +150,7 @@ def lane_rank(level: int, turn: int) -> int:
 
 #: The Redis type of each fixed key (as ``TYPE`` names it; ``MBbloom--`` is RedisBloom's).
 #: Every script checks its keys against these before its first write (see
-#: :mod:`crawler.frontier.lua`): a key someone else overwrote refuses the step whole.
+#: :mod:`bloom_frontier.frontier.lua`): a key someone else overwrote refuses the step whole.
 KEY_TYPES = {
     "queue": "zset",
     "queued": "string",
@@ -289,7 +292,9 @@ def partition_prefixes(prefix: str, count: int) -> tuple[str, ...]:
     >>> [p.rsplit(":", 1)[0] for p in partition_prefixes("{site}", 3)]
     ['{site:part:0/3', '{site:part:1/3', '{site:part:2/3']
     """
-    from crawler.seen.sharded import shard_keys  # here: crawler.seen needs no frontier
+    from bloom_frontier.seen.sharded import (
+        shard_keys,  # here: bloom_frontier.seen needs no frontier
+    )
 
     if count == 1:
         return (prefix,)

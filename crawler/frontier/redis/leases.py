@@ -2,7 +2,7 @@
 
 - **lease** (``lease.lua``): requeue expired leases (``frontier/reclaimed``), then lease the
   best requests whose host is ready (global per-host politeness, see
-  :mod:`crawler.frontier.politeness`). A request whose lease expired
+  :mod:`bloom_frontier.frontier.politeness`). A request whose lease expired
   ``FRONTIER_MAX_EXPIRIES`` times is recorded as failed instead (``frontier/given_up``): a
   page that kills every worker fetching it must not take the crawl down, worker after worker.
 - **heartbeat** (``heartbeat.lua``): extend the leases this worker still works on, every
@@ -16,8 +16,8 @@
 - **fail** (``fail.lua``): record the reason a request failed for good and release it.
 - **release** (``release.lua``): give every held lease back on shutdown.
 - **quarantine** (``quarantine.lua``): a leased request that does not decode (the strict
-  decoder, :mod:`crawler.frontier.decode`) is answered by putting it in quarantine with the
-  reason (:mod:`crawler.frontier.redis.quarantine`); the requests leased with it are held as
+  decoder, :mod:`bloom_frontier.frontier.decode`) is answered by putting it in quarantine with the
+  reason (:mod:`bloom_frontier.frontier.redis.quarantine`); the requests leased with it are held as
   usual. The lease script itself quarantines a request longer than
   ``FRONTIER_MAX_REQUEST_BYTES`` by its length, before it leaves Redis.
 
@@ -26,9 +26,9 @@ never by garbage collection nor by waiting for it to expire:
 
 - its response is handled: the page's link batch releases it (even empty, even when the
   callback raised midway); a callback that raised first, through Scrapy's ``spider_error``
-  (:class:`middlewares.linkbatch.BatchDedupeMiddleware`);
+  (:class:`bloom_frontier.middlewares.linkbatch.BatchDedupeMiddleware`);
 - its download failed (retries exhausted, ``IgnoreRequest`` from any downloader
-  middleware's ``process_request``): :class:`crawler.frontier.scheduler.LeaseMiddleware`;
+  middleware's ``process_request``): :class:`bloom_frontier.frontier.scheduler.LeaseMiddleware`;
   an errback that raised: ``spider_error`` again;
 - a redirect or retry replaces it: the replacement takes the lease over, atomically;
 - it left the downloader (``request_left_downloader``) and nothing of the above followed
@@ -36,7 +36,7 @@ never by garbage collection nor by waiting for it to expire:
   handler dropped its redirect): :meth:`Leases.answer_dropped` records it as failed;
 - the worker shuts down: :meth:`Leases.release_all` gives it back.
 
-Answers go through the :class:`crawler.frontier.redis.outbox.Outbox`, in order with every
+Answers go through the :class:`bloom_frontier.frontier.redis.outbox.Outbox`, in order with every
 other answer.
 """
 
@@ -55,11 +55,11 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from crawler.frontier.decode import DEFAULT_DECODER, RequestDecoder, RequestNotLoadable
-from crawler.frontier.politeness import TURN_META
-from crawler.frontier.redis.outbox import REDIS_UNAVAILABLE, Answer
-from crawler.frontier.redis.quarantine import QUARANTINE_MAX
-from crawler.frontier.serialize import RequestNotSerializable, request_to_json
+from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestDecoder, RequestNotLoadable
+from bloom_frontier.frontier.politeness import TURN_META
+from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Answer
+from bloom_frontier.frontier.redis.quarantine import QUARANTINE_MAX
+from bloom_frontier.frontier.serialize import RequestNotSerializable, request_to_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -68,9 +68,9 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
-    from crawler.frontier.politeness import HostPoliteness
-    from crawler.frontier.redis.outbox import Outbox
-    from crawler.frontier.redis.partitions import Partitions
+    from bloom_frontier.frontier.politeness import HostPoliteness
+    from bloom_frontier.frontier.redis.outbox import Outbox
+    from bloom_frontier.frontier.redis.partitions import Partitions
 
 logger = logging.getLogger(__name__)
 

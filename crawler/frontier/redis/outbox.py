@@ -3,7 +3,7 @@ while Redis is away.
 
 An answer (admit a page's links and release its lease, record a failure) is appended to the
 outbox and delivered at once when Redis takes it: in a crawl, by the frontier's
-:class:`crawler.background.BackgroundThread`, so Twisted's loop never waits on Redis (its
+:class:`bloom_frontier.background.BackgroundThread`, so Twisted's loop never waits on Redis (its
 reply is handled back on the loop); elsewhere (commands, tests) in the caller's thread. An
 answer may wait for a Deferred first (``after``: the page's records committed to the store
 before its lease is released), and every later answer waits behind it. The answers ready at
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
-    from crawler.background import BackgroundThread
+    from bloom_frontier.background import BackgroundThread
 
 logger = logging.getLogger(__name__)
 

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from crawler.frontier.lua import FrontierScripts
-from crawler.frontier.redis.leases import text
-from crawler.learning.state import parse_version
-from crawler.redis_client import RedisSetupError, describe
+from bloom_frontier.frontier.lua import FrontierScripts
+from bloom_frontier.frontier.redis.leases import text
+from bloom_frontier.learning.state import parse_version
+from bloom_frontier.redis_client import RedisSetupError, describe
 
 if TYPE_CHECKING:
-    from crawler.frontier.redis.layout import FrontierKeys
+    from bloom_frontier.frontier.redis.layout import FrontierKeys
 
 logger = logging.getLogger(__name__)
 

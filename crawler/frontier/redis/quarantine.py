@@ -1,7 +1,7 @@
 """The quarantine: stored requests that could not be decoded, kept aside with the reason.
 
 Anyone who can write to a crawl's Redis keys can put any text where a request belongs. A
-stored request the strict decoder (:mod:`crawler.frontier.decode`) refuses, or one longer
+stored request the strict decoder (:mod:`bloom_frontier.frontier.decode`) refuses, or one longer
 than ``FRONTIER_MAX_REQUEST_BYTES``, never stalls the crawl: it is answered by moving it
 here (``quarantine.lua``, or the lease script for an oversized one), counted under
 ``frontier/quarantined``, and the requests leased with it go on as usual.
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import redis
 
-    from crawler.frontier.redis.layout import FrontierKeys
+    from bloom_frontier.frontier.redis.layout import FrontierKeys
 
 #: Default of ``FRONTIER_QUARANTINE_MAX``: records kept before the oldest are dropped.
 QUARANTINE_MAX = 10_000
@@ -102,7 +102,7 @@ def drop(client: redis.Redis, keys: FrontierKeys, ids: list[str]) -> int:
 def requeue(client: redis.Redis, keys: FrontierKeys, ids: list[str]) -> tuple[int, int]:
     """Queue the requests of records ``ids`` again (``["all"]``: every one); how many were
     requeued, and how many stay (cut payloads, mangled records)."""
-    from crawler.frontier.lua import FrontierScripts
+    from bloom_frontier.frontier.lua import FrontierScripts
 
     ids = _ids(client, keys, ids)
     if not ids:

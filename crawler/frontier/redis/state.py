@@ -14,15 +14,15 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from crawler.frontier.decode import DEFAULT_DECODER, RequestNotLoadable
-from crawler.frontier.redis.leases import text
+from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestNotLoadable
+from bloom_frontier.frontier.redis.leases import text
 
 if TYPE_CHECKING:
     import redis
 
-    from crawler.frontier.lua import FrontierScripts
-    from crawler.frontier.redis.layout import FrontierKeys
-    from crawler.seen.sharded import ShardedBloomSeenFilter
+    from bloom_frontier.frontier.lua import FrontierScripts
+    from bloom_frontier.frontier.redis.layout import FrontierKeys
+    from bloom_frontier.seen.sharded import ShardedBloomSeenFilter
 
 
 def partition_sizes(scripts: Iterable[FrontierScripts]) -> list[tuple[int, int, int]]:

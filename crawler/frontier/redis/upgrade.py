@@ -2,7 +2,7 @@
 
 Before the compact format, ``queue`` ranked request ids by ``-priority`` and each id's record
 (JSON), score and host sat in the ``requests``, ``scores`` and ``hosts`` hashes. Those
-records are still read (:mod:`crawler.frontier.decode`), but they must be moved into lanes
+records are still read (:mod:`bloom_frontier.frontier.decode`), but they must be moved into lanes
 first (:mod:`.layout`, "The queue"): :func:`upgrade_layout` does it in batches
 (``upgrade.lua``), in the old queue's order, and gives the requests leased at the time
 their lane, so an expired lease is requeued there. Stop the older workers first: the two
@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from crawler.frontier.lua import FrontierScripts
-from crawler.frontier.redis.leases import text
+from bloom_frontier.frontier.lua import FrontierScripts
+from bloom_frontier.frontier.redis.leases import text
 
 if TYPE_CHECKING:
     import redis
 
-    from crawler.frontier.redis.layout import FrontierKeys
+    from bloom_frontier.frontier.redis.layout import FrontierKeys
 
 #: Old entries moved per script call.
 BATCH = 1000
