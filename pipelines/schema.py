@@ -4,7 +4,7 @@ The migrations are package data (``pipelines/migrations``), run programmatically
 no ``alembic.ini``. :func:`upgrade_schema` runs when a store is opened, so a store written by
 an earlier version (even one from before migrations, which has the tables but no
 ``alembic_version``: the baseline adopts them) upgrades in place. Several workers opening one
-PostgreSQL store at once take turns on an advisory lock; the migrations run in one transaction.
+store at once take turns on a lock (:func:`_lock`); the migrations run in one transaction.
 
 Alembic is imported only when a store needs migrating (0.1-0.2 CPU-s of imports at every
 crawl's start otherwise): a store already at :data:`HEAD` is recognized by one query, and a
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: Where the migrations live, as Alembic reads a package resource.
-SCRIPT_LOCATION = "pipelines:migrations"
+SCRIPT_LOCATION = "bloom_frontier.pipelines:migrations"
 #: The newest revision of ``pipelines/migrations/versions`` (Alembic's head; tested).
 HEAD = "0003_shortener_answers"
 #: Alembic's version table, as Alembic defines it.
@@ -105,9 +105,17 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
 
 
 def _lock(connection: Connection) -> None:
-    """Take turns with other workers opening the same PostgreSQL store (until commit)."""
+    """Take turns with other workers opening the same store, until the transaction ends.
+
+    PostgreSQL: an advisory lock. SQLite: the file's write lock, taken before the tables are
+    looked at (``BEGIN IMMEDIATE``; Python's driver would begin only at the first INSERT,
+    after the check, so two workers would both find no tables and both create them). A
+    worker that finds the lock held waits up to the engine's busy timeout.
+    """
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK})
+    elif connection.dialect.name == "sqlite":
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _at_head_or_created(engine: Engine) -> bool:
