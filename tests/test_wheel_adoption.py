@@ -39,7 +39,7 @@ PYPROJECT = ROOT / "pyproject.toml"
 #: stale ``build/`` directory's modules).
 NOT_COPIED = shutil.ignore_patterns(
     ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", ".*_cache",
-    ".hypothesis", "*.sqlite*",
+    ".hypothesis", "*.sqlite*", "jobdir", "out",
 )  # fmt: skip
 INSTALL_TIMEOUT = 900
 RUN_TIMEOUT = 240
@@ -147,7 +147,6 @@ class Installed:
     venv: Path
     #: The environment of every command: the virtualenv's scripts first, no PYTHONPATH.
     env: dict[str, str]
-    install_seconds: float
 
     @property
     def python(self) -> str:
@@ -211,7 +210,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     (wheel,) = dist.glob("*.whl")
     venv = cached_venv()
     with open(f"{venv}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another run making or updating the same one
+        # Held while this module's tests use it: another run would reinstall the wheel.
+        fcntl.flock(lock, fcntl.LOCK_EX)
         ready = venv / ".dependencies-installed"
         if ready.exists():
             pip(venv / "bin" / "python", "install", "--no-deps", "--force-reinstall", str(wheel))
@@ -220,9 +220,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
             pip(venv / "bin" / "python", "install", str(wheel))
             ready.touch()
-        elapsed = time.monotonic() - started
-        print(f"wheel built and installed in {elapsed:.1f} s")
-        yield Installed(wheel, venv, user_env(venv), elapsed)
+        print(f"wheel built and installed in {time.monotonic() - started:.1f} s")
+        yield Installed(wheel, venv, user_env(venv))
 
 
 def test_the_wheel_holds_one_import_package_with_every_file(installed: Installed) -> None:
