@@ -427,3 +427,27 @@ def test_a_store_from_before_migrations_upgrades_with_the_installed_scripts(
     assert f"{crawl.site_url}/old" in redirects.stdout
     assert stored(old, "SELECT version_num FROM alembic_version") == [(head,)]
     assert stored(old, "SELECT fetch_url FROM pages ORDER BY fetch_url") == pages
+
+
+def test_the_users_project_shares_its_frontier_in_redis(
+    installed: Installed, tmp_path: Path, redis_url: str
+) -> None:
+    """With REDIS_URL the installed package runs its Lua scripts (package data) in Redis:
+    the crawl fetches each page once, and ``scrapy frontier`` reads the finished crawl."""
+    project = make_project(installed, tmp_path)
+    shared = ("-s", f"REDIS_URL={redis_url}")
+    with TestServer(SITE) as site:
+        result = installed.run(
+            installed.scrapy, "crawl", "mine", *shared, cwd=project, SITE_URL=site.url
+        )
+        fetched = Counter(path for path in site.paths() if path != "/robots.txt")
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "Traceback" not in result.stderr, result.stderr[-4000:]
+    documents = Counter(path.partition("?")[0] for path in fetched.elements())
+    assert documents == Counter(DOCUMENTS)
+    status = installed.run(
+        installed.scrapy, "frontier", "mine", "--json", *shared, cwd=project, SITE_URL=site.url
+    )
+    assert status.returncode == 0, status.stderr[-3000:]
+    reading = json.loads(status.stdout.splitlines()[0])
+    assert (reading["queued"], reading["leased"], reading["seen_keys"]) == (0, 0, len(DOCUMENTS))
