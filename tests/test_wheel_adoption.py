@@ -168,15 +168,21 @@ class Installed:
         )
 
 
-def pip(python: Path, *args: str) -> None:
-    result = subprocess.run(
-        [str(python), "-m", "pip", "--disable-pip-version-check", "-q", *args],
-        capture_output=True,
-        text=True,
-        timeout=INSTALL_TIMEOUT,
-        check=False,
-    )
-    assert result.returncode == 0, f"pip {' '.join(args)} failed:\n{result.stderr[-4000:]}"
+def pip(python: Path, *args: str, check: bool = True) -> bool:
+    """``python -m pip ARGS``; True if it succeeded (``check``: a failure fails the test)."""
+    try:
+        result = subprocess.run(
+            [str(python), "-m", "pip", "--disable-pip-version-check", "-q", *args],
+            capture_output=True,
+            text=True,
+            timeout=INSTALL_TIMEOUT,
+            check=False,
+        )
+    except OSError:  # a kept virtualenv whose python is gone
+        assert not check, f"no {python}"
+        return False
+    assert result.returncode == 0 or not check, f"pip {' '.join(args)}:\n{result.stderr[-4000:]}"
+    return result.returncode == 0
 
 
 def user_env(venv: Path) -> dict[str, str]:
@@ -212,13 +218,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     with open(f"{venv}.lock", "w") as lock:
         # Held while this module's tests use it: another run would reinstall the wheel.
         fcntl.flock(lock, fcntl.LOCK_EX)
-        ready = venv / ".dependencies-installed"
-        if ready.exists():
-            pip(venv / "bin" / "python", "install", "--no-deps", "--force-reinstall", str(wheel))
-        else:
+        ready, python = venv / ".dependencies-installed", venv / "bin" / "python"
+        reinstall = ("install", "--no-deps", "--force-reinstall", str(wheel))
+        if not (ready.exists() and pip(python, *reinstall, check=False)):
+            # None kept yet, or one that no longer works (half made, partly cleaned away).
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-            pip(venv / "bin" / "python", "install", str(wheel))
+            pip(python, "install", str(wheel))
             ready.touch()
         print(f"wheel built and installed in {time.monotonic() - started:.1f} s")
         yield Installed(wheel, venv, user_env(venv))
