@@ -24,6 +24,7 @@ import pytest
 from bloom_frontier.frontier import known
 from bloom_frontier.frontier.known import KnownKeys
 from tests.httpserver import TestServer, html
+from tests.learnsite import LearnSite
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG = "/" + "long" * 20  # past URLLENGTH_LIMIT below
@@ -289,20 +290,21 @@ class SeesRequests:
 
 
 def crawl_counting(
-    tmp_path: Path, name: str, site: dict[str, Any], *settings: str
+    tmp_path: Path, name: str, site: dict[str, Any] | TestServer, *settings: str
 ) -> tuple[Counter[str], dict[str, Any]]:
-    """The counting ``site`` spider over ``site`` (one page at a time, so each page's batch
-    is admitted before the next page is parsed), with the project's settings plus
-    ``settings``; what the server was asked for, and the crawl's stats."""
+    """The counting ``site`` spider over ``site`` (routes, or a server not started yet; one
+    page at a time, so each page's batch is admitted before the next page is parsed), with
+    the project's settings plus ``settings``; what the server was asked for, and the crawl's
+    stats. The store is ``NAME.sqlite`` unless ``settings`` name one."""
     (tmp_path / "counting_site.py").write_text(textwrap.dedent(COUNTING_SITE))
     stats_file = tmp_path / f"{name}.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    with TestServer(site) as server:
+    with site if isinstance(site, TestServer) else TestServer(site) as server:
         result = subprocess.run(
             [sys.executable, "-m", "scrapy.cmdline", "runspider",
              str(tmp_path / "counting_site.py"), "-a", f"start_url={server.url}/",
              "-s", "CONCURRENT_REQUESTS=1", "-s", f"TEST_STATS_FILE={stats_file}",
-             "-s", f"STORE_URL=sqlite:///{tmp_path / name}.sqlite", *settings],
+             "-s", f"STORE_URL=sqlite:///{tmp_path / name}.sqlite", *settings],  # last wins
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]
@@ -358,6 +360,40 @@ def test_a_project_middleware_above_it_sees_every_link(tmp_path: Path) -> None:
     assert stats["test/requests_built"] == VARIANT_LINKS
     assert stats["test/seen_by_project_middleware"] == VARIANT_LINKS
     assert stats["seen/duplicate"] == VARIANT_LINKS - NEW_LINKS
+
+
+#: A page linking twice to each of two pages: in spellings a learned rule (``from``, learned
+#: from :class:`LearnSite`'s content) and a built-in one (``utm_source``) merge.
+LEARNED_REPEATS = {
+    "/": html("/y", "/y?from=nav", "/z", "/z?utm_source=x"),
+    "/y": html(),
+    "/z": html(),
+}
+
+
+def test_a_repeat_a_learned_rule_merges_still_reaches_the_batch(tmp_path: Path) -> None:
+    """A page's second spelling of a new link is dropped before its ``Request`` is built when
+    a built-in rule merges it, but gets one when a learned rule does (the page's batch,
+    keyed again if the rules are reloaded, must still hold it); the batch then drops it, so
+    each page is fetched once either way."""
+    # One store for both crawls: the second one keys with the rules the first one applied.
+    shared_store = (
+        "-s",
+        f"STORE_URL=sqlite:///{tmp_path / 'learned.sqlite'}",
+        "-s",
+        "CANON_LEARN_RECHECK=0",
+    )
+    learning = ("-s", "CANON_LEARN=apply")
+    crawl_counting(tmp_path, "learn", LearnSite(pages=12).server(), *shared_store, *learning)
+    hits, stats = crawl_counting(
+        tmp_path,
+        "repeats",
+        {"/*": lambda path: LEARNED_REPEATS.get(path.partition("?")[0])},
+        *shared_store,
+    )
+    assert hits == Counter({"/": 1, "/y": 1, "/z": 1})
+    assert stats["test/requests_built"] == 3  # /y, /y?from=nav, /z
+    assert stats["seen/duplicate"] == 2
 
 
 def test_known_keys_stay_bounded_forgetting_the_oldest_half() -> None:
