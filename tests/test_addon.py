@@ -1,104 +1,232 @@
-"""The add-on: one ``ADDONS`` line installs the whole frontier, with defaults a project's own
-settings override, and refuses settings that would defeat it."""
+"""The add-on as a user meets it: a plain ``scrapy startproject`` project whose settings add
+only the ``ADDONS`` line crawls a local site with each page fetched once and its redirects
+recorded; the project's own settings win over the add-on's defaults and components; a
+setting that would defeat the frontier stops the crawl with one clear line."""
 
 from __future__ import annotations
 
+import json
+import os
 import pkgutil
+import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
-from scrapy import Spider
+import redis
 from scrapy.addons import AddonManager
 from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
-from scrapy.utils.misc import load_object
-from scrapy.utils.test import get_crawler
 
 import bloom_frontier.commands
-import bloom_frontier.defaults as defaults
-from bloom_frontier.addon import DOWNLOADER_MIDDLEWARES, EXTENSIONS, SPIDER_MIDDLEWARES
 from bloom_frontier.entry_points import LazyCommand
+from tests.httpserver import TestServer, html, redirect
 
 ROOT = Path(__file__).resolve().parent.parent
+SCRAPY = [sys.executable, "-m", "scrapy.cmdline"]
 ADDONS = {"bloom_frontier.Addon": 0}
-#: A shared crawl of a closed port (nothing listens at either address).
-CLOSED_PORT_CRAWL = [
-    sys.executable,
-    "-m",
-    "scrapy.cmdline",
-    "crawl",
-    "site",
-    "-a",
-    "start_url=http://127.0.0.1:1/",
-    "-s",
-    "REDIS_URL=redis://127.0.0.1:1/0",
-]
-DEFAULT_NAMES = sorted(name for name in dir(defaults) if name.isupper())
+SPIDER = """
+import os
+
+from scrapy.linkextractors import LinkExtractor
+from scrapy.spiders import CrawlSpider, Rule
 
 
-class UserSpider(Spider):
+class UserSpider(CrawlSpider):
     name = "user"
+    allowed_domains = ["127.0.0.1"]
+    start_urls = [os.environ["SITE_URL"] + "/"]
+    rules = (Rule(LinkExtractor(), callback="parse_item", follow=True),)
+
+    def parse_item(self, response):
+        yield {"url": response.url}
+"""
+#: A scheduler and a dupefilter of the project's own (not enabled unless a test says so).
+OWN_COMPONENTS = """
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.dupefilters import RFPDupeFilter
 
 
-def settings_of(**settings: object):
-    return get_crawler(UserSpider, {"ADDONS": ADDONS, **settings}).settings
+class OwnScheduler(BaseScheduler):
+    def has_pending_requests(self):
+        return False
+
+    def enqueue_request(self, request):
+        return True
+
+    def next_request(self):
+        return None
 
 
-def enabled(settings, name: str) -> dict[type, int | None]:
-    return {load_object(path): order for path, order in settings.getdict(name).items()}
+class OwnDupeFilter(RFPDupeFilter):
+    pass
+"""
+PAGES = 8
+#: Pages linked plainly, with a tracking parameter and a fragment; a two-hop redirect chain
+#: to a page nothing else links to; every page hints itself as canonical.
+PAGES_BY_PATH = {
+    "/": html("/p/0", "/p/0?utm_source=mail", "/chain/1", "/"),
+    "/end": html("/"),
+    **{
+        f"/p/{n}": html(
+            "/", f"/p/{(n + 1) % PAGES}", f"/p/{(n + 3) % PAGES}?utm_campaign=x", f"/p/{n}#top",
+            head=f'<link rel="canonical" href="/p/{n}">',
+        )
+        for n in range(PAGES)
+    },
+}  # fmt: skip
+SITE = {
+    "/chain/1": redirect("/chain/2", 301),
+    "/chain/2": redirect("/end", 301),
+    # A query string names the page without it (the server ignores utm_*, as sites do).
+    "/*": lambda path: PAGES_BY_PATH.get(path.partition("?")[0]),
+}
+DOCUMENTS = {"/", "/end", "/chain/1", "/chain/2", *(f"/p/{n}" for n in range(PAGES))}
 
 
-def test_the_addons_line_installs_every_component_and_default() -> None:
-    settings = settings_of()
-    assert settings["DUPEFILTER_CLASS"] == "bloom_frontier.dupefilter.BloomDupeFilter"
-    assert settings["SCHEDULER"] == "scrapy.core.scheduler.Scheduler"
-    assert settings["SCHEDULER_DISK_QUEUE"].startswith("bloom_frontier.frontier.diskqueue.Json")
-    for name, table in [
-        ("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),
-        ("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES),
-        ("EXTENSIONS", EXTENSIONS),
-    ]:
-        components = enabled(settings, name)
-        for path, order in table.items():
-            assert components[load_object(path)] == order, path
-    downloader = enabled(settings, "DOWNLOADER_MIDDLEWARES")
-    redirect = "scrapy.downloadermiddlewares.redirect"
-    assert downloader[load_object(f"{redirect}.RedirectMiddleware")] is None
-    assert downloader[load_object(f"{redirect}.MetaRefreshMiddleware")] is None
-    for name in DEFAULT_NAMES:
-        assert settings.getpriority(name) == 15, name  # "addon"
-        assert settings[name] == getattr(defaults, name), name
-    # What a partial copy of the settings got wrong (issue 8): all defaults are there.
-    assert settings.getint("SEEN_FILTER_CAPACITY") == 1_000_000
-    assert settings["FRONTIER_KEY_PREFIX"] % {"spider": "x"} == "{x}"
-    assert settings.getint("REDIRECT_MAX_HOPS") == 10
+def readme_addons_line() -> str:
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    (line,) = [line for line in lines if line.startswith("ADDONS = {")]
+    return line
 
 
-def test_the_projects_own_settings_win() -> None:
-    settings = settings_of(
-        SEEN_FILTER_CAPACITY=5000,
-        REDIRECT_MAX_HOPS=3,
-        SPIDER_MIDDLEWARES={
-            "bloom_frontier.middlewares.canonical_hints.CanonicalHintsMiddleware": None
-        },
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``scrapy startproject plain``, its spider (and a module of components for the
+    conflict tests), and the README's ADDONS line: no other setting."""
+    where = tmp_path_factory.mktemp("project")
+    subprocess.run([*SCRAPY, "startproject", "plain"], cwd=where, check=True, capture_output=True)
+    project = where / "plain"
+    (project / "plain" / "spiders" / "user.py").write_text(SPIDER, encoding="utf-8")
+    (project / "plain" / "own.py").write_text(OWN_COMPONENTS, encoding="utf-8")
+    settings = project / "plain" / "settings.py"
+    text = settings.read_text(encoding="utf-8")
+    assert re.search(r"^ADDONS = \{\}$", text, re.MULTILINE)
+    settings.write_text(
+        re.sub(r"^ADDONS = \{\}$", readme_addons_line(), text, flags=re.MULTILINE),
+        encoding="utf-8",
     )
-    assert settings.getint("SEEN_FILTER_CAPACITY") == 5000
-    assert settings.getint("REDIRECT_MAX_HOPS") == 3
-    hints = load_object("bloom_frontier.middlewares.canonical_hints.CanonicalHintsMiddleware")
-    assert enabled(settings, "SPIDER_MIDDLEWARES")[hints] is None
+    return project
 
 
-def test_redis_url_installs_the_shared_frontier() -> None:
-    settings = settings_of(REDIS_URL="redis://127.0.0.1:6379/0")
-    assert settings["SCHEDULER"] == "bloom_frontier.frontier.scheduler.RedisScheduler"
-    downloader = enabled(settings, "DOWNLOADER_MIDDLEWARES")
-    assert downloader[load_object("bloom_frontier.frontier.scheduler.LeaseMiddleware")] == 1
-    assert (
-        downloader[load_object("bloom_frontier.middlewares.politeness.GlobalPolitenessMiddleware")]
-        == 101
+def scrapy(
+    project: Path, *args: str, settings: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``scrapy ARGS`` in ``project``, with ``settings`` (lines of Python) appended to its
+    settings.py for this run only."""
+    settings_file = project / "plain" / "settings.py"
+    original = settings_file.read_text(encoding="utf-8")
+    settings_file.write_text(original + settings, encoding="utf-8")
+    try:
+        return subprocess.run(
+            [*SCRAPY, *args],
+            cwd=project,
+            env={**os.environ, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+    finally:
+        settings_file.write_text(original, encoding="utf-8")
+
+
+def crawl(
+    project: Path, store: Path, settings: str = "", *args: str
+) -> tuple[subprocess.CompletedProcess[str], Counter[str]]:
+    """``scrapy crawl user`` of :data:`SITE` into the SQLite file ``store``; the result and
+    the server's count of requests by path (query included), robots.txt aside. The
+    template's one-second delay is lowered for the test's speed (``-s``)."""
+    with TestServer(SITE) as site:
+        result = scrapy(
+            project, "crawl", "user", "-s", "DOWNLOAD_DELAY=0", "-s",
+            "CONCURRENT_REQUESTS_PER_DOMAIN=8", "-s", f"STORE_URL=sqlite:///{store}", *args,
+            settings=settings, env={"SITE_URL": site.url},
+        )  # fmt: skip
+        fetched = Counter(path for path in site.paths() if path != "/robots.txt")
+    return result, fetched
+
+
+def succeeded(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "Traceback" not in result.stderr, result.stderr[-4000:]
+
+
+def path_of(url: object) -> str:
+    return urlsplit(str(url)).path
+
+
+def documents(fetched: Counter[str]) -> Counter[str]:
+    return Counter(path.partition("?")[0] for path in fetched.elements())
+
+
+def records(project: Path, store: Path, command: str) -> list[dict[str, object]]:
+    """The rows ``scrapy COMMAND --format jsonl`` reads from ``store``."""
+    result = scrapy(project, command, "--format", "jsonl", "-s", f"STORE_URL=sqlite:///{store}")
+    succeeded(result)
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_the_addons_line_alone_fetches_each_page_once_and_records_redirects(
+    project: Path, tmp_path: Path
+) -> None:
+    store = tmp_path / "records.sqlite"
+    result, fetched = crawl(project, store)
+    succeeded(result)
+    assert documents(fetched) == Counter(DOCUMENTS)  # the start URL too, though dont_filter
+    rows = records(project, store, "redirects")
+    assert {path_of(row["source"]): path_of(row["target"]) for row in rows} == {
+        "/chain/1": "/end",
+        "/chain/2": "/end",
+    }
+    hints = records(project, store, "canonicals")
+    assert {path_of(hint["page"]) for hint in hints if hint["valid"]} == {
+        f"/p/{n}" for n in range(PAGES)
+    }
+    assert "links filtered as seen" in result.stderr  # the add-on's summary
+
+
+def test_the_projects_own_setting_wins_over_the_addons_default(
+    project: Path, tmp_path: Path
+) -> None:
+    """REDIRECT_MAX_HOPS (add-on default 10) set to 1 in settings.py: the chain's first hop
+    is recorded, its target not fetched."""
+    store = tmp_path / "records.sqlite"
+    result, fetched = crawl(project, store, "\nREDIRECT_MAX_HOPS = 1\n")
+    succeeded(result)
+    assert documents(fetched) == Counter(DOCUMENTS - {"/chain/2", "/end"})
+    (chain,) = records(project, store, "redirects")
+    assert (path_of(chain["source"]), chain["outcome"]) == ("/chain/1", "too-many-hops"), chain
+
+
+def test_the_addons_components_do_not_override_the_projects(project: Path, tmp_path: Path) -> None:
+    """The project switches one of the add-on's middlewares off in its own SPIDER_MIDDLEWARES:
+    it stays off (no canonical hint recorded), and the rest of the add-on still works."""
+    store = tmp_path / "records.sqlite"
+    off = (
+        "\nSPIDER_MIDDLEWARES = {"
+        '"bloom_frontier.middlewares.canonical_hints.CanonicalHintsMiddleware": None}\n'
     )
+    result, fetched = crawl(project, store, off)
+    succeeded(result)
+    assert documents(fetched) == Counter(DOCUMENTS)
+    assert records(project, store, "canonicals") == []
+    assert len(records(project, store, "redirects")) == 2
+
+
+def test_redis_url_shares_the_frontier_in_redis(
+    project: Path, tmp_path: Path, redis_url: str
+) -> None:
+    result, fetched = crawl(
+        project, tmp_path / "records.sqlite", "", "-s", f"REDIS_URL={redis_url}"
+    )
+    succeeded(result)
+    assert documents(fetched) == Counter(DOCUMENTS)
+    with redis.Redis.from_url(redis_url) as client:
+        assert client.exists("{user}:seen")
 
 
 def test_the_dns_resolver_is_installed_in_the_process_settings() -> None:
@@ -116,32 +244,27 @@ def test_the_dns_resolver_is_installed_in_the_process_settings() -> None:
 @pytest.mark.parametrize(
     ("setting", "named"),
     [
-        ("DUPEFILTER_CLASS=scrapy.dupefilters.RFPDupeFilter", "DUPEFILTER_CLASS"),
-        ("SCHEDULER=scrapy.core.scheduler.Scheduler", "SCHEDULER"),
+        ('DUPEFILTER_CLASS = "plain.own.OwnDupeFilter"', "DUPEFILTER_CLASS"),
+        ('SCHEDULER = "plain.own.OwnScheduler"', "SCHEDULER"),
         (
-            'DOWNLOADER_MIDDLEWARES={"scrapy.downloadermiddlewares.redirect.RedirectMiddleware"'
-            ": 600}",
+            "DOWNLOADER_MIDDLEWARES = "
+            '{"scrapy.downloadermiddlewares.redirect.RedirectMiddleware": 600}',
             "RedirectMiddleware",
         ),
     ],
 )
-def test_a_setting_that_defeats_the_frontier_stops_the_crawl(setting: str, named: str) -> None:
-    """One clear message naming the conflict, no traceback, nothing fetched (the start URL
-    is a closed port: a crawl that started would log a connection error)."""
-    result = subprocess.run(
-        [*CLOSED_PORT_CRAWL, "-s", setting],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def test_a_setting_that_defeats_the_frontier_stops_the_crawl(
+    project: Path, tmp_path: Path, setting: str, named: str
+) -> None:
+    """The setting in the project's settings.py: one message naming it, no traceback,
+    nothing fetched."""
+    result, fetched = crawl(project, tmp_path / "records.sqlite", f"\n{setting}\n")
     assert result.returncode != 0
     messages = [line for line in result.stderr.splitlines() if "bloom-frontier cannot" in line]
     assert len(messages) == 1, result.stderr[-3000:]
     assert named in messages[0]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert "Spider opened" not in result.stderr
+    assert fetched == Counter()
 
 
 def test_entry_points_import_no_command_until_one_is_used() -> None:

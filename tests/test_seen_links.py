@@ -1,7 +1,10 @@
 """Links already seen are dropped as the spider yields them (``SeenLinksMiddleware``),
 before Scrapy's own spider middlewares spend anything on them, and what those middlewares
 do to new links does not change: same Referer, same depth and depth limit, same URL-length
-drops, same offsite counts as plain Scrapy and as the add-on without the early drop."""
+drops, same offsite counts as plain Scrapy and as the add-on without the early drop. The
+``site`` spider asks before building a link's ``Request``: seen links (in any spelling the
+real dedupe key merges) get none. Everything is judged from crawls of local sites, by what
+the server was asked for and the crawl's stats."""
 
 from __future__ import annotations
 
@@ -13,25 +16,15 @@ import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from scrapy import Request, Spider, signals
-from scrapy.http import HtmlResponse
-from scrapy.utils.test import get_crawler
 
-import bloom_frontier.defaults as project_defaults
-from bloom_frontier.frontier import META_KEY, frontier_for, known
+from bloom_frontier.frontier import known
 from bloom_frontier.frontier.known import KnownKeys
-from bloom_frontier.learning.recheck import LearnedRuleRecheck
-from bloom_frontier.middlewares.linkbatch import (
-    BatchDedupeMiddleware,
-    SeenLinksMiddleware,
-    early_seen_links,
-)
 from tests.httpserver import TestServer, html
+from tests.learnsite import LearnSite
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG = "/" + "long" * 20  # past URLLENGTH_LIMIT below
@@ -225,159 +218,182 @@ def test_a_pages_repeats_of_a_new_link_get_one_request_and_the_same_verdicts(
         assert stats.get(stat) == stats_without.get(stat), stat
 
 
-class LinksSpider(Spider):
-    name = "links"
-
-    def parse(self, response: Any) -> None:
-        """Callback."""
-
-
-@pytest.fixture
-def crawler() -> Any:
-    settings = {name: getattr(project_defaults, name) for name in dir(project_defaults)}
-    made = get_crawler(LinksSpider, {k: v for k, v in settings.items() if k.isupper()})
-    made.spider = LinksSpider.from_crawler(made)
-    return made
-
-
-def test_seen_links_are_dropped_counted_and_reported_once_the_page_is_done(crawler: Any) -> None:
-    frontier = frontier_for(crawler)
-    frontier.admit(None, [Request("https://example.com/seen")])
-    dropped: list[str] = []
-
-    def on_dropped(request: Request, spider: Spider) -> None:
-        dropped.append(request.url)
-
-    crawler.signals.connect(on_dropped, signal=signals.request_dropped)  # held weakly
-    response = HtmlResponse(
-        "https://example.com/", body=b"", request=Request("https://example.com/")
-    )
-    yielded = [
-        {"item": 1},
-        Request("https://example.com/seen"),
-        Request("https://EXAMPLE.com/seen?utm_source=x"),  # same key
-        Request("https://example.com/new"),
-        Request("https://example.com/seen", dont_filter=True),
-        Request("http://a..b/"),  # no key: the batch rejects it, with its reason
-    ]
-    middleware = SeenLinksMiddleware.from_crawler(crawler)
-    output = middleware.process_spider_output(response, iter(yielded))
-    passed = [next(output), next(output)]
-    assert dropped == []  # reported when the page is done
-    passed += list(output)
-    assert passed == [yielded[0], yielded[3], yielded[4], yielded[5]]
-    assert dropped == ["https://example.com/seen", "https://example.com/seen?utm_source=x"]
-    assert crawler.stats.get_value("seen/duplicate") == 2
-    assert crawler.stats.get_value("dupefilter/filtered") == 2
-    assert yielded[3].meta[META_KEY]  # keyed once, carried to the batch
-    # What the batch does with the links that need checking (dont_filter ones pass it).
-    admitted = frontier.admit(response.request, [yielded[3], yielded[5]])
-    assert [request.url for request in admitted] == ["https://example.com/new"]
-    assert crawler.stats.get_value("dupefilter/invalid/bad-host") == 1
-    # The batch marked /new: the next page's link to it is dropped early.
-    again = list(
-        middleware.process_spider_output(response, iter([Request("https://example.com/new")]))
-    )
-    assert again == []
-
-
-def test_links_judged_by_url_get_no_request_when_seen_and_are_counted_the_same(
-    crawler: Any,
-) -> None:
-    frontier = frontier_for(crawler)
-    frontier.admit(None, [Request("https://example.com/seen")])
-    built: list[str] = []
-
-    def request_for(url: str) -> Request:
-        built.append(url)
-        return Request(url)
-
-    middleware = SeenLinksMiddleware.from_crawler(crawler)
-    urls = [
-        "https://example.com/seen",
-        "https://EXAMPLE.com/seen?utm_source=x",  # same key
-        "https://example.com/new",
-        "http://a..b/",  # no key: passed on, the batch rejects it with its reason
-        "https://example.com/caf\u00e9",  # keyed as Scrapy spells its request's URL
-    ]
-    passed = list(middleware.requests_for(urls, request_for))
-    assert [request.url for request in passed] == [
-        "https://example.com/new",
-        "http://a..b/",
-        "https://example.com/caf%C3%A9",
-    ]
-    assert built == urls[2:]  # no Request for the seen ones: nobody listens for drops
-    assert crawler.stats.get_value("seen/duplicate") == 2
-    assert crawler.stats.get_value("dupefilter/filtered") == 2
-    assert passed[0].meta[META_KEY] == frontier.keyer.key_of(Request("https://example.com/new"))
-    frontier.admit(None, passed)
-
-    dropped: list[str] = []
-
-    def on_dropped(request: Request, spider: Spider) -> None:
-        dropped.append(request.url)
-
-    crawler.signals.connect(on_dropped, signal=signals.request_dropped)  # held weakly
-    again = list(middleware.requests_for(urls[2:3] + urls[4:], request_for))
-    assert again == []
-    assert dropped == ["https://example.com/new", "https://example.com/caf%C3%A9"]
-    assert crawler.stats.get_value("seen/duplicate") == 4
-
-
-def test_a_repeat_is_dropped_only_once_its_first_request_is_in_the_batch(
-    crawler: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    batch_middleware, batch = BatchDedupeMiddleware(crawler), []
-    monkeypatch.setattr(
-        crawler,
-        "get_spider_middleware",
-        lambda cls: batch_middleware if cls is BatchDedupeMiddleware else None,
-    )
-    keyer = frontier_for(crawler).keyer
-    learned = {"https://example.com/learned?v=2"}  # a key a learned rule made
-    monkeypatch.setattr(keyer, "link_merged_by_learned", lambda url, key: url in learned)
-    urls = [
-        "https://example.com/a",
-        "https://example.com/a?utm_source=x",  # same key, its first held: dropped
-        "https://example.com/b",  # a middleware below drops it (not held)
-        "https://example.com/b?utm_source=x",  # so this one goes on, and is held
-        "https://example.com/b",  # dropped
-        "https://example.com/learned?v=1",
-        "https://example.com/learned?v=2",  # same key, made by a learned rule: goes on
-    ]
-    monkeypatch.setattr(keyer, "link_key", lambda url: url.split("?")[0])
-    passed = []
-    for request in SeenLinksMiddleware(crawler).requests_for(urls, Request):
-        passed.append(request.url)
-        if request.url != "https://example.com/b":
-            batch_middleware._holds(request, batch)
-    assert passed == [urls[0], urls[2], urls[3], urls[5], urls[6]]
-    assert crawler.stats.get_value("seen/duplicate") == 2
-    # Once the page's batch is admitted, its requests are no longer held.
-    batch_middleware._admit(HtmlResponse(urls[0], body=b"", request=Request(urls[0])), batch)
-    assert not batch_middleware.held
-
-
-def chain(*middlewares: object) -> Any:
-    """A stand-in crawler whose spider middlewares are ``middlewares``, lowest order first."""
-    return SimpleNamespace(
-        engine=SimpleNamespace(
-            scraper=SimpleNamespace(spidermw=SimpleNamespace(middlewares=middlewares))
+#: A site whose pages link to pages already fetched, plainly and in spellings the real
+#: dedupe key merges (tracking parameters, fragments, host case, default port, dot segments).
+VARIANTS = 6
+VARIANT_SITE = {
+    "/": html(*(f"/v/{n}" for n in range(VARIANTS))),
+    **{
+        f"/v/{n}": html(
+            "/",
+            f"/v/{(n + 1) % VARIANTS}",
+            f"/v/{n}?utm_source=mail",
+            f"/v/{(n + 2) % VARIANTS}#top",
+            f"/./v/{(n + 3) % VARIANTS}",
+            f"/V/../v/{(n + 4) % VARIANTS}?utm_medium=x&utm_campaign=y",
         )
+        for n in range(VARIANTS)
+    },
+}
+#: The links the pages of :data:`VARIANT_SITE` yield, and how many name a new document.
+VARIANT_LINKS = VARIANTS + 6 * VARIANTS
+NEW_LINKS = VARIANTS
+
+#: The project's ``site`` spider, counting the requests it builds for links; at the end the
+#: crawl's stats go to a file. Beside it a project's own spider middleware, which counts the
+#: requests it sees, and a listener of Scrapy's ``request_dropped``.
+COUNTING_SITE = """
+import json
+
+import scrapy
+from scrapy import signals
+
+from bloom_frontier.spiders.site import SiteSpider
+
+
+class CountingSiteSpider(SiteSpider):
+    name = "counting-site"
+
+    @classmethod
+    def from_crawler(cls, crawler, *args, **kwargs):
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        if crawler.settings.getbool("TEST_LISTEN_FOR_DROPS"):
+            crawler.signals.connect(spider.dropped, signal=signals.request_dropped)
+        return spider
+
+    def request_for(self, url):
+        self.crawler.stats.inc_value("test/requests_built")
+        return super().request_for(url)
+
+    def dropped(self, request, spider):
+        self.crawler.stats.inc_value("test/request_dropped")
+
+    def closed(self, reason):
+        with open(self.settings["TEST_STATS_FILE"], "w") as out:
+            json.dump(self.crawler.stats.get_stats(), out, default=str)
+
+
+class SeesRequests:
+    def __init__(self, crawler):
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        return cls(crawler)
+
+    async def process_spider_output(self, response, result):
+        async for output in result:
+            if isinstance(output, scrapy.Request):
+                self.crawler.stats.inc_value("test/seen_by_project_middleware")
+            yield output
+"""
+
+
+def crawl_counting(
+    tmp_path: Path, name: str, site: dict[str, Any] | TestServer, *settings: str
+) -> tuple[Counter[str], dict[str, Any]]:
+    """The counting ``site`` spider over ``site`` (routes, or a server not started yet; one
+    page at a time, so each page's batch is admitted before the next page is parsed), with
+    the project's settings plus ``settings``; what the server was asked for, and the crawl's
+    stats. The store is ``NAME.sqlite`` unless ``settings`` name one."""
+    (tmp_path / "counting_site.py").write_text(textwrap.dedent(COUNTING_SITE))
+    stats_file = tmp_path / f"{name}.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    with site if isinstance(site, TestServer) else TestServer(site) as server:
+        result = subprocess.run(
+            [sys.executable, "-m", "scrapy.cmdline", "runspider",
+             str(tmp_path / "counting_site.py"), "-a", f"start_url={server.url}/",
+             "-s", "CONCURRENT_REQUESTS=1", "-s", f"TEST_STATS_FILE={stats_file}",
+             "-s", f"STORE_URL=sqlite:///{tmp_path / name}.sqlite", *settings],  # last wins
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        hits = Counter(path for path in server.paths() if path != "/robots.txt")
+    return hits, json.loads(stats_file.read_text())
+
+
+def spider_middlewares(middlewares: dict[str, int | None]) -> tuple[str, str]:
+    return "-s", f"SPIDER_MIDDLEWARES={json.dumps(middlewares)}"
+
+
+EARLY_OFF = {"bloom_frontier.middlewares.linkbatch.SeenLinksMiddleware": None}
+
+
+def test_seen_links_and_their_variants_get_no_request(tmp_path: Path) -> None:
+    """Each link whose real dedupe key is seen (its page fetched, or queued by an earlier
+    page) is dropped before the spider builds its ``Request``; each new one gets one; the
+    drops are counted as the batch counts them. Without the early drop, the spider builds a
+    request for every link and the batch drops the same ones."""
+    documents = Counter({"/": 1, **{f"/v/{n}": 1 for n in range(VARIANTS)}})
+    hits, stats = crawl_counting(tmp_path, "early", VARIANT_SITE)
+    hits_off, stats_off = crawl_counting(
+        tmp_path, "off", VARIANT_SITE, *spider_middlewares(EARLY_OFF)
     )
+    assert hits == hits_off == documents
+    assert stats["links/extracted"] == stats_off["links/extracted"] == VARIANT_LINKS
+    assert stats["test/requests_built"] == NEW_LINKS
+    assert stats_off["test/requests_built"] == VARIANT_LINKS
+    duplicates = VARIANT_LINKS - NEW_LINKS
+    for run in (stats, stats_off):
+        assert (run["seen/duplicate"], run["dupefilter/filtered"]) == (duplicates, duplicates)
+        assert run["seen/new"] == len(documents)
 
 
-def test_links_are_judged_early_only_with_nothing_unknown_above_the_middleware(
-    crawler: Any,
-) -> None:
-    batch, seen = BatchDedupeMiddleware(crawler), SeenLinksMiddleware(crawler)
-    recheck = LearnedRuleRecheck(crawler, 0.5)
-    assert early_seen_links(chain(batch, seen)) is seen
-    assert early_seen_links(chain(batch, seen, recheck)) is seen
-    # A project middleware above it would not see the links dropped before their requests.
-    assert early_seen_links(chain(batch, seen, LinksSpider())) is None
-    assert early_seen_links(chain(batch)) is None
-    assert early_seen_links(crawler) is None  # no engine yet
+def test_a_listener_of_request_dropped_gets_every_dropped_link(tmp_path: Path) -> None:
+    """Scrapy's ``request_dropped`` fires for each link dropped early, as the scheduler fires
+    it for the requests its dupefilter refuses: a request is built for those only then."""
+    hits, stats = crawl_counting(
+        tmp_path, "listening", VARIANT_SITE, "-s", "TEST_LISTEN_FOR_DROPS=True"
+    )
+    assert set(hits) == {"/", *(f"/v/{n}" for n in range(VARIANTS))}
+    assert stats["test/request_dropped"] == stats["seen/duplicate"] == VARIANT_LINKS - NEW_LINKS
+    assert stats["test/requests_built"] == VARIANT_LINKS
+
+
+def test_a_project_middleware_above_it_sees_every_link(tmp_path: Path) -> None:
+    """A spider middleware of the project's own between the spider and the early drop
+    (a higher order) must see each link the spider yields: the spider then builds a request
+    for every link, and the early drop still spares Scrapy's middlewares the seen ones."""
+    above = {"counting_site.SeesRequests": 1100}
+    hits, stats = crawl_counting(tmp_path, "above", VARIANT_SITE, *spider_middlewares(above))
+    assert set(hits) == {"/", *(f"/v/{n}" for n in range(VARIANTS))}
+    assert stats["test/requests_built"] == VARIANT_LINKS
+    assert stats["test/seen_by_project_middleware"] == VARIANT_LINKS
+    assert stats["seen/duplicate"] == VARIANT_LINKS - NEW_LINKS
+
+
+#: A page linking twice to each of two pages: in spellings a learned rule (``from``, learned
+#: from :class:`LearnSite`'s content) and a built-in one (``utm_source``) merge.
+LEARNED_REPEATS = {
+    "/": html("/y", "/y?from=nav", "/z", "/z?utm_source=x"),
+    "/y": html(),
+    "/z": html(),
+}
+
+
+def test_a_repeat_a_learned_rule_merges_still_reaches_the_batch(tmp_path: Path) -> None:
+    """A page's second spelling of a new link is dropped before its ``Request`` is built when
+    a built-in rule merges it, but gets one when a learned rule does (the page's batch,
+    keyed again if the rules are reloaded, must still hold it); the batch then drops it, so
+    each page is fetched once either way."""
+    # One store for both crawls: the second one keys with the rules the first one applied.
+    shared_store = (
+        "-s",
+        f"STORE_URL=sqlite:///{tmp_path / 'learned.sqlite'}",
+        "-s",
+        "CANON_LEARN_RECHECK=0",
+    )
+    learning = ("-s", "CANON_LEARN=apply")
+    crawl_counting(tmp_path, "learn", LearnSite(pages=12).server(), *shared_store, *learning)
+    hits, stats = crawl_counting(
+        tmp_path,
+        "repeats",
+        {"/*": lambda path: LEARNED_REPEATS.get(path.partition("?")[0])},
+        *shared_store,
+    )
+    assert hits == Counter({"/": 1, "/y": 1, "/z": 1})
+    assert stats["test/requests_built"] == 3  # /y, /y?from=nav, /z
+    assert stats["seen/duplicate"] == 2
 
 
 def test_known_keys_stay_bounded_forgetting_the_oldest_half() -> None:
