@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from bloom_frontier.content.fingerprint import fingerprint
-from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.reader import StoreReader
 from tests.learnsite import LearnSite, duplicate_ratio
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +95,7 @@ def main() -> None:
             )
             if len(documents) != expected:
                 print(f"  MISSING documents: {expected - len(documents)}")
-        reader = SqlRecordStore.from_url(f"sqlite:///{tmp}/apply.sqlite")
+        reader = StoreReader.from_url(f"sqlite:///{tmp}/apply.sqlite")
         rules = reader.param_rules()
         reader.close()
     print("learned rules: " + ", ".join(f"{rule.name} ({rule.state})" for rule in rules))

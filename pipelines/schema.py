@@ -15,7 +15,7 @@ A developer adds a revision as a new file in ``pipelines/migrations/versions/`` 
 ``down_revision`` is the newest one (``script.py.mako`` is the template), and sets
 :data:`HEAD` to it; revision ids, once merged, never change. ``tests/test_migrations.py``
 checks that :data:`HEAD` is Alembic's head and that the migrated schema equals
-:data:`bloom_frontier.pipelines.store.metadata` on SQLite and PostgreSQL.
+:data:`bloom_frontier.pipelines.tables.metadata` on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, String, Table, inspect, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
+
+from bloom_frontier.pipelines.tables import metadata
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -121,8 +123,6 @@ def _lock(connection: Connection) -> None:
 def _at_head_or_created(engine: Engine) -> bool:
     """True if the store is at :data:`HEAD`, or had none of the store's tables and now has
     them all, stamped at :data:`HEAD`; False if Alembic has to look at it."""
-    from bloom_frontier.pipelines.store import metadata
-
     with engine.begin() as connection:
         _lock(connection)
         tables = set(inspect(connection).get_table_names())

@@ -30,7 +30,7 @@ from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
 from scrapy.http import Response
 from twisted.internet.error import ConnectionRefusedError
 
-from bloom_frontier.pipelines.store import SqlRecordStore, StoredChain
+from bloom_frontier.pipelines.reader import StoredChain, StoreReader
 from tests.httpserver import Page, Route, TestServer, html, redirect
 
 #: Hosts the spy lets through to the real handler.
@@ -269,7 +269,7 @@ def run_crawl(
             redis_url=redis_url,
             clean_log=clean_log,
         )
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreReader.from_url(store_url)
     crawl = Crawl(server, store_url, tmp / "spy.log", {}, {}, Counter(server.paths()))
     crawl.chains = {crawl.path(c.start_url): c for c in store.chains()}  # type: ignore[misc]
     crawl.pages = {crawl.path(p["fetch_url"]): p for p in store.pages()}  # type: ignore[misc]

@@ -11,7 +11,7 @@ from twisted.internet import reactor
 from twisted.python import threadable
 
 from bloom_frontier.background import BackgroundThread, pause_off_loop
-from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.writer import StoreWriter
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_a_wait_between_retries_is_refused_on_the_loop_and_taken_elsewhere() -> 
 
 @pytest.mark.usefixtures("loop_running")
 def test_a_store_used_while_the_loop_runs_writes_from_its_own_thread(tmp_path: Path) -> None:
-    store = SqlRecordStore.from_url(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    store = StoreWriter.from_url(f"sqlite:///{tmp_path / 'store.sqlite'}")
     assert store.background is None  # made outside a crawl: no thread of its own yet
     assert isinstance(store._thread, BackgroundThread)
     assert store._thread is store._thread

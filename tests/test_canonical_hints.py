@@ -22,7 +22,7 @@ from bloom_frontier.middlewares.canonical_hints import (
     site_of,
 )
 from bloom_frontier.middlewares.redirects import key_or_error
-from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.reader import StoreReader
 from tests.httpserver import TestServer, html
 from tests.redirect_server import Crawl, command_rows, run_crawl, scrapy, spy_hosts
 
@@ -132,7 +132,7 @@ def crawl(tmp_path_factory: pytest.TempPathFactory) -> Crawl:
 
 @pytest.fixture(scope="module")
 def stored(crawl: Crawl) -> dict[tuple[str, str], dict]:
-    store = SqlRecordStore.from_url(crawl.store_url)
+    store = StoreReader.from_url(crawl.store_url)
     hints = {(crawl.path(h["page_url"]), h["source"]): h for h in store.hints()}  # type: ignore[misc]
     store.close()
     return hints
@@ -187,7 +187,7 @@ def test_canonical_link_in_body_is_ignored(stored: dict[tuple[str, str], dict]) 
 
 
 def test_valid_hints_alias_the_page_key(crawl: Crawl) -> None:
-    store = SqlRecordStore.from_url(crawl.store_url)
+    store = StoreReader.from_url(crawl.store_url)
     aliases = {
         (crawl.path(a["from_key"].partition("|")[2]), crawl.path(a["to_key"].partition("|")[2]))
         for a in store.key_aliases()

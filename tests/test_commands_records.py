@@ -18,13 +18,13 @@ from bloom_frontier.pipelines.records import (
     PageRecord,
     UrlAlias,
 )
-from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.writer import StoreWriter
 from tests.record_builders import A, B, C, chain, hop
 from tests.redirect_server import command_rows, scrapy
 
 
 def write(store_url: str, *chains: Chain) -> None:
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     for one in chains:
         store.add_chain(one)
     store.close()
@@ -35,7 +35,7 @@ def by_source(rows: list[dict]) -> dict[str, dict]:
 
 
 def page(store_url: str, url: str, status: int = 200) -> None:
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     store.add_page(PageRecord(url, url, dedupe_key(url), status))
     store.close()
 
@@ -136,7 +136,7 @@ def test_csv_and_bulk_formats(store_url: str) -> None:
 
 
 def test_canonicals_command_formats(store_url: str) -> None:
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     store.add_hints(
         [
             CanonicalHint(A, None, "link-element", "/b", B, dedupe_key(B), True, "same-site"),
@@ -165,7 +165,7 @@ def test_canonicals_command_formats(store_url: str) -> None:
 def test_exports_concatenate_into_one_jsonl_file(store_url: str, tmp_path: Path) -> None:
     """The shape a scorer reads: hop lines and hint lines, one JSON object per line."""
     write(store_url, chain("1", FETCHED, hop(A, B, 308)))
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     store.add_hints([CanonicalHint(B, None, "link-element", "/b", B, dedupe_key(B), True, "self")])
     store.close()
     export = tmp_path / "export.jsonl"
@@ -179,7 +179,7 @@ def test_exports_concatenate_into_one_jsonl_file(store_url: str, tmp_path: Path)
 
 
 def write_aliases(store_url: str, pairs: list[tuple[str, str]]) -> None:
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     store.add_url_aliases([UrlAlias(url, key, "r0", "fetched") for url, key in pairs])
     store.close()
 

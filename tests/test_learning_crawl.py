@@ -13,8 +13,8 @@ from pathlib import Path
 
 import redis
 
+from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import APPLIED, PROPOSED, REVOKED
-from bloom_frontier.pipelines.store import SqlRecordStore
 from tests.learnsite import LearnSite, duplicate_ratio
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +44,7 @@ def crawl(site: LearnSite, store: str, *settings: str) -> tuple[list[str], str]:
 
 
 def rules_in(store_url: str) -> dict[str, str]:
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreReader.from_url(store_url)
     try:
         return {rule.name: rule.state for rule in store.param_rules()}
     finally:
@@ -140,7 +140,7 @@ def test_a_counter_example_found_later_revokes_the_rule(tmp_path: Path) -> None:
     site = LearnSite(pages=20, matters_below=8)
     store = f"sqlite:///{tmp_path / 'store.sqlite'}"
     paths, log = crawl(site, store, "CANON_LEARN=apply", "CANON_LEARN_RECHECK=1")
-    reader = SqlRecordStore.from_url(store)
+    reader = StoreReader.from_url(store)
     rules = {rule.name: rule for rule in reader.param_rules()}
     reader.close()
     names = ("127.0.0.1?from", "127.0.0.1/articles/*?from")
@@ -160,7 +160,7 @@ def test_fingerprints_are_stored_and_same_content_lists_the_variants(tmp_path: P
     site = LearnSite(pages=6)
     store = f"sqlite:///{tmp_path / 'store.sqlite'}"
     crawl(site, store, "CANON_LEARN=off")
-    reader = SqlRecordStore.from_url(store)
+    reader = StoreReader.from_url(store)
     pages = {p["final_url"].split("/", 3)[3]: p for p in reader.fingerprinted_pages()}
     reader.close()
     # Per-request CSRF tokens and times differ, the normalized content does not.

@@ -13,6 +13,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from bloom_frontier.pipelines.database import make_engine
+from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import PageRecord
 from bloom_frontier.pipelines.schema import (
     HEAD,
@@ -21,7 +23,8 @@ from bloom_frontier.pipelines.schema import (
     current_revision,
     head_revision,
 )
-from bloom_frontier.pipelines.store import SqlRecordStore, make_engine, metadata
+from bloom_frontier.pipelines.tables import metadata
+from bloom_frontier.pipelines.writer import StoreWriter
 
 VERSIONS = Path(__file__).parent.parent / "pipelines" / "migrations" / "versions"
 
@@ -66,10 +69,10 @@ def test_one_head_and_ids_in_order() -> None:
 
 
 def test_new_store_is_at_head_and_matches_the_tables(store_url: str) -> None:
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     try:
-        assert current_revision(store.engine) == head_revision()
-        assert _schema_diff(store.engine) == []
+        assert current_revision(store.database.engine) == head_revision()
+        assert _schema_diff(store.database.engine) == []
     finally:
         store.close()
 
@@ -80,19 +83,22 @@ def test_store_from_before_migrations_upgrades_in_place(store_url: str) -> None:
     assert _schema_diff(engine) != []  # the fingerprint columns are missing
     engine.dispose()
 
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     try:
-        assert current_revision(store.engine) == head_revision()
-        assert _schema_diff(store.engine) == []
-        (old,) = list(store.pages())
+        assert current_revision(store.database.engine) == head_revision()
+        assert _schema_diff(store.database.engine) == []
+        (old,) = list(store.reader.pages())
         assert old["fetch_url"] == "https://e.org/old" and old["content_hash"] is None
         store.add_page(PageRecord("https://e.org/new", "https://e.org/new", None, 200))
         store.flush()
-        assert [p["fetch_url"] for p in store.pages()] == ["https://e.org/new", "https://e.org/old"]
+        assert [p["fetch_url"] for p in store.reader.pages()] == [
+            "https://e.org/new",
+            "https://e.org/old",
+        ]
     finally:
         store.close()
     # Opening it again finds it up to date and changes nothing.
-    again = SqlRecordStore.from_url(store_url)
+    again = StoreReader.from_url(store_url)
     assert len(list(again.pages())) == 2
     again.close()
 
@@ -124,7 +130,7 @@ def test_fingerprints_and_learned_rules_round_trip(store_url: str) -> None:
     from bloom_frontier.content.fingerprint import fingerprint
     from bloom_frontier.pipelines.records import APPLIED, PROPOSED, ParamRule
 
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     page = PageRecord("https://e.org/a?from=nav", "https://e.org/a?from=nav", "r2|x", 200)
     content = fingerprint(b"<p>hello world</p>", "<p>hello world</p>")
     # The fingerprint may be written before its page (a thread finished first): one row.
@@ -137,7 +143,7 @@ def test_fingerprints_and_learned_rules_round_trip(store_url: str) -> None:
     store.add_param_rule(ParamRule("e.org", "from", APPLIED, rule.evidence, rules_version="r2+1"))
     store.close()
 
-    reader = SqlRecordStore.from_url(store_url)
+    reader = StoreReader.from_url(store_url)
     (row,) = list(reader.fingerprinted_pages())
     assert (row["content_hash"], row["content_kind"]) == (content.exact, "ok")
     assert bytes(row["content_minhash"]) == content.minhash
@@ -169,8 +175,8 @@ def test_a_new_store_has_the_schema_the_migrations_build(store_url: str) -> None
     """A new store is created from the tables' definitions and stamped at the head, without
     Alembic: the same tables, columns, keys and indexes as running every migration on an
     empty database."""
-    store = SqlRecordStore.from_url(store_url)
-    created = _columns_and_indexes(store.engine)
+    store = StoreWriter.from_url(store_url)
+    created = _columns_and_indexes(store.database.engine)
     store.close()
     engine = make_engine(store_url)
     with engine.begin() as connection:
@@ -193,18 +199,18 @@ def test_a_store_whose_creation_was_interrupted_is_completed(sqlite_url: str) ->
     with engine.begin() as connection:
         VERSION_TABLE.create(connection)
     engine.dispose()
-    store = SqlRecordStore.from_url(sqlite_url)
+    store = StoreWriter.from_url(sqlite_url)
     try:
-        assert current_revision(store.engine) == HEAD
-        assert _schema_diff(store.engine) == []
+        assert current_revision(store.database.engine) == HEAD
+        assert _schema_diff(store.database.engine) == []
     finally:
         store.close()
 
 
 OPEN_STORE = """
 import sys
-from bloom_frontier.pipelines.store import SqlRecordStore
-SqlRecordStore.from_url(sys.argv[1]).close()
+from bloom_frontier.pipelines.writer import StoreWriter
+StoreWriter.from_url(sys.argv[1]).close()
 print(sorted(name for name in sys.modules if name.split(".")[0] in ("alembic", "mako")))
 """
 

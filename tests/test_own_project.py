@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import pytest
 import redis
 
-from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.reader import StoreReader
 from tests.httpserver import Page, TestServer, html, redirect
 from tests.sitegen import LinkGraph
 
@@ -147,7 +147,7 @@ def check_crawl(server: TestServer, store_url: str, logs: list[str]) -> float:
     assert ratio <= 1.02, hits.most_common(5)
     offsite = [int(n) for log in logs for n in re.findall(r"links off the site:\s+(\d+)", log)]
     assert sum(offsite) >= 1, logs[0][-3000:]
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreReader.from_url(store_url)
     try:
         chains = {urlsplit(chain.start_url).path: chain for chain in store.chains()}
         hints = list(store.hints())

@@ -27,8 +27,9 @@ from bloom_frontier.frontier.memory import MemoryFrontier
 from bloom_frontier.frontier.redis import RedisFrontier
 from bloom_frontier.frontier.serialize import request_to_json
 from bloom_frontier.learning.state import LiveRules, RedisRuleState
+from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import PROPOSED, REVOKED, ParamRule, UrlAlias
-from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.writer import StoreWriter
 from bloom_frontier.redis_client import redis_from_url
 from bloom_frontier.seen.joblock import LOCK_FILE, JobdirBusy, JobdirLock
 from bloom_frontier.seen.layers import (
@@ -143,7 +144,7 @@ BASE = "http://127.0.0.1:9"
 
 def fetched_aliases(store_url: str, *paths: str) -> None:
     """Record ``paths`` as fetched under the built-in rules, as a crawl does."""
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     aliases = []
     for path in paths:
         key = dedupe_key(BASE + path)
@@ -176,7 +177,7 @@ def test_shared_rebuild_while_a_worker_adds_keys(
     new_rules = rules_from_settings(settings)
     client = redis_from_url(redis_url)
     manifest = read_manifest(client, "{site}")
-    store = SqlRecordStore.from_url(sqlite_url)
+    store = StoreReader.from_url(sqlite_url)
 
     def keys_while_the_old_worker_runs() -> Any:
         yield from (dedupe_key(alias["url"], new_rules) for alias in store.url_aliases())
@@ -398,7 +399,7 @@ def pages_since(server: TestServer, before: int) -> list[str]:
 
 
 def write_rule(store_url: str, rule: ParamRule) -> None:
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     store.add_param_rule(rule)
     store.close()
 

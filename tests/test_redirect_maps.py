@@ -23,7 +23,7 @@ import pytest
 
 from bloom_frontier.canonical import dedupe_key
 from bloom_frontier.pipelines.records import FETCHED, PageRecord
-from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.writer import StoreWriter
 from tests.awkward_site import EXPECTED, NOT_ENTRIES, VARIANTS, awkward_site
 from tests.conftest import serve
 from tests.httpserver import TestServer
@@ -190,7 +190,7 @@ TWO_HOSTS_TARGETS = {
 def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Two hosts sharing paths, a shortener hop, query variants, an IPv6 literal host."""
     store_url = f"sqlite:///{tmp_path_factory.mktemp('hosts') / 'store.sqlite'}"
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     for one in (
         chain("1", FETCHED, hop("http://a.example/old/dup", "http://a.example/new/a", 301)),
         chain("2", FETCHED, hop("http://b.example/old/dup", "http://b.example/new/b", 302)),

@@ -9,8 +9,8 @@ import importlib
 import pytest
 
 from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.pipelines.reader import StoredChain, StoredHop
 from bloom_frontier.pipelines.records import FETCHED, SEEN
-from bloom_frontier.pipelines.store import StoredChain, StoredHop
 from bloom_frontier.redirectmap.matching import server_entries
 from bloom_frontier.redirectmap.semantics import MapOptions, SourceRow, redirect_sources
 from tests.record_builders import chain, hop

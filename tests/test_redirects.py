@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bloom_frontier.canonical import RULES_VERSION
-from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.reader import StoreReader
 from tests.redirect_server import Crawl, command_rows, run_crawl, scrapy
 
 
@@ -169,7 +169,7 @@ def test_failed_download_ends_the_chain_as_error(crawl: Crawl) -> None:
 
 
 def test_every_redirected_url_has_its_key_stored(crawl: Crawl) -> None:
-    store = SqlRecordStore.from_url(crawl.store_url)
+    store = StoreReader.from_url(crawl.store_url)
     aliases = {crawl.path(a["url"]): a for a in store.url_aliases()}
     store.close()
     for path in ("/chain/1", "/chain/2", "/chain/3?utm_source=chain", "/final/chain"):

@@ -14,8 +14,9 @@ import pytest
 from scrapy.settings import Settings
 
 from bloom_frontier.addon import BloomFrontierAddon
+from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import BLOCKED, ERROR, OFFSITE, SEEN, ShortenerAnswer
-from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.writer import StoreWriter
 from bloom_frontier.redis_client import redis_from_url
 from bloom_frontier.shorteners import Shorteners, builtin_hosts
 from tests.httpserver import TestServer, html, redirect
@@ -115,7 +116,7 @@ def test_short_links_resolved_once_guarded_and_cached(
     hosts = set(spy_hosts(tmp_path / "spy.log"))
     assert not hosts & {"10.0.0.1", "elsewhere.example"}, hosts
 
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreReader.from_url(store_url)
     chains = {chain.start_url: chain for chain in store.chains()}
     answers = {url: store.shortener_answer(url) for url in SHORT_LINKS}
     store.close()
@@ -155,18 +156,18 @@ def test_cached_answer_is_read_buffered_or_stored(tmp_path: Path) -> None:
     crawl); buffered answers are found before their flush, written ones after it."""
     url = f"sqlite:///{tmp_path / 'store.sqlite'}"
 
-    def later(store: SqlRecordStore, short_url: str) -> ShortenerAnswer | None:
+    def later(store: StoreWriter, short_url: str) -> ShortenerAnswer | None:
         results: list[ShortenerAnswer | None] = []
         store.shortener_answer_later(short_url).addCallback(results.append)
         return results[0]
 
-    store = SqlRecordStore.from_url(url)
+    store = StoreWriter.from_url(url)
     store.add_shortener_answer(ShortenerAnswer("http://bit.ly/a", 301, "http://x.test/a"))
     buffered = later(store, "http://bit.ly/a")
     assert buffered is not None and buffered.location == "http://x.test/a"
     assert later(store, "http://bit.ly/b") is None
     store.close()
-    reopened = SqlRecordStore.from_url(url)
+    reopened = StoreWriter.from_url(url)
     stored = later(reopened, "http://bit.ly/a")
     reopened.close()
     assert stored is not None and (stored.status, stored.location) == (301, "http://x.test/a")

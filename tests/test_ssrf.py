@@ -29,7 +29,8 @@ from bloom_frontier.middlewares.ssrf import (
     address_refusal,
     policy_for,
 )
-from bloom_frontier.pipelines.store import SqlRecordStore, store_for
+from bloom_frontier.pipelines.reader import StoreReader
+from bloom_frontier.pipelines.store import store_for
 from tests.redirect_server import PRIVATE_REDIRECTS, Crawl, run_crawl, spy_hosts
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ def test_middleware_refuses_before_download_and_records_the_block(tmp_path: Path
     assert refused.value.reason == "metadata"
     assert middleware.process_request(Request("https://example.com/")) is None
     store_for(crawler).close()
-    chains = SqlRecordStore.from_url(store_url).chains()
+    chains = StoreReader.from_url(store_url).chains()
     assert [(c.start_url, c.outcome, c.reason, c.hops) for c in chains] == [
         (request.url, "blocked", "metadata", ())
     ]
@@ -261,7 +262,7 @@ def test_a_stored_file_request_is_refused_and_recorded(tmp_path: Path) -> None:
         middleware.process_request(Request("file:///etc/passwd"))
     assert refused.value.reason == "scheme:file"
     store_for(crawler).close()
-    [chain] = SqlRecordStore.from_url(store_url).chains()
+    [chain] = StoreReader.from_url(store_url).chains()
     assert (chain.outcome, chain.reason) == ("blocked", "scheme:file")
     assert crawler.stats.get_value("ssrf/blocked/scheme:file") == 1  # type: ignore[union-attr]
 

@@ -16,6 +16,13 @@ from sqlalchemy.exc import OperationalError
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
+from bloom_frontier.pipelines.database import (
+    DEFAULT_STORE_URL,
+    Database,
+    StoreMissing,
+    normalize_store_url,
+)
+from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import (
     FETCHED,
     LOOP,
@@ -25,16 +32,11 @@ from bloom_frontier.pipelines.records import (
     PageRecord,
     UrlAlias,
 )
-from bloom_frontier.pipelines.store import (
-    DEFAULT_STORE_URL,
-    SqlRecordStore,
-    StoreMissing,
-    normalize_store_url,
-)
+from bloom_frontier.pipelines.writer import StoreWriter
 from tests.record_builders import A, B, C, chain, hop
 
 
-def count(store: SqlRecordStore) -> dict[str, int]:
+def count(store: StoreReader) -> dict[str, int]:
     return {
         "chains": len(store.chains()),
         "hops": sum(len(c.hops) for c in store.chains()),
@@ -45,7 +47,7 @@ def count(store: SqlRecordStore) -> dict[str, int]:
     }
 
 
-def write_everything(store: SqlRecordStore) -> None:
+def write_everything(store: StoreWriter) -> None:
     store.add_chain(chain("c1", FETCHED, hop(A, B, 301), hop(B, C, 302)))
     store.add_page(PageRecord(A, C, f"r1|{C}", 200, "c1", None, 2.0))
     store.add_hints(
@@ -56,10 +58,10 @@ def write_everything(store: SqlRecordStore) -> None:
 
 
 def test_records_round_trip(store_url: str) -> None:
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     write_everything(store)
     store.close()
-    reader = SqlRecordStore.from_url(store_url)
+    reader = StoreReader.from_url(store_url)
     [stored] = reader.chains()
     assert (stored.start_url, stored.final_url, stored.outcome, stored.hop_count) == (
         A,
@@ -97,12 +99,12 @@ def test_records_round_trip(store_url: str) -> None:
 
 def test_writes_are_idempotent(store_url: str) -> None:
     for _ in range(2):  # two workers (or a retried flush) writing the same records
-        store = SqlRecordStore.from_url(store_url)
+        store = StoreWriter.from_url(store_url)
         write_everything(store)
         store.flush()
         write_everything(store)  # and the same rows twice in one batch
         store.close()
-    reader = SqlRecordStore.from_url(store_url)
+    reader = StoreReader.from_url(store_url)
     assert count(reader) == {
         "chains": 1,
         "hops": 2,
@@ -115,8 +117,8 @@ def test_writes_are_idempotent(store_url: str) -> None:
 
 
 def test_a_chain_only_moves_forward(store_url: str) -> None:
-    store = SqlRecordStore.from_url(store_url, batch_size=1)
-    reader = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url, batch_size=1)
+    reader = StoreReader.from_url(store_url)
 
     def state() -> tuple[str, int]:
         [stored] = reader.chains()
@@ -137,8 +139,8 @@ def test_a_chain_only_moves_forward(store_url: str) -> None:
 
 
 def test_writes_are_batched(store_url: str) -> None:
-    store = SqlRecordStore.from_url(store_url, batch_size=3, flush_interval=3600)
-    reader = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url, batch_size=3, flush_interval=3600)
+    reader = StoreReader.from_url(store_url)
     store.add_page(PageRecord(A, A, None, 200))
     store.add_page(PageRecord(B, B, None, 200))
     assert list(reader.pages()) == []
@@ -152,9 +154,9 @@ def test_writes_are_batched(store_url: str) -> None:
 
 
 def test_flush_interval_bounds_what_a_crash_can_lose(store_url: str) -> None:
-    store = SqlRecordStore.from_url(store_url, batch_size=1000, flush_interval=0)
+    store = StoreWriter.from_url(store_url, batch_size=1000, flush_interval=0)
     store.add_page(PageRecord(A, A, None, 200))
-    reader = SqlRecordStore.from_url(store_url)
+    reader = StoreReader.from_url(store_url)
     assert len(list(reader.pages())) == 1
     store.close()
     reader.close()
@@ -162,18 +164,18 @@ def test_flush_interval_bounds_what_a_crash_can_lose(store_url: str) -> None:
 
 def test_urls_longer_than_an_index_entry(store_url: str) -> None:
     long_url = "https://e.org/" + "x" * 12000
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     store.add_page(PageRecord(long_url, long_url, f"r1|{long_url}", 200))
     store.add_url_aliases([UrlAlias(long_url, f"r1|{long_url}", "r1", "fetched")])
     store.close()
-    reader = SqlRecordStore.from_url(store_url)
+    reader = StoreReader.from_url(store_url)
     assert [p["fetch_url"] for p in reader.pages()] == [long_url]
     reader.close()
 
 
 def _worker(store_url: str, worker: int) -> int:
     """One crawl worker: pages 0..299 (all workers overlap), 50 per batch, plus its own."""
-    store = SqlRecordStore.from_url(store_url, batch_size=50)
+    store = StoreWriter.from_url(store_url, batch_size=50)
     for n in range(300):
         url = f"https://e.org/p/{(n * 7 + worker * 13) % 300}"
         store.add_page(PageRecord(url, url, f"r1|{url}", 200))
@@ -184,10 +186,10 @@ def _worker(store_url: str, worker: int) -> int:
 
 
 def test_concurrent_workers_write_one_store(store_url: str) -> None:
-    SqlRecordStore.from_url(store_url).close()  # the schema, created once
+    StoreWriter.from_url(store_url).close()  # the schema, created once
     with ProcessPoolExecutor(max_workers=4) as pool:
         assert sorted(pool.map(_worker, [store_url] * 4, range(4))) == [0, 1, 2, 3]
-    reader = SqlRecordStore.from_url(store_url)
+    reader = StoreReader.from_url(store_url)
     assert len(list(reader.pages())) == 300 + 4
     assert len(list(reader.url_aliases())) == 300
     reader.close()
@@ -212,7 +214,7 @@ def test_default_store_is_a_file_in_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    store = SqlRecordStore.from_settings(Settings())
+    store = StoreWriter.from_settings(Settings())
     store.add_page(PageRecord(A, A, None, 200))
     store.close()
     assert (tmp_path / "crawl.sqlite").is_file()
@@ -221,7 +223,7 @@ def test_default_store_is_a_file_in_the_working_directory(
 def test_reading_a_missing_store_is_an_error(tmp_path: Path) -> None:
     settings = Settings({"STORE_URL": f"sqlite:///{tmp_path / 'nothing.sqlite'}"})
     with pytest.raises(StoreMissing, match=r"nothing\.sqlite"):
-        SqlRecordStore.for_reading(settings)
+        StoreReader.for_reading(settings)
     assert not (tmp_path / "nothing.sqlite").exists()
 
 
@@ -233,16 +235,15 @@ def test_records_wait_in_memory_while_the_database_is_locked(tmp_path: Path) -> 
     blocker.close()
     time.sleep(0.25)
     store.add_page(PageRecord(C, C, None, 200))  # retried: everything lands
-    assert sorted(p["fetch_url"] for p in store.pages()) == [A, B, C]
+    assert sorted(p["fetch_url"] for p in store.reader.pages()) == [A, B, C]
     store.close()
 
 
-def locked_store(path: Path, **kwargs: float) -> tuple[SqlRecordStore, sqlite3.Connection]:
+def locked_store(path: Path, **kwargs: float) -> tuple[StoreWriter, sqlite3.Connection]:
     """A store on ``path`` that waits 0.05 s for a lock, and a connection holding the file's
     write lock (as another process would) until it rolls back."""
-    store = SqlRecordStore(
-        create_engine(f"sqlite:///{path}", connect_args={"timeout": 0.05}), **kwargs
-    )
+    engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": 0.05})
+    store = StoreWriter(Database(engine), **kwargs)
     blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     blocker.execute("BEGIN EXCLUSIVE")
     return store, blocker
@@ -260,7 +261,7 @@ def test_the_last_flush_waits_for_a_database_locked_longer_than_a_flush_retries(
     failures: list[Failure] = []
     store.commit_all().addErrback(failures.append)  # blocks here: no background thread
     assert failures == []
-    assert sorted(p["fetch_url"] for p in store.pages()) == [A, B]
+    assert sorted(p["fetch_url"] for p in store.reader.pages()) == [A, B]
     blocker.close()
     store.close()
 
@@ -279,7 +280,7 @@ def test_the_last_flush_gives_up_after_close_timeout_keeping_the_records(
     blocker.execute("ROLLBACK")
     blocker.close()
     store.flush()  # the records were kept for a later flush
-    assert [p["fetch_url"] for p in store.pages()] == [A]
+    assert [p["fetch_url"] for p in store.reader.pages()] == [A]
     store.close()
 
 
@@ -298,7 +299,7 @@ def test_a_shared_crawls_page_waits_for_its_records_however_long_the_database_is
     assert failures == []
     assert "records wait to be written" in caplog.text
     assert "records not written" not in caplog.text
-    assert [p["fetch_url"] for p in store.pages()] == [A]
+    assert [p["fetch_url"] for p in store.reader.pages()] == [A]
     blocker.close()
     store.close()
 
@@ -323,8 +324,8 @@ def test_pages_handled_during_a_commit_share_the_next_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     thread = StepThread()
-    monkeypatch.setattr(SqlRecordStore, "_thread", property(lambda _: thread))
-    store = SqlRecordStore.from_url(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    monkeypatch.setattr(StoreWriter, "_thread", property(lambda _: thread))
+    store = StoreWriter.from_url(f"sqlite:///{tmp_path / 'store.sqlite'}")
     fired: list[str] = []
     store.add_page(PageRecord(A, A, None, 200))
     store.commit_page().addCallback(lambda _: fired.append(A))
@@ -334,11 +335,11 @@ def test_pages_handled_during_a_commit_share_the_next_one(
     assert len(thread.calls) == 1 and fired == []
     thread.step()
     assert fired == [A]  # only once its records are in
-    assert [p["fetch_url"] for p in store.pages()] == [A]
+    assert [p["fetch_url"] for p in store.reader.pages()] == [A]
     assert len(thread.calls) == 1  # one transaction for both
     thread.step()
     assert fired == [A, B, C]
-    assert sorted(p["fetch_url"] for p in store.pages()) == sorted([A, B, C])
+    assert sorted(p["fetch_url"] for p in store.reader.pages()) == sorted([A, B, C])
     assert thread.calls == []
     # The next page, with no commit under way, gets its own at once.
     store.add_page(PageRecord(A + "x", A + "x", None, 200))
@@ -352,11 +353,11 @@ def test_a_crawls_store_touches_its_database_first_from_its_own_thread(
     # store_for runs on Twisted's loop: making the store and buffering a page must not
     # open the database there, not even to bring its schema up to date.
     thread = StepThread()
-    monkeypatch.setattr(SqlRecordStore, "_thread", property(lambda _: thread))
+    monkeypatch.setattr(StoreWriter, "_thread", property(lambda _: thread))
     path = tmp_path / "store.sqlite"
-    store = SqlRecordStore.from_settings(Settings({"STORE_URL": f"sqlite:///{path}"}))
+    store = StoreWriter.from_settings(Settings({"STORE_URL": f"sqlite:///{path}"}))
     store.add_page(PageRecord(A, A, None, 200))
     store.commit_page()
     assert not path.exists()
     thread.step()
-    assert [p["fetch_url"] for p in store.pages()] == [A]
+    assert [p["fetch_url"] for p in store.reader.pages()] == [A]

@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from bloom_frontier.pipelines.records import Chain
-from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.writer import StoreWriter
 from tests.conftest import PG_DSN, PG_URL
 from tests.httpserver import Page, TestServer, html, redirect
 
@@ -75,10 +75,10 @@ def test_killed_worker_keeps_records_of_released_pages(redis_url: str, tmp_path:
 
 def recorded(store_url: str) -> tuple[dict[str, dict[str, Any]], dict[str, Chain]]:
     """The canonical hints by page and the redirect chains by start URL in the store."""
-    store = SqlRecordStore.from_url(store_url)
+    store = StoreWriter.from_url(store_url)
     try:
-        hints = {hint["page_url"]: hint for hint in store.hints()}
-        return hints, {chain.start_url: chain for chain in store.chains()}
+        hints = {hint["page_url"]: hint for hint in store.reader.hints()}
+        return hints, {chain.start_url: chain for chain in store.reader.chains()}
     finally:
         store.close()
 
@@ -118,7 +118,7 @@ def test_a_worker_killed_while_the_store_is_away_loses_no_records(
     # lease stays held (not released with the records in memory only). A worker killed then,
     # and a second one run once the database is back, record the page.
     with database_that_goes_away(_postgres_available) as (store_url, available):
-        SqlRecordStore.from_url(store_url).close()  # its schema, before it goes away
+        StoreWriter.from_url(store_url).close()  # its schema, before it goes away
 
         fetched: list[str] = []
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import UsageError
 
-from bloom_frontier.pipelines.store import SqlRecordStore, StoreMissing
+from bloom_frontier.pipelines.database import StoreMissing
+from bloom_frontier.pipelines.reader import StoreReader
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -26,11 +27,11 @@ def add_format_option(parser: argparse.ArgumentParser, formats: Sequence[str]) -
 
 
 @contextmanager
-def reading_store(settings: BaseSettings) -> Iterator[SqlRecordStore]:
+def reading_store(settings: BaseSettings) -> Iterator[StoreReader]:
     """The store named by ``STORE_URL``, closed when the block ends. A store that does not
     exist is a usage error saying where it was looked for, not a traceback."""
     try:
-        store = SqlRecordStore.for_reading(settings)
+        store = StoreReader.for_reading(settings)
     except StoreMissing as exc:
         raise UsageError(str(exc), print_help=False) from None
     try:

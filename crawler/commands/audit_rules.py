@@ -39,8 +39,9 @@ from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
 from bloom_frontier.commands._failures import fails_cleanly
 from bloom_frontier.commands._records import add_format_option, reading_store
 from bloom_frontier.learning.state import applied_rules, combined_host_rules
+from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import APPLIED, PROPOSED, REVOKED, ParamRule, now, write_rows
-from bloom_frontier.pipelines.store import SqlRecordStore
+from bloom_frontier.pipelines.writer import StoreWriter
 
 
 @dataclass
@@ -117,7 +118,7 @@ def proposal_merges(
 
 
 def proposal_previews(
-    store: SqlRecordStore,
+    store: StoreReader,
     learned: list[ParamRule],
     aliases: list[tuple[str, str]],
     rules: RuleSet,
@@ -247,7 +248,7 @@ class Command(ScrapyCommand):
 
 
 def apply_proposals(
-    store: SqlRecordStore,
+    store: StoreReader,
     learned: list[ParamRule],
     names: list[str],
     user_rules: dict[str, Any],
@@ -263,8 +264,9 @@ def apply_proposals(
         by_name[name] = replace(rule, state=APPLIED)
     applied = applied_rules(by_name.values())
     version = DEFAULT_RULES.with_host_rules(combined_host_rules(user_rules, applied)).version
+    writer = StoreWriter(store.database)
     for name in names:
         by_name[name] = replace(by_name[name], rules_version=version, updated_at=now())
-        store.add_param_rule(by_name[name])
-    store.flush()
+        writer.add_param_rule(by_name[name])
+    writer.flush()
     return list(by_name.values())

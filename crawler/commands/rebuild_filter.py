@@ -57,8 +57,8 @@ from bloom_frontier.learning.state import (
     combined_host_rules,
     learned_in_force,
 )
+from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import REVOKED
-from bloom_frontier.pipelines.store import SqlRecordStore
 from bloom_frontier.redis_client import redis_from_url, require_bloom
 from bloom_frontier.seen.joblock import JobdirLock
 from bloom_frontier.seen.layers import (
@@ -131,7 +131,7 @@ class Command(ScrapyCommand):
                 print_help=False,
             )
 
-    def _plan(self, store: SqlRecordStore, settings: Any, shared: Learned) -> None:
+    def _plan(self, store: StoreReader, settings: Any, shared: Learned) -> None:
         """The rules to rebuild under: ``CANON_HOST_RULES`` plus the learned rules in force
         (applied in the store or in the crawl's ``shared`` state, not revoked)."""
         user_rules = settings.getdict("CANON_HOST_RULES")
@@ -141,7 +141,7 @@ class Command(ScrapyCommand):
         self.record = rules_record(user_rules, self.rules, learned)
         self.revoked = {rule.name for rule in self.param_rules if rule.state == REVOKED}
 
-    def _audit(self, store: SqlRecordStore, old_version: str) -> KeyedUrls | None:
+    def _audit(self, store: StoreReader, old_version: str) -> KeyedUrls | None:
         """Print what ``scrapy audit-rules`` reports for the change from ``old_version``
         (the stored keys' regrouping, the learned rules); None (and exit status 1) if it
         finds a merge that was not allowed, else the store's URLs keyed anew."""

@@ -30,8 +30,8 @@ from scrapy.commands import ScrapyCommand
 from bloom_frontier.canonical.rules import rules_from_settings
 from bloom_frontier.commands._failures import fails_cleanly
 from bloom_frontier.commands._records import add_format_option, reading_store
+from bloom_frontier.pipelines.reader import StoredChain
 from bloom_frontier.pipelines.records import write_rows
-from bloom_frontier.pipelines.store import StoredChain
 from bloom_frontier.redirectmap.apache import write_apache
 from bloom_frontier.redirectmap.matching import Unmatchable, request_key, server_entries
 from bloom_frontier.redirectmap.nginx import DEFAULT_MAX_REGEX, write_nginx

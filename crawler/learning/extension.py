@@ -139,7 +139,7 @@ class ParamRuleLearning:
                 getattr(frontier, "background", None),  # version reads off the loop
             )
             self.live.state = self.state
-        for rule in store_for(self.crawler).param_rules():
+        for rule in store_for(self.crawler).reader.param_rules():
             self.known[rule.scope, rule.param] = rule
         applied = applied_rules(self.known.values())
         if applied:

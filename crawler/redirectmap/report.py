@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TextIO
 
+from bloom_frontier.pipelines.reader import StoredChain
 from bloom_frontier.pipelines.records import BLOCKED, FETCHED, LOOP
-from bloom_frontier.pipelines.store import StoredChain
 from bloom_frontier.redirectmap.semantics import DEAD_ENDS, SourceRow
 
 #: Rows listed per category on the page (the count is always the full count).

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from bloom_frontier.canonical.rules import RuleSet
-    from bloom_frontier.pipelines.store import RecordStore
+    from bloom_frontier.pipelines.reader import StoreReader
     from bloom_frontier.redis_client import Client
 
 logger = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class KeyedUrls:
                 self.rejected[exc.reason] = self.rejected.get(exc.reason, 0) + 1
 
 
-def store_urls(store: RecordStore) -> Iterator[str]:
+def store_urls(store: StoreReader) -> Iterator[str]:
     """Every URL the record store knows: fetched pages (asked and answered), both ends of
     each redirect hop, URL aliases and canonical hints (the page and a valid target)."""
     for page in store.pages():

@@ -19,7 +19,7 @@ down_revision = None
 branch_labels = None
 depends_on = None
 
-ID = 32  # bloom_frontier.pipelines.store.ID_LENGTH at the time
+ID = 32  # bloom_frontier.pipelines.tables.ID_LENGTH at the time
 
 
 def _tables() -> dict[str, list[sa.Column]]:

@@ -1,0 +1,108 @@
+"""Where the record store lives: its URL, its engine, its schema brought up to date once.
+
+``STORE_URL`` names a SQLite file by default or a PostgreSQL database (many workers then
+write one store). The writer (:mod:`bloom_frontier.pipelines.writer`) and the reader
+(:mod:`bloom_frontier.pipelines.reader`) share this.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine, make_url
+
+from bloom_frontier.pipelines.schema import upgrade_schema
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+#: Where the store lives when ``STORE_URL`` is unset: a file in the working directory.
+DEFAULT_STORE_URL = "sqlite:///crawl.sqlite"
+#: Seconds to wait for a database server to accept a connection.
+CONNECT_TIMEOUT = 5
+
+
+class StoreMissing(RuntimeError):
+    """The record store to read does not exist."""
+
+
+def normalize_store_url(url: str | None) -> str:
+    """SQLAlchemy URL for ``STORE_URL``: the SQLite default when unset, ``postgresql://``
+    (and ``postgres://``) mapped to the psycopg 3 driver the project installs."""
+    if not url:
+        return DEFAULT_STORE_URL
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def store_url_from(settings: BaseSettings) -> str:
+    return normalize_store_url(settings.get("STORE_URL"))
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite files get WAL and a busy timeout so that several
+    processes (workers, a command reading during a crawl) can share one file."""
+    url = normalize_store_url(url)
+    if make_url(url).get_backend_name() != "sqlite":
+        # A server that does not answer is reported in seconds (libpq's connect_timeout).
+        return create_engine(
+            url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT}
+        )
+    engine = create_engine(url, connect_args={"timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    return engine
+
+
+class Database:
+    """A store's engine, whose schema is brought up to date (:func:`upgrade_schema`) once,
+    before the first statement: at once, or with ``schema_on_first_use`` at the first write
+    (a crawl's store is built on Twisted's loop; its first write runs in its own thread)."""
+
+    def __init__(self, engine: Engine, *, schema_on_first_use: bool = False) -> None:
+        self.engine = engine
+        self._schema_ready = False
+        self._schema_lock = threading.Lock()
+        if not schema_on_first_use:
+            self.ready()
+
+    @classmethod
+    def from_url(cls, url: str | None, *, schema_on_first_use: bool = False) -> Database:
+        return cls(make_engine(normalize_store_url(url)), schema_on_first_use=schema_on_first_use)
+
+    @classmethod
+    def existing(cls, settings: BaseSettings) -> Database:
+        """The store a crawl wrote (``STORE_URL``); a missing SQLite file is an error, not
+        a new empty store."""
+        url = store_url_from(settings)
+        parsed = make_url(url)
+        database = parsed.database if parsed.get_backend_name() == "sqlite" else None
+        if database and database != ":memory:" and not Path(database).exists():
+            raise StoreMissing(
+                f"no record store at {database}: run a crawl first, or set STORE_URL"
+            )
+        return cls(make_engine(url))
+
+    def ready(self) -> Engine:
+        """The engine, once the schema is up to date. Blocks: off Twisted's loop in a crawl."""
+        if not self._schema_ready:
+            with self._schema_lock:
+                if not self._schema_ready:
+                    upgrade_schema(self.engine)
+                    self._schema_ready = True
+        return self.engine
+
+    def dispose(self) -> None:
+        """Release the engine's connections."""
+        self.engine.dispose()
