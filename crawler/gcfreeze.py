@@ -34,7 +34,7 @@ class FreezeStartupObjects:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        if not crawler.settings.getbool("GC_FREEZE_ENABLED", True):
+        if not crawler.settings.getbool("GC_FREEZE_ENABLED"):
             raise NotConfigured
         extension = cls()
         crawler.signals.connect(extension.spider_opened, signal=signals.spider_opened)

@@ -78,7 +78,7 @@ class GlobalPolitenessMiddleware:
             raise NotConfigured
         self.crawler = crawler
         self.robots_user_agent: str | None = settings.get("ROBOTSTXT_USER_AGENT")
-        self.default_user_agent: str = settings.get("USER_AGENT", "")
+        self.default_user_agent: str = settings.get("USER_AGENT")
         attempts = 1 + max(0, settings.getint("RETRY_TIMES")) * settings.getbool("RETRY_ENABLED")
         #: Longest a worker fetching a robots.txt for all may take.
         self.robots_fetch_time = settings.getfloat("DOWNLOAD_TIMEOUT") * attempts + 5
@@ -245,7 +245,7 @@ class HostBackoffMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         settings = crawler.settings
         try:
-            cap = settings.getfloat("HOST_BACKOFF_MAX", 300.0)
+            cap = settings.getfloat("HOST_BACKOFF_MAX")
         except ValueError:
             cap = math.nan
         if not 0 < cap < math.inf:

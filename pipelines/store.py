@@ -57,6 +57,7 @@ from sqlalchemy.exc import OperationalError
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.python.failure import Failure
 
+from bloom_frontier import defaults
 from bloom_frontier.background import BackgroundThread, pause_off_loop
 from bloom_frontier.frontier import page_handled
 from bloom_frontier.pipelines.records import (
@@ -82,8 +83,6 @@ logger = logging.getLogger(__name__)
 
 #: Where the store lives when ``STORE_URL`` is unset: a file in the working directory.
 DEFAULT_STORE_URL = "sqlite:///crawl.sqlite"
-DEFAULT_BATCH_SIZE = 500
-DEFAULT_FLUSH_INTERVAL = 5.0
 #: Seconds the last flush (:meth:`SqlRecordStore.commit_all`) keeps retrying a database that
 #: is away before it gives up, logging how many records it could not write.
 DEFAULT_CLOSE_TIMEOUT = 300.0
@@ -460,8 +459,8 @@ class SqlRecordStore:
     def __init__(
         self,
         engine: Engine,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+        batch_size: int = defaults.STORE_BATCH_SIZE,
+        flush_interval: float = defaults.STORE_FLUSH_INTERVAL,
         close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
         *,
         schema_on_first_use: bool = False,
@@ -525,8 +524,8 @@ class SqlRecordStore:
         command's pre-start check did it already, before the loop started)."""
         return cls(
             make_engine(store_url_from(settings)),
-            batch_size=settings.getint("STORE_BATCH_SIZE", DEFAULT_BATCH_SIZE),
-            flush_interval=settings.getfloat("STORE_FLUSH_INTERVAL", DEFAULT_FLUSH_INTERVAL),
+            batch_size=settings.getint("STORE_BATCH_SIZE"),
+            flush_interval=settings.getfloat("STORE_FLUSH_INTERVAL"),
             schema_on_first_use=True,
         )
 

@@ -48,14 +48,8 @@ class ExampleSpider(Spider):
         """Callback with cb_kwargs."""
 
 
-FRONTIER_SETTINGS = (
-    "FRONTIER_KEY_PREFIX",
-    "FRONTIER_MAX_EXPIRIES",
-    "SEEN_FILTER_CAPACITY",
-    "SEEN_FILTER_ERROR_RATE",
-    "SEEN_FILTER_EXPANSION",
-    "SEEN_FILTER_SHARDS",
-)
+#: The defaults table: what the add-on gives a crawl (components have no fallbacks of their own).
+FRONTIER_SETTINGS = tuple(name for name in dir(project_defaults) if name.isupper())
 
 
 def make_worker(redis_url: str, lease_ttl: float = 60.0) -> RedisFrontier:

@@ -24,7 +24,6 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.threads import deferToThread
 
 from bloom_frontier.content.fingerprint import NORMALIZATIONS, fingerprint
-from bloom_frontier.defaults import CONTENT_NORMALIZATION
 from bloom_frontier.frontier import META_KEY
 from bloom_frontier.middlewares.redirects import soft_404_flag
 from bloom_frontier.pipelines.records import Chain, ContentRecord, PageRecord
@@ -69,9 +68,9 @@ class ContentFingerprints:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        if not crawler.settings.getbool("CONTENT_FINGERPRINTS_ENABLED", True):
+        if not crawler.settings.getbool("CONTENT_FINGERPRINTS_ENABLED"):
             raise NotConfigured
-        norm = crawler.settings.get("CONTENT_NORMALIZATION", CONTENT_NORMALIZATION)
+        norm = crawler.settings.get("CONTENT_NORMALIZATION")
         if norm not in NORMALIZATIONS:
             raise ValueError(f"CONTENT_NORMALIZATION must be one of {NORMALIZATIONS}, not {norm!r}")
         extension = cls(crawler, norm)

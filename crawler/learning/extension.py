@@ -110,7 +110,7 @@ class ParamRuleLearning:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         settings = crawler.settings
-        mode = settings.get("CANON_LEARN", "propose")
+        mode = settings.get("CANON_LEARN")
         if mode not in MODES:
             raise ValueError(f"CANON_LEARN must be one of {MODES}, not {mode!r}")
         if mode == "off":
@@ -118,8 +118,8 @@ class ParamRuleLearning:
         learning = cls(
             crawler,
             mode,
-            settings.getint("CANON_LEARN_MIN_PAIRS", 3),
-            settings.getint("CANON_LEARN_MEMORY", CANON_LEARN_MEMORY),
+            settings.getint("CANON_LEARN_MIN_PAIRS"),
+            settings.getint("CANON_LEARN_MEMORY"),
         )
         crawler.signals.connect(learning.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(learning.observe, signal=content_fingerprinted)

@@ -41,7 +41,7 @@ class LearnedRuleGate:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        if crawler.settings.get("CANON_LEARN", "propose") == "off":
+        if crawler.settings.get("CANON_LEARN") == "off":
             raise NotConfigured
         return cls(crawler)
 

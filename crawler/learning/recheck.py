@@ -49,8 +49,8 @@ class LearnedRuleRecheck:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        rate = crawler.settings.getfloat("CANON_LEARN_RECHECK", 0.02)
-        if rate <= 0 or crawler.settings.get("CANON_LEARN", "propose") == "off":
+        rate = crawler.settings.getfloat("CANON_LEARN_RECHECK")
+        if rate <= 0 or crawler.settings.get("CANON_LEARN") == "off":
             raise NotConfigured
         return cls(crawler, rate)
 

@@ -43,6 +43,7 @@ from redis.retry import Retry
 from scrapy import signals
 from twisted.internet.defer import Deferred, maybeDeferred
 
+from bloom_frontier import defaults
 from bloom_frontier.background import BackgroundThread, PeriodicThread
 from bloom_frontier.frontier import failure_reason
 from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestDecoder
@@ -55,7 +56,6 @@ from bloom_frontier.frontier.redis.layout import FrontierKeys
 from bloom_frontier.frontier.redis.leases import LEASE_META, Leases, worker_id
 from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
 from bloom_frontier.frontier.redis.partitions import Partitions, partition_count
-from bloom_frontier.frontier.redis.quarantine import QUARANTINE_MAX
 from bloom_frontier.frontier.redis.upgrade import upgrade_layout
 from bloom_frontier.redis_client import Client, describe, redis_from_url, require_bloom
 from bloom_frontier.seen.layers import OlderLayers, redis_layers
@@ -134,15 +134,15 @@ class RedisFrontier:
         keyer: RequestKeyer,
         stats: StatsCollector,
         *,
-        lease_ttl: float = 60.0,
-        max_expiries: int = 5,
+        lease_ttl: float = defaults.FRONTIER_LEASE_TTL,
+        max_expiries: int = defaults.FRONTIER_MAX_EXPIRIES,
         spider: Spider | None = None,
         owner: str | None = None,
         limits: HostLimits | None = None,
         decoder: RequestDecoder = DEFAULT_DECODER,
-        quarantine_cap: int = QUARANTINE_MAX,
+        quarantine_cap: int = defaults.FRONTIER_QUARANTINE_MAX,
         older: OlderLayers | None = None,
-        partitions: int = 1,
+        partitions: int = defaults.FRONTIER_PARTITIONS,
     ) -> None:
         if lease_ttl <= 0:
             raise ValueError(f"FRONTIER_LEASE_TTL must be positive, got {lease_ttl}")
@@ -268,9 +268,9 @@ class RedisFrontier:
                 spider=spider,
                 limits=HostLimits.from_settings(settings),
                 decoder=RequestDecoder.from_settings(settings),
-                quarantine_cap=settings.getint("FRONTIER_QUARANTINE_MAX", QUARANTINE_MAX),
+                quarantine_cap=settings.getint("FRONTIER_QUARANTINE_MAX"),
                 older=older,
-                partitions=settings.getint("FRONTIER_PARTITIONS", 1),
+                partitions=settings.getint("FRONTIER_PARTITIONS"),
             )
         except BaseException:
             client.close()

@@ -55,10 +55,10 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from bloom_frontier import defaults
 from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestDecoder, RequestNotLoadable
 from bloom_frontier.frontier.politeness import TURN_META
 from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Answer
-from bloom_frontier.frontier.redis.quarantine import QUARANTINE_MAX
 from bloom_frontier.frontier.serialize import RequestNotSerializable, request_to_json
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class Leases:
         lease_ttl: float,
         max_expiries: int,
         decoder: RequestDecoder = DEFAULT_DECODER,
-        quarantine_cap: int = QUARANTINE_MAX,
+        quarantine_cap: int = defaults.FRONTIER_QUARANTINE_MAX,
     ) -> None:
         self.partitions = partitions
         self.decoder = decoder
