@@ -60,8 +60,8 @@ from twisted.internet.error import DNSLookupError
 
 from bloom_frontier import defaults
 from bloom_frontier.canonical import InvalidURL, canonicalize
-from bloom_frontier.frontier import META_KEY
 from bloom_frontier.frontier.keys import carried_key, key_host
+from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.pipelines.records import BLOCKED, Chain
 from bloom_frontier.pipelines.store import record_chain
 
@@ -419,7 +419,7 @@ class SSRFGuardMiddleware:
         if request.callback is NO_CALLBACK:
             return  # robots.txt and other engine-internal downloads are not crawl records
         chain = Chain.from_meta(request.meta) or Chain.begin(
-            request.url, request.meta.get(META_KEY)
+            request.url, request.meta.get(DEDUPE_KEY_META)
         )
         record_chain(self.crawler, chain.finish(BLOCKED, request.url, reason))
 

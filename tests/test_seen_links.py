@@ -23,9 +23,10 @@ from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
 import bloom_frontier.defaults as project_defaults
-from bloom_frontier.frontier import META_KEY, frontier_for, known
+from bloom_frontier.frontier import frontier_for, known
 from bloom_frontier.frontier.known import KnownKeys
 from bloom_frontier.learning.recheck import LearnedRuleRecheck
+from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.middlewares.linkbatch import (
     BatchDedupeMiddleware,
     SeenLinksMiddleware,
@@ -269,7 +270,7 @@ def test_seen_links_are_dropped_counted_and_reported_once_the_page_is_done(crawl
     assert dropped == ["https://example.com/seen", "https://example.com/seen?utm_source=x"]
     assert crawler.stats.get_value("seen/duplicate") == 2
     assert crawler.stats.get_value("dupefilter/filtered") == 2
-    assert yielded[3].meta[META_KEY]  # keyed once, carried to the batch
+    assert yielded[3].meta[DEDUPE_KEY_META]  # keyed once, carried to the batch
     # What the batch does with the links that need checking (dont_filter ones pass it).
     admitted = frontier.admit(response.request, [yielded[3], yielded[5]])
     assert [request.url for request in admitted] == ["https://example.com/new"]
@@ -309,7 +310,9 @@ def test_links_judged_by_url_get_no_request_when_seen_and_are_counted_the_same(
     assert built == urls[2:]  # no Request for the seen ones: nobody listens for drops
     assert crawler.stats.get_value("seen/duplicate") == 2
     assert crawler.stats.get_value("dupefilter/filtered") == 2
-    assert passed[0].meta[META_KEY] == frontier.keyer.key_of(Request("https://example.com/new"))
+    assert passed[0].meta[DEDUPE_KEY_META] == frontier.keyer.key_of(
+        Request("https://example.com/new")
+    )
     frontier.admit(None, passed)
 
     dropped: list[str] = []

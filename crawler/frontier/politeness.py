@@ -74,6 +74,7 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from bloom_frontier import defaults
 from bloom_frontier.frontier.lua import FrontierScripts
+from bloom_frontier.meta import DOWNLOAD_SLOT_META
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -90,14 +91,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: ``request.meta`` key Scrapy's downloader takes a request's slot from.
-DOWNLOAD_SLOT_META = "download_slot"
-#: ``request.meta`` key of a queued request's host (``politeness_key``), stored with it so
-#: the scripts know it (``set_host`` in politeness.lua).
-HOST_META = "frontier_host"
-#: ``request.meta`` key of a leased request's politeness turn: ``[time.monotonic() when
-#: leased, seconds its host observes between two requests]``. Never stored in Redis.
-TURN_META = "frontier_turn"
 #: Seconds a leased request may wait in the worker (e.g. for its host's robots.txt) and
 #: still be sent on the turn of its lease; later, it takes a new turn first.
 STALE_TURN = 0.05

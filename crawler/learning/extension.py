@@ -55,6 +55,7 @@ from bloom_frontier.learning.state import (
     applied_rules,
     normalized,
 )
+from bloom_frontier.meta import LEARN_RECHECK_META
 from bloom_frontier.pipelines.records import (
     APPLIED,
     PROPOSED,
@@ -75,8 +76,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MODES = ("off", "propose", "apply")
-#: ``request.meta`` of a re-check fetch: the key it was merged into and the dropped names.
-RECHECK_META = "learn_recheck"
 
 _learners: weakref.WeakKeyDictionary[Crawler, ParamRuleLearning] = weakref.WeakKeyDictionary()
 
@@ -178,7 +177,7 @@ class ParamRuleLearning:
         except InvalidURL:
             return
         fetched = Page(page.final_url, key, content.exact, content.kind, page.status)
-        recheck = request.meta.get(RECHECK_META)
+        recheck = request.meta.get(LEARN_RECHECK_META)
         if recheck:
             self._recheck(fetched, recheck)
             return

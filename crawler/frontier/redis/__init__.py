@@ -51,12 +51,13 @@ from bloom_frontier.frontier.keys import RequestKeyer
 from bloom_frontier.frontier.lua import FrontierScripts
 from bloom_frontier.frontier.politeness import HostLimits, HostPoliteness
 from bloom_frontier.frontier.redis import state
-from bloom_frontier.frontier.redis.admission import QUEUED_META, Admission
+from bloom_frontier.frontier.redis.admission import Admission
 from bloom_frontier.frontier.redis.layout import FrontierKeys
-from bloom_frontier.frontier.redis.leases import LEASE_META, Leases, worker_id
+from bloom_frontier.frontier.redis.leases import Leases, worker_id
 from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
 from bloom_frontier.frontier.redis.partitions import Partitions, partition_count
 from bloom_frontier.frontier.redis.upgrade import upgrade_layout
+from bloom_frontier.meta import FRONTIER_LEASE_META, FRONTIER_QUEUED_META
 from bloom_frontier.redis_client import Client, describe, redis_from_url, require_bloom
 from bloom_frontier.seen.layers import OlderLayers, redis_layers
 from bloom_frontier.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
@@ -70,8 +71,8 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
 __all__ = [
-    "LEASE_META",
-    "QUEUED_META",
+    "FRONTIER_LEASE_META",
+    "FRONTIER_QUEUED_META",
     "REDIS_UNAVAILABLE",
     "FrontierKeys",
     "RedisFrontier",
@@ -311,7 +312,7 @@ class RedisFrontier:
         page's records committed).
 
         Returns the new ones, as the embedded frontier does, so callers learn the verdict;
-        they are already queued in Redis and marked ``meta[QUEUED_META]``, so when they are
+        they are already queued in Redis and marked ``meta[FRONTIER_QUEUED_META]``, so when they are
         handed to the engine anyway the scheduler does not queue them again. When the
         verdict is not known yet (sent in the background, or Redis away) every request is
         returned, and ``on_late_duplicates`` gets the duplicates once it is.
@@ -329,7 +330,7 @@ class RedisFrontier:
         retries). A replacement takes over its original's lease atomically.
 
         Returns False if the request was dropped (a known duplicate, or no valid key)."""
-        if request.meta.get(QUEUED_META):
+        if request.meta.get(FRONTIER_QUEUED_META):
             return True
         parent = self.leases.take_replaced(request)
         return bool(self.admission.admit(parent, [request], dropped_by_caller=True))
