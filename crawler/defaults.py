@@ -60,9 +60,9 @@ CANON_HOST_RULES: dict[str, dict[str, list[str]]] = {}
 # stored with its page record (bloom_frontier.content), computed in a thread off the reactor.
 CONTENT_FINGERPRINTS_ENABLED = True
 # The normalization fingerprints are made under, stored with each: "n2" (visible text and link
-# targets, numpy-hashed words: half the CPU of "n1") or "n1" (the whole markup, noise removed;
-# for a crawl that must stay comparable with a store written before n2). Fingerprints of
-# different normalizations are never compared.
+# targets, numpy-hashed words: cheaper than "n1", docs/scaling.md) or "n1" (the whole markup,
+# noise removed; for a crawl that must stay comparable with a store written before n2).
+# Fingerprints of different normalizations are never compared.
 CONTENT_NORMALIZATION = "n2"
 # Parameter drop rules proven by content (bloom_frontier.learning): when pages that differ by one
 # parameter have equal content CANON_LEARN_MIN_PAIRS times on a host (or a path prefix) and
@@ -147,10 +147,10 @@ FRONTIER_QUARANTINE_MAX = 10_000
 FRONTIER_REQUEST_CLASSES: list[str] = []
 
 # --- Process ------------------------------------------------------------------------------
-# When the spider opens, the objects start-up made (modules, classes, settings: ~140,000) are
-# frozen out of the garbage collector's full passes and its youngest generation is collected
-# every 10,000 new objects instead of 700 (bloom_frontier.gcfreeze): about 0.6 CPU-s less per 500
-# pages. False leaves Python's collector as it was.
+# When the spider opens, the objects start-up made (modules, classes, settings) are frozen out
+# of the garbage collector's full passes and its youngest generation is collected every 10,000
+# new objects instead of 700 (bloom_frontier.gcfreeze; what it saves: docs/scaling.md). False
+# leaves Python's collector as it was.
 GC_FREEZE_ENABLED = True
 # Seconds between the ticks of the loop-stall meter (bloom_frontier.loopwatch.LoopStallMeter, an
 # extension a project adds to EXTENSIONS to measure a crawl): a stall shorter than this is not seen.
