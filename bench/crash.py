@@ -31,10 +31,10 @@ from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
 import bloom_frontier.defaults as project_settings
-from bloom_frontier.frontier import META_CHECKED, META_KEY
 from bloom_frontier.frontier.keys import RequestKeyer
 from bloom_frontier.frontier.redis import RedisFrontier
 from bloom_frontier.frontier.serialize import request_to_json
+from bloom_frontier.meta import DEDUPE_CHECKED_META, DEDUPE_KEY_META
 from tests.servers import RedisServer
 from tests.sitegen import LinkGraph, serve
 from tests.test_crash import DELAY, Worker, fetches, wait_for_progress
@@ -97,7 +97,10 @@ def plain_queue_cycle(redis_url: str, pages: int) -> float:
             for (request, key), new in zip(pairs, fresh, strict=True):
                 if new:
                     sequence += 1
-                    request.meta[META_KEY], request.meta[META_CHECKED] = key, request.url
+                    request.meta[DEDUPE_KEY_META], request.meta[DEDUPE_CHECKED_META] = (
+                        key,
+                        request.url,
+                    )
                     pipe.zadd("plain:queue", {f"{sequence:014x}": -request.priority})
                     pipe.hset("plain:requests", f"{sequence:014x}", request_to_json(request))
             pipe.execute()

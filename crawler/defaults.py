@@ -3,7 +3,9 @@
 :class:`bloom_frontier.addon.BloomFrontierAddon` installs these at Scrapy's ``"addon"`` priority, so
 anything a project sets (``settings.py``, ``custom_settings``, ``-s NAME=VALUE``) wins.
 Commands that run without a crawler (``scrapy redirects``, ``seed``, ``frontier``...) never
-see add-ons; they read this same table through :func:`with_defaults`.
+see add-ons; they read this same table through :func:`with_defaults`. The settings of
+:data:`environment_settings` take their default from the environment variable of their name,
+read by :func:`with_defaults` when Scrapy builds the settings, never at import.
 
 New settings register here: one upper-case name per setting, with a comment saying what it
 does, its unit and its default. Scrapy's own settings are not repeated here; the few the
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 
 # (No TYPE_CHECKING here: every upper-case name of this module is a setting.)
 from scrapy.settings import BaseSettings
@@ -57,9 +60,9 @@ CANON_HOST_RULES: dict[str, dict[str, list[str]]] = {}
 # stored with its page record (bloom_frontier.content), computed in a thread off the reactor.
 CONTENT_FINGERPRINTS_ENABLED = True
 # The normalization fingerprints are made under, stored with each: "n2" (visible text and link
-# targets, numpy-hashed words: half the CPU of "n1") or "n1" (the whole markup, noise removed;
-# for a crawl that must stay comparable with a store written before n2). Fingerprints of
-# different normalizations are never compared.
+# targets, numpy-hashed words: cheaper than "n1", docs/scaling.md) or "n1" (the whole markup,
+# noise removed; for a crawl that must stay comparable with a store written before n2).
+# Fingerprints of different normalizations are never compared.
 CONTENT_NORMALIZATION = "n2"
 # Parameter drop rules proven by content (bloom_frontier.learning): when pages that differ by one
 # parameter have equal content CANON_LEARN_MIN_PAIRS times on a host (or a path prefix) and
@@ -84,7 +87,7 @@ CANON_LEARN_RECHECK = 0.02
 # redis://[:password@]host:port/db or rediss:// for TLS. Unset: embedded, single-process crawl.
 # A Redis Cluster: redis+cluster://host:port (any node; rediss+cluster:// for TLS).
 # Default: the REDIS_URL environment variable (docker-compose.yml sets it).
-REDIS_URL = os.environ.get("REDIS_URL") or None
+REDIS_URL: str | None = None
 # Prefix of the crawl's keys in Redis; %(spider)s is the spider's name. Workers sharing it share
 # one crawl: the queue (<prefix>:queue), the seen filter (<prefix>:seen), leases and failures.
 # Keep the {braces}: the hash tag puts every key of a crawl on one Redis Cluster slot, which
@@ -144,17 +147,20 @@ FRONTIER_QUARANTINE_MAX = 10_000
 FRONTIER_REQUEST_CLASSES: list[str] = []
 
 # --- Process ------------------------------------------------------------------------------
-# When the spider opens, the objects start-up made (modules, classes, settings: ~140,000) are
-# frozen out of the garbage collector's full passes and its youngest generation is collected
-# every 10,000 new objects instead of 700 (bloom_frontier.gcfreeze): about 0.6 CPU-s less per 500
-# pages. False leaves Python's collector as it was.
+# When the spider opens, the objects start-up made (modules, classes, settings) are frozen out
+# of the garbage collector's full passes and its youngest generation is collected every 10,000
+# new objects instead of 700 (bloom_frontier.gcfreeze; what it saves: docs/scaling.md). False
+# leaves Python's collector as it was.
 GC_FREEZE_ENABLED = True
+# Seconds between the ticks of the loop-stall meter (bloom_frontier.loopwatch.LoopStallMeter, an
+# extension a project adds to EXTENSIONS to measure a crawl): a stall shorter than this is not seen.
+LOOP_STALL_METER_INTERVAL = 0.02
 
 # --- Record store ------------------------------------------------------------------------
 # SQLAlchemy URL. Unset: a SQLite file in the working directory (crawl.sqlite).
 # postgresql://user@host/db (or postgres://) uses the psycopg 3 driver; many workers may share it.
 # Default: the STORE_URL environment variable.
-STORE_URL = os.environ.get("STORE_URL") or None
+STORE_URL: str | None = None
 # Records are buffered and written in one transaction every STORE_BATCH_SIZE records, every
 # STORE_FLUSH_INTERVAL seconds (checked at the next record) and when the spider closes.
 STORE_BATCH_SIZE = 500
@@ -175,7 +181,7 @@ REDIRECT_MAX_HOPS = 10
 # process-wide: the
 # add-on installs it as TWISTED_DNS_RESOLVER before the crawler process starts.
 SSRF_GUARD_ENABLED = True
-SSRF_ALLOWED_HOSTS = [h for h in os.environ.get("SSRF_ALLOWED_HOSTS", "").split(",") if h]
+SSRF_ALLOWED_HOSTS: list[str] = []
 # URL schemes that may reach the downloader, whatever the request's origin (link, redirect,
 # stored request, canonical hint, seed). Widening it also needs the scheme's download handler
 # back in DOWNLOAD_HANDLERS (the add-on switches off file, data, s3 and ftp).
@@ -195,7 +201,7 @@ SSRF_ALLOW_PROXY = False
 SHORTENERS_ENABLED = True
 # More shortener hosts for this crawl (names; default: the SHORTENER_HOSTS environment
 # variable, comma-separated).
-SHORTENER_HOSTS = [h for h in os.environ.get("SHORTENER_HOSTS", "").split(",") if h]
+SHORTENER_HOSTS: list[str] = []
 # Seconds one shortener request may take (no retry): a shortener that is down costs this once.
 SHORTENER_TIMEOUT = 5.0
 # Seconds between two requests to one shortener host (across all workers when shared): the
@@ -205,11 +211,30 @@ SHORTENER_DELAY = 1.0
 SHORTENER_CACHE_TTL = 30 * 24 * 3600.0
 
 
+#: Settings whose default a deployment gives in the environment variable of the same name
+#: (docker-compose.yml does), when that is set and not empty; a list is comma-separated.
+environment_settings = ("REDIS_URL", "STORE_URL", "SSRF_ALLOWED_HOSTS", "SHORTENER_HOSTS")
+
+
+def from_environment(settings: BaseSettings, names: Iterable[str], priority: str) -> None:
+    """Set each setting of ``names`` whose environment variable (of the same name) is set
+    and not empty, at ``priority``; a setting whose value is a list reads its variable as
+    comma-separated names. Read now, so a variable set after import counts."""
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            listed = isinstance(settings.get(name), list)
+            settings.set(
+                name, [item for item in value.split(",") if item] if listed else value, priority
+            )
+
+
 def with_defaults(settings: BaseSettings, priority: str = "addon") -> BaseSettings:
-    """``settings`` with every default of this table set at ``priority``, where nothing of
-    a higher priority (the project's, the command line's) set it already; returned for
-    chaining. Frozen settings are copied first."""
+    """``settings`` with every default of this table (:data:`environment_settings` from the
+    environment) set at ``priority``, where nothing of a higher priority (the project's, the
+    command line's) set it already; returned for chaining. Frozen settings are copied first."""
     if settings.frozen:
         settings = settings.copy()
     settings.setmodule(sys.modules[__name__], priority=priority)
+    from_environment(settings, environment_settings, priority)
     return settings

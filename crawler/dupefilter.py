@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 from scrapy.dupefilters import BaseDupeFilter
 
-from bloom_frontier.frontier import META_CHECKED, frontier_for
+from bloom_frontier.frontier import frontier_for
 from bloom_frontier.frontier.keys import was_checked
+from bloom_frontier.meta import DEDUPE_CHECKED_META
 
 if TYPE_CHECKING:
     from typing import Self
@@ -45,10 +46,10 @@ class BloomDupeFilter(BaseDupeFilter):
         if was_checked(request):
             # Admitted in its page's batch: new, once. The same object offered again is
             # checked like any other (Scrapy's contract: a second call answers "seen").
-            del request.meta[META_CHECKED]
+            del request.meta[DEDUPE_CHECKED_META]
             return False
         seen = self.frontier.request_seen(request)
-        request.meta.pop(META_CHECKED, None)  # the mark is for batches; this one is done
+        request.meta.pop(DEDUPE_CHECKED_META, None)  # the mark is for batches; this one is done
         return seen
 
     def log(self, request: Request, spider: Spider) -> None:

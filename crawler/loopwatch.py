@@ -1,6 +1,6 @@
 """Extension: how long Twisted's loop was kept from running (blocking I/O on it shows here).
 
-A timer fires every ``LOOP_STALL_METER_INTERVAL`` seconds (default 0.02); the longest delay
+A timer fires every ``LOOP_STALL_METER_INTERVAL`` seconds; the longest delay
 past its due time is the loop's longest stall. Stats: ``loop/longest_stall_ms``,
 ``loop/stalls_over_100ms`` (as the spider closes); a stall over 100 ms is logged as it
 happens, and the longest one, closing included, when the engine stops. Add it to
@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from scrapy import signals
 from twisted.internet.task import LoopingCall
 
+from bloom_frontier import defaults
+
 if TYPE_CHECKING:
     from typing import Self
 
@@ -25,7 +27,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL = 0.02
 #: A stall this long is logged when it ends.
 LOGGED_STALL = 0.1
 
@@ -33,7 +34,9 @@ LOGGED_STALL = 0.1
 class LoopStallMeter:
     """Measures the loop's stalls during a crawl (see the module docstring)."""
 
-    def __init__(self, stats: StatsCollector, interval: float = DEFAULT_INTERVAL) -> None:
+    def __init__(
+        self, stats: StatsCollector, interval: float = defaults.LOOP_STALL_METER_INTERVAL
+    ) -> None:
         self.stats = stats
         self.interval = interval
         self.longest = 0.0
@@ -43,9 +46,7 @@ class LoopStallMeter:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         assert crawler.stats is not None
-        meter = cls(
-            crawler.stats, crawler.settings.getfloat("LOOP_STALL_METER_INTERVAL", DEFAULT_INTERVAL)
-        )
+        meter = cls(crawler.stats, crawler.settings.getfloat("LOOP_STALL_METER_INTERVAL"))
         crawler.signals.connect(meter.start, signal=signals.engine_started)
         crawler.signals.connect(meter.report, signal=signals.spider_closed)
         crawler.signals.connect(meter.stop, signal=signals.engine_stopped)

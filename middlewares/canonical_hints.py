@@ -38,6 +38,7 @@ from scrapy.http.request import NO_CALLBACK
 from bloom_frontier.canonical import resolve_link
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
 from bloom_frontier.frontier.keys import carry_key
+from bloom_frontier.meta import CANONICAL_OF_META
 from bloom_frontier.middlewares.redirects import is_home_page, key_or_error
 from bloom_frontier.pipelines.records import CanonicalHint, KeyAlias, rules_version_of
 from bloom_frontier.pipelines.store import store_for
@@ -260,7 +261,7 @@ class CanonicalHintsMiddleware:
             return None
         if page.callback is None and type(self.crawler.spider).parse is Spider.parse:
             return None
-        meta = {"canonical_of": response.url}
+        meta = {CANONICAL_OF_META: response.url}
         meta.update((name, page.meta[name]) for name in CALLBACK_META if name in page.meta)
         return Request(
             url,

@@ -14,7 +14,7 @@ from scrapy.http import Response
 
 from bloom_frontier.frontier import failure_reason, frontier_for, handle_page
 from bloom_frontier.frontier.keys import carry_key, send_request_dropped, was_checked
-from bloom_frontier.learning.extension import RECHECK_META
+from bloom_frontier.meta import LEARN_RECHECK_META
 
 if TYPE_CHECKING:
     from typing import Self
@@ -205,7 +205,7 @@ class SeenLinksMiddleware:
                 if sampled is not None:
                     request = request_for(url)
                     yield request.replace(
-                        dont_filter=True, meta={**request.meta, RECHECK_META: sampled}
+                        dont_filter=True, meta={**request.meta, LEARN_RECHECK_META: sampled}
                     )
         finally:
             if dropped:

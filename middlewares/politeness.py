@@ -22,13 +22,13 @@ from bloom_frontier.frontier.politeness import (
     BACKOFF_STATUSES,
     BACKOFF_STRIKES,
     STALE_TURN,
-    TURN_META,
     backoff_pause,
     pause_slot,
     politeness_key,
     retry_after,
 )
 from bloom_frontier.frontier.redis import RedisFrontier
+from bloom_frontier.meta import FRONTIER_ROBOTS_CLAIM_META, FRONTIER_TURN_META
 
 if TYPE_CHECKING:
     from typing import Self
@@ -43,9 +43,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: ``request.meta`` key on a robots.txt request this worker fetches for all: the URL its
-#: copy is shared under (a redirected request keeps it).
-ROBOTS_CLAIM_META = "frontier_robots_claim"
 #: Seconds between looks for the robots.txt another worker is fetching.
 ROBOTS_POLL = 0.1
 
@@ -78,7 +75,7 @@ class GlobalPolitenessMiddleware:
             raise NotConfigured
         self.crawler = crawler
         self.robots_user_agent: str | None = settings.get("ROBOTSTXT_USER_AGENT")
-        self.default_user_agent: str = settings.get("USER_AGENT", "")
+        self.default_user_agent: str = settings.get("USER_AGENT")
         attempts = 1 + max(0, settings.getint("RETRY_TIMES")) * settings.getbool("RETRY_ENABLED")
         #: Longest a worker fetching a robots.txt for all may take.
         self.robots_fetch_time = settings.getfloat("DOWNLOAD_TIMEOUT") * attempts + 5
@@ -102,10 +99,10 @@ class GlobalPolitenessMiddleware:
         self.crawler.stats.inc_value(name)
 
     async def process_request(self, request: Request) -> Response | None:
-        if request.meta.get(TURN_META):
+        if request.meta.get(FRONTIER_TURN_META):
             await self._keep_turn(request)
             return None
-        if _is_robots_txt(request) and ROBOTS_CLAIM_META not in request.meta:
+        if _is_robots_txt(request) and FRONTIER_ROBOTS_CLAIM_META not in request.meta:
             return await self._robots_txt(request)
         return None  # (a redirect of a claimed robots.txt keeps the claim)
 
@@ -113,7 +110,7 @@ class GlobalPolitenessMiddleware:
         return await call_redis(self.frontier, function, *args)
 
     async def process_response(self, request: Request, response: Response) -> Response:
-        url = request.meta.pop(ROBOTS_CLAIM_META, None)
+        url = request.meta.pop(FRONTIER_ROBOTS_CLAIM_META, None)
         if url is not None:
             share = self.frontier.politeness.share_robots_txt
             try:
@@ -124,7 +121,7 @@ class GlobalPolitenessMiddleware:
         return response
 
     async def process_exception(self, request: Request, exception: Exception) -> None:
-        url = request.meta.pop(ROBOTS_CLAIM_META, None)
+        url = request.meta.pop(FRONTIER_ROBOTS_CLAIM_META, None)
         if url is not None:
             try:
                 await self._redis(self.frontier.politeness.unclaim_robots_txt, url)
@@ -140,7 +137,7 @@ class GlobalPolitenessMiddleware:
             while (shared := await self._redis(politeness.shared_robots_txt, request.url)) is None:
                 claim = politeness.claim_robots_txt
                 if await self._redis(claim, request.url, owner, self.robots_fetch_time):
-                    request.meta[ROBOTS_CLAIM_META] = request.url
+                    request.meta[FRONTIER_ROBOTS_CLAIM_META] = request.url
                     break
                 if time.monotonic() >= deadline:
                     break
@@ -157,7 +154,7 @@ class GlobalPolitenessMiddleware:
 
     async def _keep_turn(self, request: Request) -> None:
         """Take a new turn at the request's host if its lease's turn was used or went by."""
-        leased_at, delay = request.meta[TURN_META]
+        leased_at, delay = request.meta[FRONTIER_TURN_META]
         host = politeness_key(request)
         turn_used = host in self._turn_used
         self._turn_used.discard(host)
@@ -204,7 +201,7 @@ async def new_turn(frontier: RedisFrontier, request: Request) -> None:
             wait = await call_redis(frontier, take_turn, host)
     except redis.RedisError as exc:
         logger.warning("Cannot take a new turn at %s (sending %s): %s", host, request, exc)
-    request.meta[TURN_META] = [time.monotonic(), request.meta[TURN_META][1]]
+    request.meta[FRONTIER_TURN_META] = [time.monotonic(), request.meta[FRONTIER_TURN_META][1]]
 
 
 def _is_robots_txt(request: Request) -> bool:
@@ -245,7 +242,7 @@ class HostBackoffMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         settings = crawler.settings
         try:
-            cap = settings.getfloat("HOST_BACKOFF_MAX", 300.0)
+            cap = settings.getfloat("HOST_BACKOFF_MAX")
         except ValueError:
             cap = math.nan
         if not 0 < cap < math.inf:
@@ -272,7 +269,7 @@ class HostBackoffMiddleware:
     async def process_request(self, request: Request) -> None:
         host = politeness_key(request)
         wait = self._paused.get(host, 0.0) - time.monotonic()
-        if self.shared and not request.meta.get(TURN_META) and wait <= 0:
+        if self.shared and not request.meta.get(FRONTIER_TURN_META) and wait <= 0:
             try:  # not leased: no lease script saw a pause another worker set
                 wait = await self._redis("paused_for", host)
             except redis.RedisError as exc:
@@ -284,7 +281,7 @@ class HostBackoffMiddleware:
         while wait > 0:
             await sleep(wait)
             wait = self._paused.get(host, 0.0) - time.monotonic()
-        turn = request.meta.get(TURN_META)
+        turn = request.meta.get(FRONTIER_TURN_META)
         if self.shared and turn and turn[1] > 0:  # its lease's turn went by during the pause
             await new_turn(self._frontier(), request)
 

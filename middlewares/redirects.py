@@ -44,12 +44,12 @@ from scrapy.utils.response import get_meta_refresh
 
 from bloom_frontier.canonical import InvalidURL, dedupe_key, resolve_link
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from bloom_frontier.frontier import META_CHECKED, frontier_for, handle_page
+from bloom_frontier.frontier import frontier_for, handle_page
 from bloom_frontier.frontier.keys import carry_key, url_key
+from bloom_frontier.meta import DEDUPE_CHECKED_META, REDIRECT_CHAIN_META
 from bloom_frontier.middlewares.ssrf import DNS_FAILURES, AddressBlocked, policy_for
 from bloom_frontier.pipelines.records import (
     BLOCKED,
-    CHAIN_META_KEY,
     ERROR,
     FETCHED,
     LOOP,
@@ -267,12 +267,12 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             raise IgnoreRequest(f"redirect chain from {chain.start_url} ended: {outcome}")
 
         assert target is not None and target_key is not None and redirected is not None
-        redirected.meta[CHAIN_META_KEY] = chain.to_meta()
+        redirected.meta[REDIRECT_CHAIN_META] = chain.to_meta()
         # Keyed once: the frontier and the next hop read it (a 307 POST's key is not its URL's).
         if redirected.url == target and redirected.method == "GET":
             carry_key(redirected, target_key)
         if target_key == source_key or redirected.dont_filter:
-            redirected.meta[META_CHECKED] = target
+            redirected.meta[DEDUPE_CHECKED_META] = target
             return redirected
 
         def target_seen(_: object = None) -> None:

@@ -35,6 +35,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from bloom_frontier.canonical import resolve_link
 from bloom_frontier.canonical.rules import rules_from_settings
 from bloom_frontier.frontier import frontier_for, page_handled
+from bloom_frontier.meta import SHORTENER_META
 from bloom_frontier.middlewares.redirects import REDIRECT_STATUSES, key_or_error
 from bloom_frontier.middlewares.ssrf import crawl_hosts, policy_for
 from bloom_frontier.pipelines.records import ERROR, OFFSITE, Chain, Hop, KeyAlias, ShortenerAnswer
@@ -49,9 +50,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: ``request.meta`` key of a resolution request: the short URL it resolves. A request built
-#: from it for another URL (the redirect to the target) is not one.
-SHORTENER_META = "shortener"
 #: Response flag of an answer served from the record store's cache.
 CACHED_FLAG = "shortener-cache"
 #: ``via`` of key aliases from a short link's key to its target's.

@@ -58,9 +58,10 @@ from scrapy.resolver import CachingThreadedResolver
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet.error import DNSLookupError
 
+from bloom_frontier import defaults
 from bloom_frontier.canonical import InvalidURL, canonicalize
-from bloom_frontier.frontier import META_KEY
 from bloom_frontier.frontier.keys import carried_key, key_host
+from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.pipelines.records import BLOCKED, Chain
 from bloom_frontier.pipelines.store import record_chain
 
@@ -160,10 +161,6 @@ def host_key(host: str) -> str:
     return normalized_host(f"http://{host}/") or host.strip("[]").rstrip(".")
 
 
-#: Schemes that reach the downloader unless ``SSRF_ALLOWED_SCHEMES`` says otherwise.
-DEFAULT_SCHEMES = ("http", "https")
-
-
 class ProxyWithGuard(RuntimeError):
     """A proxy is configured while the SSRF guard is on and ``SSRF_ALLOW_PROXY`` is not."""
 
@@ -184,7 +181,7 @@ def check_proxy_setup(settings: BaseSettings) -> None:
     if (
         not settings.getbool("SSRF_GUARD_ENABLED")
         or settings.getbool("SSRF_ALLOW_PROXY")
-        or not settings.getbool("HTTPPROXY_ENABLED", True)
+        or not settings.getbool("HTTPPROXY_ENABLED")
     ):
         return
     proxies = environment_proxies()
@@ -206,7 +203,7 @@ class SSRFPolicy:
         self,
         allowed_hosts: Iterable[str] = (),
         resolver: SSRFGuardResolver | None = None,
-        schemes: Iterable[str] = DEFAULT_SCHEMES,
+        schemes: Iterable[str] = defaults.SSRF_ALLOWED_SCHEMES,
         allow_proxy: bool = False,
     ) -> None:
         self.allowed_hosts = {host_key(host) for host in allowed_hosts if host}
@@ -218,7 +215,7 @@ class SSRFPolicy:
     def from_settings(cls, settings: BaseSettings) -> Self:
         return cls(
             settings.getlist("SSRF_ALLOWED_HOSTS"),
-            schemes=settings.getlist("SSRF_ALLOWED_SCHEMES") or DEFAULT_SCHEMES,
+            schemes=settings.getlist("SSRF_ALLOWED_SCHEMES"),
             allow_proxy=settings.getbool("SSRF_ALLOW_PROXY"),
         )
 
@@ -251,7 +248,7 @@ class SSRFPolicy:
             return f"scheme:{scheme[:20] or 'none'}"
         # A widened scheme's host is read as an http URL's (the canonicalizer knows http).
         host = (key and key_host(key)) or normalized_host(
-            url if scheme in DEFAULT_SCHEMES else f"http:{url[len(scheme) + 1 :]}"
+            url if scheme in ("http", "https") else f"http:{url[len(scheme) + 1 :]}"
         )
         if host is None:
             return "invalid-host"
@@ -422,7 +419,7 @@ class SSRFGuardMiddleware:
         if request.callback is NO_CALLBACK:
             return  # robots.txt and other engine-internal downloads are not crawl records
         chain = Chain.from_meta(request.meta) or Chain.begin(
-            request.url, request.meta.get(META_KEY)
+            request.url, request.meta.get(DEDUPE_KEY_META)
         )
         record_chain(self.crawler, chain.finish(BLOCKED, request.url, reason))
 

@@ -1,6 +1,6 @@
 """The records the crawl keeps: redirect chains and hops, fetched pages, canonical hints, aliases.
 
-Plain frozen dataclasses. A chain in progress travels in ``request.meta[CHAIN_META_KEY]`` as
+Plain frozen dataclasses. A chain in progress travels in ``request.meta[REDIRECT_CHAIN_META]`` as
 JSON-safe data (the Redis frontier serializes meta as JSON), so :class:`Chain` converts to and
 from plain dicts and lists; every other record only ever goes to the store.
 """
@@ -15,8 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TextIO
 
-#: ``request.meta`` key holding the redirect chain a request is part of (JSON-safe dict).
-CHAIN_META_KEY = "redirect_chain"
+from bloom_frontier.meta import REDIRECT_CHAIN_META
 
 #: Redirect statuses that announce a permanent move.
 PERMANENT_STATUSES = frozenset({301, 308})
@@ -127,7 +126,7 @@ class Chain:
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> Chain | None:
         """The chain stored in a request's meta, if any."""
-        data = meta.get(CHAIN_META_KEY)
+        data = meta.get(REDIRECT_CHAIN_META)
         if not data:
             return None
         hops = tuple(Hop(**hop) for hop in data["hops"])

@@ -34,6 +34,7 @@ from sqlalchemy.exc import OperationalError
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.python.failure import Failure
 
+from bloom_frontier import defaults
 from bloom_frontier.background import BackgroundThread, pause_off_loop
 from bloom_frontier.pipelines.database import Database, make_engine, store_url_from
 from bloom_frontier.pipelines.reader import StoreReader, shortener_answer_of
@@ -67,8 +68,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_BATCH_SIZE = 500
-DEFAULT_FLUSH_INTERVAL = 5.0
 #: Seconds the last flush (:meth:`StoreWriter.commit_all`) keeps retrying a database that
 #: is away before it gives up, logging how many records it could not write.
 DEFAULT_CLOSE_TIMEOUT = 300.0
@@ -169,8 +168,8 @@ class StoreWriter:
     def __init__(
         self,
         database: Database,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+        batch_size: int = defaults.STORE_BATCH_SIZE,
+        flush_interval: float = defaults.STORE_FLUSH_INTERVAL,
         close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
     ) -> None:
         self.database = database
@@ -206,8 +205,8 @@ class StoreWriter:
         command's pre-start check did it already, before the loop started)."""
         return cls(
             Database(make_engine(store_url_from(settings)), schema_on_first_use=True),
-            batch_size=settings.getint("STORE_BATCH_SIZE", DEFAULT_BATCH_SIZE),
-            flush_interval=settings.getfloat("STORE_FLUSH_INTERVAL", DEFAULT_FLUSH_INTERVAL),
+            batch_size=settings.getint("STORE_BATCH_SIZE"),
+            flush_interval=settings.getfloat("STORE_FLUSH_INTERVAL"),
         )
 
     def _buffer(self, name: str, row: dict[str, Any]) -> None:

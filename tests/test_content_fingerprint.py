@@ -244,8 +244,10 @@ def test_the_crawl_fingerprints_under_the_normalization_it_is_set_to() -> None:
 
     from bloom_frontier.content.extension import ContentFingerprints
 
-    assert ContentFingerprints.from_crawler(get_crawler()).norm == N2
-    n1 = get_crawler(settings_dict={"CONTENT_NORMALIZATION": "n1"})
+    addon = {"ADDONS": {"bloom_frontier.Addon": 0}}
+    assert ContentFingerprints.from_crawler(get_crawler(settings_dict=addon)).norm == N2
+    n1 = get_crawler(settings_dict={**addon, "CONTENT_NORMALIZATION": "n1"})
     assert ContentFingerprints.from_crawler(n1).norm == N1
     with pytest.raises(ValueError, match="CONTENT_NORMALIZATION must be one of"):
-        ContentFingerprints.from_crawler(get_crawler(settings_dict={"CONTENT_NORMALIZATION": "n9"}))
+        n9 = get_crawler(settings_dict={**addon, "CONTENT_NORMALIZATION": "n9"})
+        ContentFingerprints.from_crawler(n9)

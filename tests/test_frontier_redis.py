@@ -25,11 +25,11 @@ from scrapy.utils.test import get_crawler
 import bloom_frontier.defaults as project_defaults
 import bloom_frontier.settings as project_settings
 from bloom_frontier.commands.seed import Command as SeedCommand
-from bloom_frontier.frontier import META_KEY
 from bloom_frontier.frontier.decode import record_url
-from bloom_frontier.frontier.redis import LEASE_META, QUEUED_META, FrontierKeys, RedisFrontier
+from bloom_frontier.frontier.redis import FrontierKeys, RedisFrontier
 from bloom_frontier.frontier.redis.state import queued_records
 from bloom_frontier.frontier.scheduler import LeaseMiddleware, RedisScheduler
+from bloom_frontier.meta import DEDUPE_KEY_META, FRONTIER_LEASE_META, FRONTIER_QUEUED_META
 from tests.cluster import RedisClusterServers
 from tests.crawls import site_crawl_command
 from tests.httpserver import Page, TestServer, html, redirect
@@ -48,14 +48,8 @@ class ExampleSpider(Spider):
         """Callback with cb_kwargs."""
 
 
-FRONTIER_SETTINGS = (
-    "FRONTIER_KEY_PREFIX",
-    "FRONTIER_MAX_EXPIRIES",
-    "SEEN_FILTER_CAPACITY",
-    "SEEN_FILTER_ERROR_RATE",
-    "SEEN_FILTER_EXPANSION",
-    "SEEN_FILTER_SHARDS",
-)
+#: The defaults table: what the add-on gives a crawl (components have no fallbacks of their own).
+FRONTIER_SETTINGS = tuple(name for name in dir(project_defaults) if name.isupper())
 
 
 def make_worker(redis_url: str, lease_ttl: float = 60.0) -> RedisFrontier:
@@ -102,8 +96,8 @@ def test_start_url_admitted_by_every_worker_is_queued_once(workers: Any) -> None
 def test_admitted_requests_are_marked_so_the_scheduler_skips_them(workers: Any) -> None:
     worker = workers()
     [admitted] = worker.admit(None, [Request("https://example.com/a")])
-    assert admitted.meta[QUEUED_META] is True
-    assert admitted.meta[META_KEY]
+    assert admitted.meta[FRONTIER_QUEUED_META] is True
+    assert admitted.meta[DEDUPE_KEY_META]
     assert worker.enqueue(admitted) is True  # handed to the engine anyway: not queued again
     assert worker.counts()["queued"] == 1
 
@@ -127,7 +121,7 @@ def test_lease_hands_out_each_request_once_with_its_callback(workers: Any) -> No
     assert leased[0].callback == second.spider.parse
     assert isinstance(leased[1], JsonRequest)
     assert leased[1].cb_kwargs == {"page": 2}
-    assert all(LEASE_META in request.meta for request in leased)
+    assert all(FRONTIER_LEASE_META in request.meta for request in leased)
     assert first.lease(10) == []
     assert first.counts() | {"seen": 0} == {"queued": 0, "leased": 2, "failed": 0, "seen": 0}
 
@@ -273,7 +267,7 @@ def test_failure_is_recorded_with_its_reason_and_releases_the_lease(workers: Any
     record = worker.failures()["https://example.com/down"]
     assert record["reason"] == "TimeoutError: took longer than 30 seconds"
     assert record["request"]["meta"]["note"] == "x"
-    assert LEASE_META not in record["request"]["meta"]
+    assert FRONTIER_LEASE_META not in record["request"]["meta"]
     assert worker.counts()["leased"] == 0
     assert worker.is_drained()
 

@@ -13,6 +13,8 @@ from scrapy.utils.test import get_crawler
 
 from bloom_frontier.gcfreeze import YOUNG_THRESHOLD, FreezeStartupObjects
 
+ADDONS = {"bloom_frontier.Addon": 0}
+
 
 @pytest.fixture
 def restored_gc() -> Iterator[None]:
@@ -29,7 +31,7 @@ class Cycle:
 
 @pytest.mark.usefixtures("restored_gc")
 def test_startup_objects_are_frozen_and_the_crawls_garbage_still_collected() -> None:
-    extension = FreezeStartupObjects.from_crawler(get_crawler(Spider))
+    extension = FreezeStartupObjects.from_crawler(get_crawler(Spider, {"ADDONS": ADDONS}))
     before = gc.get_freeze_count()
     extension.spider_opened()
     assert gc.get_freeze_count() > before

@@ -17,8 +17,9 @@ from scrapy.utils.test import get_crawler
 
 from bloom_frontier.canonical import dedupe_key
 from bloom_frontier.canonical.rules import DEFAULT_RULES
-from bloom_frontier.frontier import META_KEY, keys
+from bloom_frontier.frontier import keys
 from bloom_frontier.frontier.keys import RequestKeyer, carried_key, key_host, url_key
+from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.middlewares.ssrf import normalized_host
 from tests.httpserver import TestServer, html, redirect
 
@@ -64,7 +65,7 @@ def test_at_most_two_canonicalizations_per_admitted_url(
 def test_a_key_is_carried_for_its_url_only() -> None:
     request = Request("https://example.com/a?utm_source=x")
     key = url_key(request, request.url)
-    assert key == dedupe_key(request.url) and request.meta[META_KEY] == key
+    assert key == dedupe_key(request.url) and request.meta[DEDUPE_KEY_META] == key
     assert carried_key(request) == key
     assert carried_key(request.replace(url="https://example.com/b")) is None
 

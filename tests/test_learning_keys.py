@@ -23,6 +23,9 @@ from bloom_frontier.learning.state import LiveRules, MemoryRuleState
 from bloom_frontier.pipelines.records import APPLIED, REVOKED, ParamRule
 from bloom_frontier.spiders.site import SiteSpider
 
+#: The add-on gives a crawl the defaults table (components have no fallbacks of their own).
+ADDONS = {"bloom_frontier.Addon": 0}
+
 
 def live_with(learned: dict[str, list[str]]) -> LiveRules:
     state = MemoryRuleState()
@@ -105,7 +108,7 @@ def test_the_gate_keys_again_only_requests_of_hosts_a_learned_rule_touches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     keyed = keyed_by(bloom_frontier.learning.gate, monkeypatch)
-    spider_crawler = get_crawler(SiteSpider)
+    spider_crawler = get_crawler(SiteSpider, {"ADDONS": ADDONS})
     learner = ParamRuleLearning.from_crawler(spider_crawler)
     gate = LearnedRuleGate(spider_crawler)
     learner.live.current()  # keys keep the prefix the crawl started with
@@ -123,7 +126,8 @@ def test_a_recheck_compares_with_the_variant_fetched_when_the_bare_url_was_not(
 ) -> None:
     """Only ``/a?from=nav`` was fetched before ``from`` was applied; the re-check fetches
     ``/a?from=footer`` (merged into ``/a`` too): different content revokes the rule."""
-    spider_crawler = get_crawler(SiteSpider, {"STORE_URL": f"sqlite:///{tmp_path / 's.db'}"})
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    spider_crawler = get_crawler(SiteSpider, {"ADDONS": ADDONS, "STORE_URL": store})
     learner = ParamRuleLearning.from_crawler(spider_crawler)
     plain = learner.live.current()
     nav = "https://e.org/a?from=nav"

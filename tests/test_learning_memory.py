@@ -186,8 +186,9 @@ def test_the_random_crawls_do_teach_something() -> None:
 
 
 def test_the_setting_bounds_a_crawls_learner() -> None:
-    crawler = get_crawler(SiteSpider, {"CANON_LEARN_MEMORY": 7})
+    addon = {"ADDONS": {"bloom_frontier.Addon": 0}}
+    crawler = get_crawler(SiteSpider, {**addon, "CANON_LEARN_MEMORY": 7})
     assert ParamRuleLearning.from_crawler(crawler).evidence.max_pages == 7
-    assert ParamRuleLearning.from_crawler(get_crawler(SiteSpider)).evidence.max_pages == (
+    assert ParamRuleLearning.from_crawler(get_crawler(SiteSpider, addon)).evidence.max_pages == (
         CANON_LEARN_MEMORY
     )

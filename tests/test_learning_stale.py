@@ -26,9 +26,9 @@ import bloom_frontier.learning.extension
 from bloom_frontier.canonical import dedupe_key
 from bloom_frontier.frontier.keys import carry_key
 from bloom_frontier.frontier.redis import RedisFrontier
-from bloom_frontier.frontier.redis.leases import LEASE_META
 from bloom_frontier.learning.gate import LearnedRuleGate
 from bloom_frontier.learning.state import LiveRules, RedisRuleState
+from bloom_frontier.meta import FRONTIER_LEASE_META
 from tests.test_frontier_redis import ExampleSpider, stat, urls
 from tests.test_frontier_sharded import make_worker
 
@@ -165,7 +165,7 @@ def test_in_a_crawl_the_page_lease_is_held_until_the_batch_keyed_again_is_accept
     late: list[Request] = []
     returned = second.admit(page, [Request(VARIANT)], on_late_duplicates=late.extend)
     assert urls(returned) == [VARIANT]  # not answered yet: every link handed back
-    lease = page.meta[LEASE_META]
+    lease = page.meta[FRONTIER_LEASE_META]
     assert second.leases.to_extend() == [lease]  # its answer waits: still heartbeated
     loop.step()  # admit: stale, nothing done
     assert stat(second, "frontier/stale_rules") == 1 and second.counts()["leased"] == 1

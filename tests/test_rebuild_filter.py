@@ -20,6 +20,7 @@ from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
+import bloom_frontier.defaults as defaults
 from bloom_frontier.canonical import dedupe_key
 from bloom_frontier.canonical.rules import DEFAULT_RULES, rules_from_settings
 from bloom_frontier.defaults import with_defaults
@@ -47,18 +48,9 @@ STRIP_REF = {"127.0.0.1": {"strip": ["ref"]}}
 ROBOTS = Page("User-agent: *\nDisallow: /private\n", content_type="text/plain")
 
 
-#: The settings a frontier reads (not the reactor: tests build crawlers in-process).
-FRONTIER_SETTINGS = (
-    "FRONTIER_KEY_PREFIX",
-    "FRONTIER_LEASE_TTL",
-    "FRONTIER_MAX_EXPIRIES",
-    "FRONTIER_POLITENESS_SCAN",
-    "FRONTIER_MAX_CRAWL_DELAY",
-    "SEEN_FILTER_CAPACITY",
-    "SEEN_FILTER_ERROR_RATE",
-    "SEEN_FILTER_EXPANSION",
-    "SEEN_FILTER_SHARDS",
-)
+#: The settings a frontier reads: the defaults table's (not Scrapy's: not the reactor, as
+#: tests build crawlers in-process).
+FRONTIER_SETTINGS = tuple(name for name in dir(defaults) if name.isupper())
 
 
 def project_settings(**overrides: Any) -> dict[str, Any]:

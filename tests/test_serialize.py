@@ -13,6 +13,7 @@ from scrapy.core.scheduler import Scheduler
 from scrapy.http import JsonRequest
 from scrapy.utils.test import get_crawler
 
+import bloom_frontier.defaults as defaults
 from bloom_frontier.frontier.decode import RequestNotLoadable, request_from_json
 from bloom_frontier.frontier.diskqueue import JsonFifoDiskQueue, JsonLifoDiskQueue
 from bloom_frontier.frontier.serialize import RequestNotSerializable, RequestShapes, request_to_json
@@ -197,7 +198,7 @@ def test_bad_stored_text_is_a_clear_error(spider: ExampleSpider, text: str) -> N
 def test_disk_queue_stores_json_and_gives_requests_back(
     tmp_path: Path, spider: ExampleSpider, queue_class: type
 ) -> None:
-    crawler = get_crawler(ExampleSpider)
+    crawler = get_crawler(ExampleSpider, {"ADDONS": {"bloom_frontier.Addon": 0}})
     crawler.spider = spider
     path = tmp_path / "q" / "0"
     queue = queue_class.from_crawler(crawler, str(path))
@@ -222,6 +223,7 @@ def test_jobdir_scheduler_resumes_from_json_and_keeps_unserializable_in_memory(
     tmp_path: Path,
 ) -> None:
     settings = {
+        **{name: getattr(defaults, name) for name in dir(defaults) if name.isupper()},
         "JOBDIR": str(tmp_path / "job"),
         "SCHEDULER_DISK_QUEUE": "bloom_frontier.frontier.diskqueue.JsonLifoDiskQueue",
         "SCHEDULER_START_DISK_QUEUE": "bloom_frontier.frontier.diskqueue.JsonFifoDiskQueue",

@@ -112,7 +112,7 @@ def test_allowed_hosts_are_exempt_in_any_spelling() -> None:
 
 def test_middleware_refuses_before_download_and_records_the_block(tmp_path: Path) -> None:
     store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
-    crawler = get_crawler(settings_dict={"STORE_URL": store_url, "SSRF_GUARD_ENABLED": True})
+    crawler = get_crawler(settings_dict={"ADDONS": crawler_settings.ADDONS, "STORE_URL": store_url})
     crawler.stats.open_spider()  # type: ignore[union-attr]
     middleware = SSRFGuardMiddleware.from_crawler(crawler)
     request = Request("http://0xA9.0xFE.0xA9.0xFE/latest/")
@@ -196,7 +196,7 @@ class OtherSpider(Spider):
 
 
 def started_crawler(spidercls: type[Spider]) -> Any:
-    crawler = get_crawler(spidercls, {"SSRF_GUARD_ENABLED": True})
+    crawler = get_crawler(spidercls, {"ADDONS": crawler_settings.ADDONS})
     crawler.spider = spidercls.from_crawler(crawler)
     return crawler
 
@@ -255,7 +255,7 @@ def test_allowed_schemes_setting_widens_the_list() -> None:
 
 def test_a_stored_file_request_is_refused_and_recorded(tmp_path: Path) -> None:
     store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
-    crawler = get_crawler(settings_dict={"STORE_URL": store_url, "SSRF_GUARD_ENABLED": True})
+    crawler = get_crawler(settings_dict={"ADDONS": crawler_settings.ADDONS, "STORE_URL": store_url})
     crawler.stats.open_spider()  # type: ignore[union-attr]
     middleware = SSRFGuardMiddleware.from_crawler(crawler)
     with pytest.raises(AddressBlocked) as refused:
@@ -276,12 +276,14 @@ def test_file_data_s3_and_ftp_download_handlers_are_off() -> None:
 
 def test_a_request_through_a_proxy_is_refused_unless_proxies_are_allowed() -> None:
     proxied = Request("https://example.com/", meta={"proxy": "http://proxy.example:3128"})
-    crawler = get_crawler(settings_dict={"SSRF_GUARD_ENABLED": True})
+    crawler = get_crawler(settings_dict={"ADDONS": crawler_settings.ADDONS})
     crawler.stats.open_spider()  # type: ignore[union-attr]
     with pytest.raises(AddressBlocked) as refused:
         SSRFGuardMiddleware.from_crawler(crawler).process_request(proxied)
     assert refused.value.reason == "proxy"
-    allowing = get_crawler(settings_dict={"SSRF_GUARD_ENABLED": True, "SSRF_ALLOW_PROXY": True})
+    allowing = get_crawler(
+        settings_dict={"ADDONS": crawler_settings.ADDONS, "SSRF_ALLOW_PROXY": True}
+    )
     assert SSRFGuardMiddleware.from_crawler(allowing).process_request(proxied) is None
 
 
@@ -291,8 +293,10 @@ def test_a_proxy_in_the_environment_stops_the_guarded_crawl_with_the_reason(
 ) -> None:
     monkeypatch.setenv(variable, "http://proxy.example:3128")
     with pytest.raises(ProxyWithGuard, match="SSRF_ALLOW_PROXY=True if the proxy enforces"):
-        SSRFGuardMiddleware.from_crawler(get_crawler(settings_dict={"SSRF_GUARD_ENABLED": True}))
+        SSRFGuardMiddleware.from_crawler(
+            get_crawler(settings_dict={"ADDONS": crawler_settings.ADDONS})
+        )
     for allowed in ({"SSRF_ALLOW_PROXY": True}, {"HTTPPROXY_ENABLED": False}):
         SSRFGuardMiddleware.from_crawler(
-            get_crawler(settings_dict={"SSRF_GUARD_ENABLED": True, **allowed})
+            get_crawler(settings_dict={"ADDONS": crawler_settings.ADDONS, **allowed})
         )

@@ -24,8 +24,7 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.threads import deferToThread
 
 from bloom_frontier.content.fingerprint import NORMALIZATIONS, fingerprint
-from bloom_frontier.defaults import CONTENT_NORMALIZATION
-from bloom_frontier.frontier import META_KEY
+from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.middlewares.redirects import soft_404_flag
 from bloom_frontier.pipelines.records import Chain, ContentRecord, PageRecord
 from bloom_frontier.pipelines.store import store_for
@@ -50,7 +49,7 @@ def page_of(request: Request, response: Response) -> PageRecord:
     return PageRecord(
         fetch_url=chain.start_url if chain else request.url,
         final_url=response.url,
-        key=request.meta.get(META_KEY),
+        key=request.meta.get(DEDUPE_KEY_META),
         status=response.status,
         chain_id=chain.chain_id if chain else None,
         flag=soft_404_flag(chain.start_url, response.url) if chain else None,
@@ -69,9 +68,9 @@ class ContentFingerprints:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        if not crawler.settings.getbool("CONTENT_FINGERPRINTS_ENABLED", True):
+        if not crawler.settings.getbool("CONTENT_FINGERPRINTS_ENABLED"):
             raise NotConfigured
-        norm = crawler.settings.get("CONTENT_NORMALIZATION", CONTENT_NORMALIZATION)
+        norm = crawler.settings.get("CONTENT_NORMALIZATION")
         if norm not in NORMALIZATIONS:
             raise ValueError(f"CONTENT_NORMALIZATION must be one of {NORMALIZATIONS}, not {norm!r}")
         extension = cls(crawler, norm)

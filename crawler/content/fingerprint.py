@@ -10,9 +10,8 @@ ids are masked as in ``n1`` below. Every other attribute (nonces, CSRF fields, h
 values, ``<meta>`` contents, classes) does not count. Its exact fingerprint is SHA-256 of the
 text with ASCII whitespace runs as one space, a newline, the targets; its signature hashes
 the text's words (ASCII lower-cased) in numpy at once (:func:`word_hashes`), then shingles
-and MinHash them as ``n1`` does. Half the CPU of ``n1`` on the python3.11 docs (1.09 against
-2.26 CPU-s for 530 pages of 95 kB), with the same Jaccard estimate (tested against the true
-similarity of the shingles).
+and MinHash them as ``n1`` does: cheaper than ``n1`` (docs/scaling.md, "CPU per page"), with
+the same Jaccard estimate (tested against the true similarity of the shingles).
 
 The **normalization** ``n1`` (:func:`normalize_markup`) removes what changes from one request
 of a page to the next without changing the document, then collapses whitespace:
@@ -193,8 +192,8 @@ _HEX_DIGITS = _byte_map(dict.fromkeys("0123456789abcdefABCDEF-", "x"), " ")
 
 def _may_hold(text: str, table: bytes, needles: tuple[bytes, ...]) -> bool:
     """False when the masking pass the table stands for certainly finds nothing in ``text``:
-    none of ``needles`` in its bytes mapped through ``table``. A whole-document check ten
-    times cheaper than the regex pass, which most pages skip then."""
+    none of ``needles`` in its bytes mapped through ``table``. A whole-document check far
+    cheaper than the regex pass, which most pages skip then."""
     mapped = text.encode("utf-8", "surrogatepass").translate(table)
     return any(needle in mapped for needle in needles)
 
@@ -217,7 +216,7 @@ def _draw_permutations(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``(a, b)`` of datasketch's ``affine32`` permutations ``h -> a * h + b mod 2**32``
     for ``seed``, drawn as ``MinHash(num_perm=NUM_PERM, seed=seed, scheme="affine32")``
     draws them (``a`` odd), without importing datasketch: it imports scipy for its LSH
-    index, 0.7 CPU-seconds at every crawl's start. Tested equal."""
+    index, a cost at every crawl's start (docs/scaling.md, "CPU per page"). Tested equal."""
     gen = np.random.RandomState(seed)
     a = gen.randint(0, 1 << 31, NUM_PERM, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
     b = gen.randint(0, 1 << 32, NUM_PERM, dtype=np.uint32)

@@ -26,13 +26,6 @@ if TYPE_CHECKING:
 
     from bloom_frontier.frontier.keys import RequestKeyer
 
-#: ``request.meta`` key holding the request's dedupe key once computed.
-META_KEY = "dedupe_key"
-#: ``request.meta`` key: the URL ``META_KEY`` was computed for. A copy of the request with
-#: another URL (a redirect, ``request.replace(url=...)``) carries the old key: it is keyed again.
-META_KEY_URL = "dedupe_key_url"
-#: ``request.meta`` flag: the key was already checked in a page batch; do not check again.
-META_CHECKED = "dedupe_checked"
 
 #: Signal sent (with ``response``) when a page is handled and its lease is about to be (or,
 #: for a redirect to a known target, was just) released: no worker will fetch the page again,
@@ -75,8 +68,8 @@ class Frontier(Protocol):
         """Deduplicate ``children`` (the requests produced while handling ``parent``'s
         response, or start requests when ``parent`` is None) in one batch.
 
-        Returns the requests that were new (each carrying ``meta[META_KEY]`` and
-        ``meta[META_CHECKED]``). The memory frontier leaves scheduling them to the engine; the
+        Returns the requests that were new (each carrying ``meta["dedupe_key"]`` and
+        ``meta["dedupe_checked"]``). The memory frontier leaves scheduling them to the engine; the
         shared frontier has already queued them in Redis (and released ``parent``'s lease
         with them) and marks them ``meta["frontier_queued"]`` so its scheduler
         skips them. Call it even for an empty batch: that releases the parent's lease.

@@ -47,6 +47,8 @@ from scrapy import Request, Spider
 from scrapy.spiders import CrawlSpider, SitemapSpider
 from scrapy.utils.misc import load_object
 
+from bloom_frontier import defaults
+
 if TYPE_CHECKING:
     from typing import Self
 
@@ -65,8 +67,6 @@ SHAPE_FIELDS = ("_class", "callback", "errback", "flags", "method", "encoding", 
 #: Longest text in front of the URL in a ``meta`` value a shape names (the key's ``r2|``).
 MAX_URL_META_PREFIX = 8
 _SHAPE_ID = re.compile(r"[0-9]{1,12}")
-#: Default of ``FRONTIER_MAX_REQUEST_BYTES``: the largest stored request, in bytes of JSON.
-DEFAULT_MAX_BYTES = 1_048_576
 #: Deepest nesting of lists and dicts in a stored request (its meta, cb_kwargs, cookies).
 MAX_DEPTH = 32
 #: Longest reason kept (messages quote the input).
@@ -321,13 +321,13 @@ class RequestDecoder:
     """Decodes stored requests under the crawl's limits (see the module docstring)."""
 
     #: Largest stored request, in bytes of JSON text.
-    max_bytes: int = DEFAULT_MAX_BYTES
+    max_bytes: int = defaults.FRONTIER_MAX_REQUEST_BYTES
     #: Request classes a stored request may name besides :data:`REQUEST_CLASSES`.
     extra_classes: frozenset[str] = frozenset()
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
-        max_bytes = settings.getint("FRONTIER_MAX_REQUEST_BYTES", DEFAULT_MAX_BYTES)
+        max_bytes = settings.getint("FRONTIER_MAX_REQUEST_BYTES")
         if max_bytes <= 0:
             raise ValueError(f"FRONTIER_MAX_REQUEST_BYTES must be positive, got {max_bytes}")
         return cls(max_bytes, frozenset(settings.getlist("FRONTIER_REQUEST_CLASSES")))

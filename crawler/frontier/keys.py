@@ -25,7 +25,12 @@ from w3lib.url import safe_url_string
 
 from bloom_frontier.canonical import InvalidURL, dedupe_key
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from bloom_frontier.frontier import META_CHECKED, META_KEY, META_KEY_URL
+from bloom_frontier.meta import (
+    DEDUPE_CHECKED_META,
+    DEDUPE_KEY_META,
+    DEDUPE_KEY_RULES_META,
+    DEDUPE_KEY_URL_META,
+)
 
 if TYPE_CHECKING:
     from typing import Self
@@ -41,10 +46,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: ``request.meta``: the learned rules' version the carried key was made under, by a keyer
-#: whose rules change while the crawl runs (never stored: a key of another version is made
-#: again, see ``RequestKeyer._carried``).
-META_KEY_RULES = "dedupe_key_rules"
 
 #: URLs whose keys a :class:`RequestKeyer` remembers (about 250 bytes each): a site's
 #: navigation links, repeated on every page, are keyed once.
@@ -194,7 +195,7 @@ class RequestKeyer:
         live = self.live
         if key is None or live is None:
             return key
-        made_under = request.meta.get(META_KEY_RULES)
+        made_under = request.meta.get(DEDUPE_KEY_RULES_META)
         if made_under == live.version or (made_under is None and not live.touches(key_host(key))):
             return key
         return None
@@ -202,7 +203,7 @@ class RequestKeyer:
     def _carry(self, request: Request, key: str) -> None:
         carry_key(request, key)
         if self.live is not None:
-            request.meta[META_KEY_RULES] = self.live.version
+            request.meta[DEDUPE_KEY_RULES_META] = self.live.version
 
     def current_rules(self) -> RuleSet:
         """The rules keys are made under now (learned ones included, when they change)."""
@@ -314,7 +315,7 @@ class RequestKeyer:
             if is_new:
                 self._carry(request, key)
                 # The URL, not True: a request copied with another URL must be checked again.
-                request.meta[META_CHECKED] = request.url
+                request.meta[DEDUPE_CHECKED_META] = request.url
                 admitted.append(request)
             elif self.debug or not self._logged_duplicate:
                 self._log_duplicate(request, key)
@@ -344,21 +345,22 @@ class RequestKeyer:
 
 def was_checked(request: Request) -> bool:
     """True if this very URL was already checked against the seen filter in a batch."""
-    return request.meta.get(META_CHECKED) == request.url
+    return request.meta.get(DEDUPE_CHECKED_META) == request.url
 
 
 def carry_key(request: Request, key: str) -> None:
     """Store ``key`` in ``request.meta`` as the dedupe key of the request's current URL."""
-    request.meta[META_KEY] = key
-    request.meta[META_KEY_URL] = request.url
+    request.meta[DEDUPE_KEY_META] = key
+    request.meta[DEDUPE_KEY_URL_META] = request.url
 
 
 def carried_key(request: Request, rules: RuleSet = DEFAULT_RULES) -> str | None:
     """The key ``request.meta`` carries for this very URL under ``rules``, or None."""
-    key = request.meta.get(META_KEY)
+    key = request.meta.get(DEDUPE_KEY_META)
     if (
         isinstance(key, str)
-        and request.meta.get(META_KEY_URL, request.meta.get(META_CHECKED)) == request.url
+        and request.meta.get(DEDUPE_KEY_URL_META, request.meta.get(DEDUPE_CHECKED_META))
+        == request.url
         and key.startswith(rules.version + "|")
     ):
         return key

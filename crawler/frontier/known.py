@@ -25,7 +25,7 @@ never dropped here (:meth:`bloom_frontier.frontier.redis.RedisFrontier.seen_befo
 checks the version (:mod:`bloom_frontier.frontier.redis.admission`); and a key carried in a
 request's
 ``meta`` serves only under the version it was made under
-(:data:`bloom_frontier.frontier.keys.META_KEY_RULES`). Marks made under a rule before its revocation
+(:data:`bloom_frontier.meta.DEDUPE_KEY_RULES_META`). Marks made under a rule before its revocation
 stay in the filter, as everything seen does (the revocation's warning says so).
 """
 

@@ -72,7 +72,9 @@ from scrapy import signals
 from scrapy.utils.asyncio import call_later
 from scrapy.utils.httpobj import urlparse_cached
 
+from bloom_frontier import defaults
 from bloom_frontier.frontier.lua import FrontierScripts
+from bloom_frontier.meta import DOWNLOAD_SLOT_META
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -89,14 +91,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: ``request.meta`` key Scrapy's downloader takes a request's slot from.
-DOWNLOAD_SLOT_META = "download_slot"
-#: ``request.meta`` key of a queued request's host (``politeness_key``), stored with it so
-#: the scripts know it (``set_host`` in politeness.lua).
-HOST_META = "frontier_host"
-#: ``request.meta`` key of a leased request's politeness turn: ``[time.monotonic() when
-#: leased, seconds its host observes between two requests]``. Never stored in Redis.
-TURN_META = "frontier_turn"
 #: Seconds a leased request may wait in the worker (e.g. for its host's robots.txt) and
 #: still be sent on the turn of its lease; later, it takes a new turn first.
 STALE_TURN = 0.05
@@ -195,15 +189,15 @@ class HostLimits:
     #: Requests of one host in flight at once (leased, until their download ends).
     concurrency: int = 16
     #: Longest robots.txt ``Crawl-delay`` honoured, in seconds.
-    max_crawl_delay: float = 30.0
+    max_crawl_delay: float = defaults.FRONTIER_MAX_CRAWL_DELAY
     #: Queue entries one lease looks at for requests of ready hosts.
-    scan: int = 500
+    scan: int = defaults.FRONTIER_POLITENESS_SCAN
     #: Per-host ``delay`` (seconds) and ``concurrency``, from ``DOWNLOAD_SLOTS``.
     per_host: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
-        """The limits the settings give (defaults as in ``crawler/settings.py``)."""
+        """The limits the settings give (defaults in ``crawler/defaults.py``)."""
         concurrency_setting = (
             "FRONTIER_HOST_CONCURRENCY"
             if settings.getint("FRONTIER_HOST_CONCURRENCY")
@@ -212,8 +206,8 @@ class HostLimits:
         limits = cls(
             delay=settings.getfloat("DOWNLOAD_DELAY"),
             concurrency=settings.getint(concurrency_setting),
-            max_crawl_delay=settings.getfloat("FRONTIER_MAX_CRAWL_DELAY", cls.max_crawl_delay),
-            scan=settings.getint("FRONTIER_POLITENESS_SCAN", cls.scan),
+            max_crawl_delay=settings.getfloat("FRONTIER_MAX_CRAWL_DELAY"),
+            scan=settings.getint("FRONTIER_POLITENESS_SCAN"),
             per_host={
                 host: {name: slot[name] for name in ("delay", "concurrency") if name in slot}
                 for host, slot in settings.getdict("DOWNLOAD_SLOTS").items()

@@ -55,6 +55,7 @@ from bloom_frontier.learning.state import (
     applied_rules,
     normalized,
 )
+from bloom_frontier.meta import LEARN_RECHECK_META
 from bloom_frontier.pipelines.records import (
     APPLIED,
     PROPOSED,
@@ -75,8 +76,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MODES = ("off", "propose", "apply")
-#: ``request.meta`` of a re-check fetch: the key it was merged into and the dropped names.
-RECHECK_META = "learn_recheck"
 
 _learners: weakref.WeakKeyDictionary[Crawler, ParamRuleLearning] = weakref.WeakKeyDictionary()
 
@@ -110,7 +109,7 @@ class ParamRuleLearning:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         settings = crawler.settings
-        mode = settings.get("CANON_LEARN", "propose")
+        mode = settings.get("CANON_LEARN")
         if mode not in MODES:
             raise ValueError(f"CANON_LEARN must be one of {MODES}, not {mode!r}")
         if mode == "off":
@@ -118,8 +117,8 @@ class ParamRuleLearning:
         learning = cls(
             crawler,
             mode,
-            settings.getint("CANON_LEARN_MIN_PAIRS", 3),
-            settings.getint("CANON_LEARN_MEMORY", CANON_LEARN_MEMORY),
+            settings.getint("CANON_LEARN_MIN_PAIRS"),
+            settings.getint("CANON_LEARN_MEMORY"),
         )
         crawler.signals.connect(learning.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(learning.observe, signal=content_fingerprinted)
@@ -178,7 +177,7 @@ class ParamRuleLearning:
         except InvalidURL:
             return
         fetched = Page(page.final_url, key, content.exact, content.kind, page.status)
-        recheck = request.meta.get(RECHECK_META)
+        recheck = request.meta.get(LEARN_RECHECK_META)
         if recheck:
             self._recheck(fetched, recheck)
             return

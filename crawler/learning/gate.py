@@ -22,9 +22,10 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
 from bloom_frontier.canonical import InvalidURL, dedupe_key
-from bloom_frontier.frontier import META_KEY, frontier_for
+from bloom_frontier.frontier import frontier_for
 from bloom_frontier.frontier.keys import key_host
-from bloom_frontier.learning.extension import RECHECK_META, learning_for
+from bloom_frontier.learning.extension import learning_for
+from bloom_frontier.meta import DEDUPE_KEY_META, LEARN_RECHECK_META
 
 if TYPE_CHECKING:
     from typing import Self
@@ -41,19 +42,19 @@ class LearnedRuleGate:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        if crawler.settings.get("CANON_LEARN", "propose") == "off":
+        if crawler.settings.get("CANON_LEARN") == "off":
             raise NotConfigured
         return cls(crawler)
 
     def process_request(self, request: Request) -> None:
         learning = learning_for(self.crawler)
-        old = request.meta.get(META_KEY)
+        old = request.meta.get(DEDUPE_KEY_META)
         if (
             learning is None
             or old is None
             or request.dont_filter
             or request.callback is NO_CALLBACK
-            or request.meta.get(RECHECK_META)
+            or request.meta.get(LEARN_RECHECK_META)
         ):
             return
         live = learning.live
@@ -68,7 +69,7 @@ class LearnedRuleGate:
             return
         if new == old:
             return
-        request.meta[META_KEY] = new
+        request.meta[DEDUPE_KEY_META] = new
         frontier = frontier_for(self.crawler)
         if frontier.seen.add_many([new])[0]:  # type: ignore[attr-defined]
             return

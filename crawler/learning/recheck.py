@@ -20,7 +20,8 @@ from scrapy import Request
 from scrapy.exceptions import NotConfigured
 
 from bloom_frontier.canonical import InvalidURL, dedupe_key
-from bloom_frontier.learning.extension import RECHECK_META, learning_for
+from bloom_frontier.learning.extension import learning_for
+from bloom_frontier.meta import LEARN_RECHECK_META
 
 if TYPE_CHECKING:
     from typing import Self
@@ -49,8 +50,8 @@ class LearnedRuleRecheck:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        rate = crawler.settings.getfloat("CANON_LEARN_RECHECK", 0.02)
-        if rate <= 0 or crawler.settings.get("CANON_LEARN", "propose") == "off":
+        rate = crawler.settings.getfloat("CANON_LEARN_RECHECK")
+        if rate <= 0 or crawler.settings.get("CANON_LEARN") == "off":
             raise NotConfigured
         return cls(crawler, rate)
 
@@ -78,7 +79,7 @@ class LearnedRuleRecheck:
         sampled = self.sample(output.url)
         if sampled is None:
             return None
-        return output.replace(dont_filter=True, meta={**output.meta, RECHECK_META: sampled})
+        return output.replace(dont_filter=True, meta={**output.meta, LEARN_RECHECK_META: sampled})
 
     def sampling(self) -> bool:
         """True if :meth:`sample` may pick links now (learned rules are applied): a spider
@@ -87,7 +88,7 @@ class LearnedRuleRecheck:
         return learning is not None and learning.has_applied
 
     def sample(self, url: str) -> dict[str, Any] | None:
-        """What a re-check of the link ``url`` carries in ``meta[RECHECK_META]`` (the key it
+        """What a re-check of the link ``url`` carries in ``meta[LEARN_RECHECK_META]`` (the key it
         was merged into, the parameters dropped) if it is sampled among the links a learned
         rule changed, else None. By URL, so a spider that drops seen links before building
         their requests offers them too

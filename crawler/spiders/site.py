@@ -14,6 +14,7 @@ from scrapy.http import Response, TextResponse
 
 from bloom_frontier.canonical import resolve_link
 from bloom_frontier.canonical.resolve import RESOLVED_LINKS, LinkResolver
+from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.middlewares.linkbatch import early_seen_links
 from bloom_frontier.shorteners import Shorteners, shorteners_from_settings
 
@@ -125,7 +126,7 @@ class SiteSpider(Spider):
         yield {
             "url": response.url,
             "status": response.status,
-            "dedupe_key": response.meta.get("dedupe_key"),
+            "dedupe_key": response.meta.get(DEDUPE_KEY_META),
         }
         if not isinstance(response, TextResponse):
             return

@@ -43,6 +43,7 @@ from redis.retry import Retry
 from scrapy import signals
 from twisted.internet.defer import Deferred, maybeDeferred
 
+from bloom_frontier import defaults
 from bloom_frontier.background import BackgroundThread, PeriodicThread
 from bloom_frontier.frontier import failure_reason
 from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestDecoder
@@ -50,13 +51,13 @@ from bloom_frontier.frontier.keys import RequestKeyer
 from bloom_frontier.frontier.lua import FrontierScripts
 from bloom_frontier.frontier.politeness import HostLimits, HostPoliteness
 from bloom_frontier.frontier.redis import state
-from bloom_frontier.frontier.redis.admission import QUEUED_META, Admission
+from bloom_frontier.frontier.redis.admission import Admission
 from bloom_frontier.frontier.redis.layout import FrontierKeys
-from bloom_frontier.frontier.redis.leases import LEASE_META, Leases, worker_id
+from bloom_frontier.frontier.redis.leases import Leases, worker_id
 from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
 from bloom_frontier.frontier.redis.partitions import Partitions, partition_count
-from bloom_frontier.frontier.redis.quarantine import QUARANTINE_MAX
 from bloom_frontier.frontier.redis.upgrade import upgrade_layout
+from bloom_frontier.meta import FRONTIER_LEASE_META, FRONTIER_QUEUED_META
 from bloom_frontier.redis_client import Client, describe, redis_from_url, require_bloom
 from bloom_frontier.seen.layers import OlderLayers, redis_layers
 from bloom_frontier.seen.sharded import ShardedBloomSeenFilter, seen_filter_from_settings
@@ -70,8 +71,8 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
 __all__ = [
-    "LEASE_META",
-    "QUEUED_META",
+    "FRONTIER_LEASE_META",
+    "FRONTIER_QUEUED_META",
     "REDIS_UNAVAILABLE",
     "FrontierKeys",
     "RedisFrontier",
@@ -134,15 +135,15 @@ class RedisFrontier:
         keyer: RequestKeyer,
         stats: StatsCollector,
         *,
-        lease_ttl: float = 60.0,
-        max_expiries: int = 5,
+        lease_ttl: float = defaults.FRONTIER_LEASE_TTL,
+        max_expiries: int = defaults.FRONTIER_MAX_EXPIRIES,
         spider: Spider | None = None,
         owner: str | None = None,
         limits: HostLimits | None = None,
         decoder: RequestDecoder = DEFAULT_DECODER,
-        quarantine_cap: int = QUARANTINE_MAX,
+        quarantine_cap: int = defaults.FRONTIER_QUARANTINE_MAX,
         older: OlderLayers | None = None,
-        partitions: int = 1,
+        partitions: int = defaults.FRONTIER_PARTITIONS,
     ) -> None:
         if lease_ttl <= 0:
             raise ValueError(f"FRONTIER_LEASE_TTL must be positive, got {lease_ttl}")
@@ -268,9 +269,9 @@ class RedisFrontier:
                 spider=spider,
                 limits=HostLimits.from_settings(settings),
                 decoder=RequestDecoder.from_settings(settings),
-                quarantine_cap=settings.getint("FRONTIER_QUARANTINE_MAX", QUARANTINE_MAX),
+                quarantine_cap=settings.getint("FRONTIER_QUARANTINE_MAX"),
                 older=older,
-                partitions=settings.getint("FRONTIER_PARTITIONS", 1),
+                partitions=settings.getint("FRONTIER_PARTITIONS"),
             )
         except BaseException:
             client.close()
@@ -311,7 +312,7 @@ class RedisFrontier:
         page's records committed).
 
         Returns the new ones, as the embedded frontier does, so callers learn the verdict;
-        they are already queued in Redis and marked ``meta[QUEUED_META]``, so when they are
+        they are already queued in Redis and marked ``meta[FRONTIER_QUEUED_META]``, so when they are
         handed to the engine anyway the scheduler does not queue them again. When the
         verdict is not known yet (sent in the background, or Redis away) every request is
         returned, and ``on_late_duplicates`` gets the duplicates once it is.
@@ -329,7 +330,7 @@ class RedisFrontier:
         retries). A replacement takes over its original's lease atomically.
 
         Returns False if the request was dropped (a known duplicate, or no valid key)."""
-        if request.meta.get(QUEUED_META):
+        if request.meta.get(FRONTIER_QUEUED_META):
             return True
         parent = self.leases.take_replaced(request)
         return bool(self.admission.admit(parent, [request], dropped_by_caller=True))

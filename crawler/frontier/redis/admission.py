@@ -48,13 +48,19 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from bloom_frontier.frontier import META_CHECKED, META_KEY
-from bloom_frontier.frontier.keys import META_KEY_RULES, was_checked
+from bloom_frontier.frontier.keys import was_checked
 from bloom_frontier.frontier.known import KnownKeys
-from bloom_frontier.frontier.politeness import HOST_META, politeness_key
+from bloom_frontier.frontier.politeness import politeness_key
 from bloom_frontier.frontier.redis.leases import refused_batch, text, without_lease
 from bloom_frontier.frontier.redis.outbox import Answer
 from bloom_frontier.frontier.serialize import RequestNotSerializable, RequestShapes, compact_record
+from bloom_frontier.meta import (
+    DEDUPE_CHECKED_META,
+    DEDUPE_KEY_META,
+    DEDUPE_KEY_RULES_META,
+    FRONTIER_HOST_META,
+    FRONTIER_QUEUED_META,
+)
 from bloom_frontier.seen.layers import OlderLayers
 from bloom_frontier.seen.redis import REPLY_TTL
 
@@ -71,8 +77,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: ``request.meta`` flag: already queued in the shared frontier, the scheduler skips it.
-QUEUED_META = "frontier_queued"
 #: The filter's parameters admit.lua takes, in its order.
 BLOOM_ARGS = ("capacity", "error_rate", "expansion")
 #: The admission scripts' answer to a batch keyed under learned rules the crawl changed since.
@@ -85,12 +89,12 @@ ROW = 4
 def stored_meta(request: Request, key: str) -> dict[str, Any]:
     """The ``meta`` ``request`` is stored with: its key, without this worker's lease id."""
     meta = without_lease(request.meta)
-    meta.pop(QUEUED_META, None)
-    meta.pop(META_KEY_RULES, None)
-    meta[META_KEY] = key
-    meta[HOST_META] = politeness_key(request)
+    meta.pop(FRONTIER_QUEUED_META, None)
+    meta.pop(DEDUPE_KEY_RULES_META, None)
+    meta[DEDUPE_KEY_META] = key
+    meta[FRONTIER_HOST_META] = politeness_key(request)
     # The URL, not True: a copy of the request with another URL is checked again.
-    meta[META_CHECKED] = request.url
+    meta[DEDUPE_CHECKED_META] = request.url
     return meta
 
 
@@ -449,7 +453,7 @@ class Admission:
         """Admit ``children`` and release the lease ``parent`` (taken from the lease
         book already), in one atomic admit script, or in the three steps of a sharded
         filter when some of their keys need checking, once ``after`` fired; the new
-        requests, marked ``meta[QUEUED_META]``.
+        requests, marked ``meta[FRONTIER_QUEUED_META]``.
 
         When the answer is not known on return (sent from the background thread, or Redis
         away), every request is returned; ``on_late_duplicates`` gets those it finds seen
@@ -467,7 +471,7 @@ class Admission:
             delivery.late = True
             result = [request for request, _ in delivery.batch.entries]
         for request in result:
-            request.meta[QUEUED_META] = True
+            request.meta[FRONTIER_QUEUED_META] = True
         return result
 
     def keyed_batch(self, children: Sequence[Request]) -> Batch:
@@ -481,14 +485,14 @@ class Admission:
                 batch.repeats.append((request, key))
                 continue
             meta = stored_meta(request, key)
-            host = meta[HOST_META]
+            host = meta[FRONTIER_HOST_META]
             try:
                 shape, rest = compact_record(
                     request,
                     self.spider,
                     max_bytes,
                     host=host,
-                    host_meta=HOST_META,
+                    host_meta=FRONTIER_HOST_META,
                     shapes=self.shapes,
                     meta=meta,
                 )

@@ -55,11 +55,11 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from bloom_frontier import defaults
 from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestDecoder, RequestNotLoadable
-from bloom_frontier.frontier.politeness import TURN_META
 from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Answer
-from bloom_frontier.frontier.redis.quarantine import QUARANTINE_MAX
 from bloom_frontier.frontier.serialize import RequestNotSerializable, request_to_json
+from bloom_frontier.meta import FRONTIER_LEASE_META, FRONTIER_TURN_META
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -74,8 +74,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: ``request.meta`` key holding the id of the lease a request was handed out under.
-LEASE_META = "frontier_lease"
 #: Most expired leases one lease call puts back in the queue.
 RECLAIM_BATCH = 1000
 #: Items before the leased requests in the lease script's reply (lease.lua).
@@ -104,7 +102,11 @@ def refused_batch(reply: bytes | str) -> bool:
 def without_lease(meta: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``meta`` without this worker's lease id and politeness turn (never stored
     nor inherited)."""
-    return {name: value for name, value in meta.items() if name not in (LEASE_META, TURN_META)}
+    return {
+        name: value
+        for name, value in meta.items()
+        if name not in (FRONTIER_LEASE_META, FRONTIER_TURN_META)
+    }
 
 
 def worker_id() -> str:
@@ -133,7 +135,7 @@ class Leases:
         lease_ttl: float,
         max_expiries: int,
         decoder: RequestDecoder = DEFAULT_DECODER,
-        quarantine_cap: int = QUARANTINE_MAX,
+        quarantine_cap: int = defaults.FRONTIER_QUARANTINE_MAX,
     ) -> None:
         self.partitions = partitions
         self.decoder = decoder
@@ -271,8 +273,8 @@ class Leases:
             except RequestNotLoadable as exc:
                 self.quarantine(lease, exc.reason)
                 continue
-            request.meta[LEASE_META] = lease
-            request.meta[TURN_META] = [leased_at, int(delay) / 1000]
+            request.meta[FRONTIER_LEASE_META] = lease
+            request.meta[FRONTIER_TURN_META] = [leased_at, int(delay) / 1000]
             self._hold(lease, request)
             leased.append(request)
         for partition, reply in replies:  # held now, or answered
@@ -309,14 +311,14 @@ class Leases:
         """The id of ``request``'s lease if this worker holds it, now no longer held."""
         if request is None:
             return None
-        lease = request.meta.get(LEASE_META)
+        lease = request.meta.get(FRONTIER_LEASE_META)
         return self.take_id(lease) if lease in self._held else None
 
     def take_replaced(self, request: Request) -> str | None:
         """The lease ``request`` takes over if it replaces a leased request still being
         downloaded (a redirect, a retry: before the original's response reached the
         engine), now no longer held; None for a page's link."""
-        lease = request.meta.get(LEASE_META)
+        lease = request.meta.get(FRONTIER_LEASE_META)
         if lease in self._held and lease not in self._responded:
             return self.take_id(lease)
         return None
@@ -334,7 +336,7 @@ class Leases:
         replacements; its page batch (or its callback's error) answers the lease. Its
         download is over (even one a middleware answered without downloading): True if that
         is news to report (:meth:`report_downloads`)."""
-        lease = request.meta.get(LEASE_META)
+        lease = request.meta.get(FRONTIER_LEASE_META)
         if lease not in self._held:
             return False
         self._responded.add(lease)
@@ -346,7 +348,7 @@ class Leases:
         response, or a replacement taking its lease over, or its failure follows at once,
         unless a downloader middleware drops it on the way (see :meth:`answer_dropped`).
         Its download is over: True if that is news to report (:meth:`report_downloads`)."""
-        lease = request.meta.get(LEASE_META)
+        lease = request.meta.get(FRONTIER_LEASE_META)
         if lease not in self._held:
             return False
         if lease not in self._responded:

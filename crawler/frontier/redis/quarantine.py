@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
     from bloom_frontier.frontier.redis.layout import FrontierKeys
 
-#: Default of ``FRONTIER_QUARANTINE_MAX``: records kept before the oldest are dropped.
-QUARANTINE_MAX = 10_000
 #: Bytes of a quarantined payload kept (``QUARANTINE_KEEP`` in common.lua): a longer one is
 #: cut, and its record cannot be requeued.
 KEEP_BYTES = 65_536
