@@ -1,13 +1,14 @@
 """Real crawls that watch Scrapy's engine from inside; each prints what it saw (JSON on stdout).
 
-``python -m tests.engine_probe SCENARIO SITE_URL [REDIS_URL]``; run in a subprocess: a
-Twisted reactor starts once per process.
+``python -m tests.engine_probe SCENARIO SITE_URL [REDIS_URL]``, or :func:`probe` from a
+test: run in a subprocess, as a Twisted reactor starts once per process.
 
 - ``internals``: Scrapy's own settings and scheduler (nothing of the project but
   :mod:`bloom_frontier.compat`), a site with ``/a``, ``/b``, ``/c``: each compat function is
   used on the running engine and downloader, and what followed is timed;
-- ``drain``: the project's shared crawl (``REDIS_URL``) of a one-page site: when the last
-  response came and when the spider closed;
+- ``drain``: the project's shared crawl (``REDIS_URL``) of a one-page site whose answer
+  reaches the frontier :data:`SLOW_ANSWER` seconds after the page: when the engine started,
+  when the response came and when the spider closed;
 - ``gc`` / ``gc-off``: the project's embedded crawl of a site (``GC_FREEZE_ENABLED`` on /
   off) whose callbacks drop reference cycles: the collector's freeze count and threshold
   during the crawl, every collection it ran (``gc.callbacks``), and how many cycles were
@@ -18,10 +19,12 @@ from __future__ import annotations
 
 import gc
 import json
+import subprocess
 import sys
 import time
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from scrapy import Request, Spider, signals
@@ -35,16 +38,32 @@ from scrapy.utils.project import get_project_settings
 from bloom_frontier import compat
 from bloom_frontier.spiders.site import SiteSpider
 
+ROOT = Path(__file__).resolve().parent.parent
+#: Scrapy's engine asks its scheduler on its own every this many seconds (its heartbeat).
+HEARTBEAT = 5.0
 #: Seconds between queueing a request behind the engine's back and waking the engine.
 WAKE_AFTER = 0.3
 #: Seconds the probe holds its host's download slot.
 HOLD_FOR = 1.0
 CONCURRENT_REQUESTS = 4
 DOWNLOAD_DELAY = 0.05
+#: Seconds a page's answer takes to reach the frontier (``drain``): its lease is still held
+#: when the engine handles the page, so the end comes from a later lease.
+SLOW_ANSWER = 0.5
 #: Cycles each page's callback drops (``gc`` scenarios).
 CYCLES_PER_PAGE = 1000
 
 seen: dict[str, Any] = {}
+
+
+def probe(scenario: str, site: str, *args: str) -> dict[str, Any]:
+    """What ``scenario`` saw in its crawl of ``site``, run in a subprocess."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.engine_probe", scenario, site, *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
 
 
 class RecordingScheduler(Scheduler):
@@ -167,8 +186,13 @@ def drain(site: str, redis_url: str) -> None:
     settings = get_project_settings()
     settings.set("LOG_LEVEL", "WARNING")
     settings.set("REDIS_URL", redis_url)
+    settings.set("EXTENSIONS", {"tests.slow_workers.SlowRecordCommits": 0})
+    settings.set("SLOW_RECORDS_SECONDS", SLOW_ANSWER)
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(SiteSpider)
+
+    def started() -> None:
+        seen["started"] = time.monotonic()
 
     def responded() -> None:
         seen["last_response"] = time.monotonic()
@@ -176,6 +200,7 @@ def drain(site: str, redis_url: str) -> None:
     def closed() -> None:
         seen["closed"] = time.monotonic()
 
+    crawler.signals.connect(started, signal=signals.engine_started)
     crawler.signals.connect(responded, signal=signals.response_received)
     crawler.signals.connect(closed, signal=signals.spider_closed)
     process.crawl(crawler, start_url=f"{site}/")

@@ -4,10 +4,6 @@ that changes one fails here (also on the oldest supported Scrapy: ``make test-mi
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,22 +14,15 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from bloom_frontier import compat
-from tests.engine_probe import CONCURRENT_REQUESTS, DOWNLOAD_DELAY, HOLD_FOR, WAKE_AFTER
+from tests.engine_probe import (
+    CONCURRENT_REQUESTS,
+    DOWNLOAD_DELAY,
+    HEARTBEAT,
+    HOLD_FOR,
+    WAKE_AFTER,
+    probe,
+)
 from tests.httpserver import TestServer, html
-
-ROOT = Path(__file__).resolve().parent.parent
-#: Scrapy's engine asks its scheduler on its own every this many seconds.
-HEARTBEAT = 5.0
-
-
-def probe(scenario: str, site: str, *args: str) -> dict[str, Any]:
-    """What :mod:`tests.engine_probe` saw in its crawl of ``site``."""
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.engine_probe", scenario, site, *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
