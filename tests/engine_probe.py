@@ -11,8 +11,9 @@ test: run in a subprocess, as a Twisted reactor starts once per process.
   when the response came and when the spider closed;
 - ``gc`` / ``gc-off``: the project's embedded crawl of a site (``GC_FREEZE_ENABLED`` on /
   off) whose callbacks drop reference cycles: the collector's freeze count and threshold
-  during the crawl, every collection it ran (``gc.callbacks``), and how many cycles were
-  collected by the time the spider closed.
+  before and during the crawl, every collection it ran while the engine ran (from
+  ``gc.callbacks``: its generation, the young objects counted when it started, what it
+  collected), and how many cycles were collected by the time the spider closed.
 """
 
 from __future__ import annotations
@@ -228,6 +229,7 @@ def garbage(site: str, enabled: bool) -> None:
     crawler.signals.connect(started, signal=signals.engine_started)
     crawler.signals.connect(closed, signal=signals.spider_closed)
     freeze_before = gc.get_freeze_count()
+    seen["threshold_before"] = gc.get_threshold()[0]
     process.crawl(crawler, start_url=f"{site}/")
     process.start()
 
