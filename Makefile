@@ -10,7 +10,7 @@ MIN_BIN := .venv-scrapy-min/bin
 # What the minimum version is checked on: where the project meets Scrapy's APIs.
 MIN_TESTS := tests/test_addon.py tests/test_dupefilter_contract.py tests/test_own_project.py \
 	tests/test_site_crawl.py tests/test_redirects.py tests/test_serialize.py \
-	tests/test_politeness.py tests/test_ssrf.py
+	tests/test_politeness.py tests/test_ssrf.py tests/test_compat.py
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -1,48 +1,72 @@
-"""The crawl's garbage-collector tuning: start-up's objects frozen, young ones collected in
-larger batches, and the cyclic garbage a crawl makes still collected."""
+"""The crawl's garbage-collector tuning, watched in real crawls of a local site
+(:mod:`tests.engine_probe`): start-up's objects frozen, young ones collected in larger
+batches, and the cyclic garbage the crawl makes still collected, all without a test
+calling the collector itself."""
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from scrapy import Spider
-from scrapy.exceptions import NotConfigured
-from scrapy.utils.test import get_crawler
 
-from bloom_frontier.gcfreeze import YOUNG_THRESHOLD, FreezeStartupObjects
+from bloom_frontier.gcfreeze import YOUNG_THRESHOLD
+from tests.engine_probe import CYCLES_PER_PAGE, probe
+from tests.httpserver import Page, TestServer, html
 
-ADDONS = {"bloom_frontier.Addon": 0}
-
-
-@pytest.fixture
-def restored_gc() -> Iterator[None]:
-    threshold = gc.get_threshold()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*threshold)
+PAGES = 40
 
 
-class Cycle:
-    def __init__(self) -> None:
-        self.me = self
+def page(path: str) -> Page | None:
+    """Page ``/pN`` (``/`` is 0) links to the next three."""
+    number = 0 if path == "/" else int(path[2:]) if path[2:].isdigit() else None
+    if number is None:
+        return None
+    return html(*(f"/p{later}" for later in range(number + 1, min(number + 4, PAGES))))
 
 
-@pytest.mark.usefixtures("restored_gc")
-def test_startup_objects_are_frozen_and_the_crawls_garbage_still_collected() -> None:
-    extension = FreezeStartupObjects.from_crawler(get_crawler(Spider, {"ADDONS": ADDONS}))
-    before = gc.get_freeze_count()
-    extension.spider_opened()
-    assert gc.get_freeze_count() > before
-    assert gc.get_threshold()[0] == YOUNG_THRESHOLD
-    cycles = [Cycle() for _ in range(3 * YOUNG_THRESHOLD)]
-    alive = len(gc.get_objects())
-    del cycles
-    gc.collect()  # what a full pass during the crawl does: the frozen are not walked
-    assert len(gc.get_objects()) <= alive - 3 * YOUNG_THRESHOLD
+@pytest.fixture(scope="module")
+def crawls() -> Iterator[dict[str, dict[str, Any]]]:
+    """What the collector did in a crawl with the tuning and in one without."""
+    with TestServer({"/*": page}) as site:
+        yield {scenario: probe(scenario, site.url) for scenario in ("gc", "gc-off")}
 
 
-def test_it_can_be_switched_off() -> None:
-    with pytest.raises(NotConfigured):
-        FreezeStartupObjects.from_crawler(get_crawler(Spider, {"GC_FREEZE_ENABLED": False}))
+def test_startup_objects_are_frozen_when_the_spider_opens(
+    crawls: dict[str, dict[str, Any]],
+) -> None:
+    tuned = crawls["gc"]
+    assert tuned["freeze_before"] == 0
+    assert tuned["freeze_count"] > 10_000  # modules, classes, functions, settings...
+
+
+def test_young_objects_are_collected_in_larger_batches(
+    crawls: dict[str, dict[str, Any]],
+) -> None:
+    tuned, plain = crawls["gc"], crawls["gc-off"]
+    assert tuned["threshold"] == YOUNG_THRESHOLD
+    assert plain["threshold"] < YOUNG_THRESHOLD
+    # Every collection during the crawl came by itself, once the threshold was passed.
+    assert tuned["collections"]
+    assert min(run["young"] for run in tuned["collections"]) >= YOUNG_THRESHOLD
+    assert len(tuned["collections"]) * 5 < len(plain["collections"])
+
+
+def test_the_crawls_cyclic_garbage_is_still_collected(
+    crawls: dict[str, dict[str, Any]],
+) -> None:
+    """At most one batch of young objects waits for a collection when the spider closes."""
+    for crawl in crawls.values():
+        assert crawl["cycles"] == PAGES * CYCLES_PER_PAGE
+    tuned = crawls["gc"]
+    assert tuned["collected_cycles"] > tuned["cycles"] - YOUNG_THRESHOLD
+    assert sum(run["collected"] for run in tuned["collections"]) >= tuned["collected_cycles"]
+
+
+def test_switched_off_the_collector_is_left_as_python_has_it(
+    crawls: dict[str, dict[str, Any]],
+) -> None:
+    plain = crawls["gc-off"]
+    assert plain["freeze_count"] == 0
+    assert plain["threshold"] == plain["threshold_before"]
+    assert plain["collected_cycles"] > plain["cycles"] - plain["threshold"]

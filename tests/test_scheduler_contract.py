@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
-from unittest.mock import Mock
 
 import pytest
 from scrapy import Request, Spider, signals
+from scrapy.core.engine import ExecutionEngine
 from scrapy.core.scheduler import Scheduler
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
@@ -33,6 +33,8 @@ import bloom_frontier.settings as project_settings
 from bloom_frontier.frontier import frontier_for
 from bloom_frontier.frontier.redis import RedisFrontier
 from bloom_frontier.frontier.scheduler import RedisScheduler
+from tests.engine_probe import HEARTBEAT, SLOW_ANSWER, probe
+from tests.httpserver import TestServer, html
 
 PRIORITIES = [
     ("http://foo.com/a", -2),
@@ -62,12 +64,10 @@ class Mode:
         settings = dict(PROJECT)
         if shared:
             settings["REDIS_URL"] = redis_url
-        else:  # as Scrapy's own in-memory scheduler test (no downloader to ask about slots)
-            settings["SCHEDULER_PRIORITY_QUEUE"] = "scrapy.pqueues.ScrapyPriorityQueue"
         self.crawler = get_crawler(ContractSpider, settings)
         self.crawler.spider = ContractSpider.from_crawler(self.crawler)
-        if not shared:  # Scrapy's scheduler reads the engine's downloader (its own tests too)
-            self.crawler.engine = Mock(downloader=Mock(slots={}, middleware=Mock(middlewares=[])))
+        # The crawl's own engine, not started: the schedulers read its downloader.
+        self.crawler.engine = ExecutionEngine(self.crawler, lambda _: None)
         self.dropped: list[Request] = []
         self.crawler.signals.connect(self._dropped, signal=signals.request_dropped)
         self.scheduler: Any = None
@@ -196,21 +196,14 @@ def test_reopened_shared_scheduler_keeps_its_requests(redis_url: str) -> None:
 
 
 def test_shared_crawl_ends_as_soon_as_a_lease_finds_it_drained(redis_url: str) -> None:
-    """The empty lease that finds nothing queued nor leased anywhere wakes the engine at
-    once, with nothing pending: the crawl closes then, not seconds later when a poll's wake
-    happens to come between two leases (each lease under way counts as pending)."""
-    mode = Mode(True, redis_url)
-    scheduler = mode.open()
-    try:
-        mode.enqueue(Request("http://foo.com/a"))
-        request = scheduler.next_request()
-        assert request is not None
-        engine = Mock(downloader=Mock(total_concurrency=16, active=set()))
-        mode.crawler.engine = engine
-        frontier_for(mode.crawler).admit(request, [])  # its page answered: lease released
-        engine._slot.nextcall.schedule.reset_mock()
-        assert scheduler.next_request() is None  # an empty lease: the crawl is drained
-        engine._slot.nextcall.schedule.assert_called_once()
-        assert not scheduler.has_pending_requests()
-    finally:
-        mode.close()
+    """A real shared crawl of one page whose answer reaches the frontier late (its lease is
+    still held when the engine handles the page): the empty lease that then finds nothing
+    queued nor leased anywhere wakes the engine, and the crawl closes at once, not at the
+    engine's next 5 s heartbeat (each lease under way counts as pending, so a poll's wake,
+    which starts one, never ends the crawl)."""
+    with TestServer({"/": html()}) as site:
+        seen = probe("drain", site.url, redis_url)
+    assert seen["warnings"] == []
+    ended_after = seen["closed"] - seen["last_response"]
+    assert SLOW_ANSWER <= ended_after < SLOW_ANSWER + 1.5
+    assert seen["closed"] - seen["started"] < HEARTBEAT

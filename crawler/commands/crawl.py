@@ -19,10 +19,10 @@ from scrapy.crawler import AsyncCrawlerProcess, CrawlerProcess
 from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.job import job_dir
 from scrapy.utils.misc import load_object
-from scrapy.utils.reactor import _asyncio_reactor_path
 
 from bloom_frontier.addon import BloomFrontierAddon
 from bloom_frontier.commands._failures import fails_cleanly
+from bloom_frontier.compat import asyncio_reactor_path
 from bloom_frontier.middlewares.ssrf import check_proxy_setup
 from bloom_frontier.pipelines.database import make_engine, store_url_from
 from bloom_frontier.pipelines.schema import upgrade_schema
@@ -84,7 +84,7 @@ def crawler_process(settings: Settings) -> CrawlerProcess | AsyncCrawlerProcess:
     """The process ``scrapy.cmdline`` would make for a crawl, made after the checks (making
     it configures logging and logs Scrapy's banner, which a one-line error should not
     follow)."""
-    asyncio_reactor = settings["TWISTED_REACTOR"] == _asyncio_reactor_path
+    asyncio_reactor = settings["TWISTED_REACTOR"] == asyncio_reactor_path()
     if (asyncio_reactor and not settings.getbool("FORCE_CRAWLER_PROCESS")) or not settings.getbool(
         "TWISTED_REACTOR_ENABLED"
     ):

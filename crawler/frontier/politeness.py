@@ -69,10 +69,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
-from scrapy.utils.asyncio import call_later
 from scrapy.utils.httpobj import urlparse_cached
 
 from bloom_frontier import defaults
+from bloom_frontier.compat import download_slots, hold_download_slot
 from bloom_frontier.frontier.lua import FrontierScripts
 from bloom_frontier.meta import DOWNLOAD_SLOT_META
 
@@ -157,13 +157,10 @@ def backoff_pause(asked: float | None, strikes: int, cap: float) -> float:
 def pause_slot(downloader: Downloader, key: str, seconds: float) -> None:
     """Hold this worker's downloader slot ``key`` for ``seconds``: requests already queued
     in it wait too (a slot not made yet has none)."""
-    slot = downloader.slots.get(key)
+    slot = download_slots(downloader).get(key)
     if slot is None or seconds <= 0:
         return
-    if slot.latercall:
-        slot.latercall.cancel()
-    # What the downloader itself does to hold a slot for its delay.
-    slot.latercall = call_later(seconds, downloader._latercall, slot)
+    hold_download_slot(downloader, slot, seconds)
 
 
 def politeness_key(request: Request) -> str:
@@ -375,9 +372,10 @@ def disable_local_delays(downloader: Downloader) -> None:
     to each host across all workers already, and a local delay on top would hold a leased
     request back past its turn (so another worker's next turn could come right after it).
 
-    Through public API only: each download slot's ``delay`` is set to 0 (as AutoThrottle
-    sets it), for the slots that exist and, as ``request_reached_downloader`` fires (after
-    the request's slot is made, before the slot's queue is processed), for new ones.
+    Each download slot's ``delay`` is set to 0 (as AutoThrottle sets it), for the slots that
+    exist and, as ``request_reached_downloader`` fires (after the request's slot is made,
+    before the slot's queue is processed), for new ones; the slots are read through
+    :func:`bloom_frontier.compat.download_slots` (undocumented Scrapy API).
     """
     settings = downloader.settings
     if settings.getfloat("DOWNLOAD_DELAY") or any(
@@ -389,11 +387,11 @@ def disable_local_delays(downloader: Downloader) -> None:
         )
 
     def no_local_delay(request: Request) -> None:
-        slot = downloader.slots.get(request.meta.get(DOWNLOAD_SLOT_META, ""))
+        slot = download_slots(downloader).get(request.meta.get(DOWNLOAD_SLOT_META, ""))
         if slot is not None:
             slot.delay = 0.0
 
-    for slot in downloader.slots.values():
+    for slot in download_slots(downloader).values():
         slot.delay = 0.0
     downloader.signals.connect(
         no_local_delay, signal=signals.request_reached_downloader, weak=False

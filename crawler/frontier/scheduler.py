@@ -18,6 +18,7 @@ from scrapy.exceptions import DontCloseSpider
 from twisted.internet import defer
 from twisted.internet.task import LoopingCall
 
+from bloom_frontier.compat import download_room, wake_engine
 from bloom_frontier.frontier import frontier_for
 from bloom_frontier.frontier.politeness import disable_local_delays
 from bloom_frontier.frontier.redis import REDIS_UNAVAILABLE, RedisFrontier, failure_reason
@@ -84,11 +85,11 @@ class RedisScheduler(BaseScheduler):
     request handed out is unanswered (its page may still add links), and while any worker
     holds a lease; see ``tests/test_scheduler_contract.py``.
 
-    One private Scrapy API: when leases land from the background thread, or a host's turn
-    comes, the engine is asked to call ``next_request`` again through
-    ``engine._slot.nextcall.schedule()``, what its own heartbeat calls; Scrapy has no public
-    way to say "the scheduler has requests now", and without it the engine would ask again
-    only after its 5 s heartbeat or the next finished download.
+    When leases land from the background thread, or a host's turn comes, the engine is asked
+    to call ``next_request`` again (:func:`bloom_frontier.compat.wake_engine`, private Scrapy
+    API); without it the engine would ask again only after its 5 s heartbeat or the next
+    finished download. The downloader's free room is read through
+    :func:`bloom_frontier.compat.download_room`.
     """
 
     def __init__(self, crawler: Crawler, frontier: RedisFrontier, batch_size: int) -> None:
@@ -268,9 +269,9 @@ class RedisScheduler(BaseScheduler):
     def _lease_count(self) -> int:
         """Requests to lease now: the batch size, at most what the downloader has room for."""
         downloader = self._downloader()
-        if downloader is None or downloader.total_concurrency <= 0:  # no engine, or no limit
+        room = None if downloader is None else download_room(downloader)
+        if room is None:  # no engine, or no limit
             return self.batch_size
-        room = downloader.total_concurrency - len(downloader.active)
         return max(1, min(self.batch_size, room))
 
     def _downloader(self) -> Downloader | None:
@@ -292,10 +293,7 @@ class RedisScheduler(BaseScheduler):
         self._wake_call = reactor.callLater(delay, self._wake_engine)  # type: ignore[attr-defined]
 
     def _wake_engine(self) -> None:
-        # Private API, see the class docstring.
-        slot = getattr(self.crawler.engine, "_slot", None)
-        if slot is not None:
-            slot.nextcall.schedule()
+        wake_engine(self.crawler.engine)
 
     def _beat(self) -> None:
         if self.frontier.heartbeats is None:  # driven without a running loop (tests)
