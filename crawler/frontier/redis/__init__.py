@@ -161,12 +161,13 @@ class RedisFrontier:
             client, keys, limits or HostLimits(), stats, self.partitions
         )
         self.outbox = Outbox(stats)
+        owner = owner or worker_id()
         self.leases = Leases(
             self.partitions,
             self.outbox,
             self.politeness,
             stats,
-            owner=owner or worker_id(),
+            owner=owner,
             lease_ttl=lease_ttl,
             max_expiries=max_expiries,
             decoder=decoder,
@@ -175,7 +176,17 @@ class RedisFrontier:
         #: Read-only layers of the seen filter (after `scrapy rebuild-filter`).
         self.older = older or OlderLayers([])
         self.admission = Admission(
-            self.partitions, seen, keyer, self.leases, self.outbox, stats, self.older
+            self.partitions,
+            seen,
+            keyer,
+            self.leases,
+            self.outbox,
+            stats,
+            owner=owner,
+            lease_ttl=lease_ttl,
+            max_request_bytes=decoder.max_bytes,
+            quarantine_cap=quarantine_cap,
+            older=self.older,
         )
         self.spider = spider
         #: Where Redis is called from in a crawl (:meth:`go_background`); None: the
