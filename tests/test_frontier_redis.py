@@ -567,8 +567,8 @@ def test_closing_worker_gives_its_leases_back_to_the_queue(redis_url: str, worke
 
 def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them() -> None:
     import bloom_frontier.frontier.redis.layout as layout
-    from bloom_frontier.frontier.lua import script_keys
     from bloom_frontier.frontier.redis import SCRIPTS
+    from bloom_frontier.frontier.redis.lua import script_keys
 
     every_key = FrontierKeys.names()
     for name in (*SCRIPTS, "turn", "waiting"):
@@ -579,7 +579,7 @@ def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them()
     assert "seen" not in script_keys("lease")
     # Every script of the frontier, whoever runs it, has a type for each key it names (its
     # type-check prelude is built from layout.KEY_TYPES).
-    scripts = Path(layout.__file__).parent.parent.glob("*.lua")
+    scripts = Path(layout.__file__).with_name("lua").glob("*.lua")
     for path in (path for path in scripts if path.read_text().startswith("-- KEYS:")):
         keys = script_keys(path.stem)
         assert set(keys) <= set(layout.KEY_TYPES), path.name

@@ -27,8 +27,8 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import defer, task, threads
 
-from bloom_frontier.frontier.lua import FrontierScripts
 from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.redis.lua import FrontierScripts
 from bloom_frontier.redis_client import redis_from_url
 
 if TYPE_CHECKING:

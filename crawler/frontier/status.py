@@ -20,11 +20,12 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
 from bloom_frontier.frontier import frontier_for
-from bloom_frontier.frontier.lua import FrontierScripts
-from bloom_frontier.frontier.politeness import HostLimits, hosts_waiting
+from bloom_frontier.frontier.politeness import HostLimits
 from bloom_frontier.frontier.redis import RedisFrontier, quarantine, state
 from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.redis.lua import FrontierScripts
 from bloom_frontier.frontier.redis.partitions import partition_keys
+from bloom_frontier.frontier.redis.politeness import hosts_waiting
 from bloom_frontier.progress import RateWindow
 from bloom_frontier.redis_client import text
 from bloom_frontier.seen.layers import current_seen_key

@@ -70,9 +70,9 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
-    from bloom_frontier.frontier.politeness import HostPoliteness
     from bloom_frontier.frontier.redis.outbox import Outbox
     from bloom_frontier.frontier.redis.partitions import Partitions
+    from bloom_frontier.frontier.redis.politeness import HostPoliteness
 
 logger = logging.getLogger(__name__)
 

@@ -101,7 +101,7 @@ def drop(client: redis.Redis, keys: FrontierKeys, ids: list[str]) -> int:
 def requeue(client: redis.Redis, keys: FrontierKeys, ids: list[str]) -> tuple[int, int]:
     """Queue the requests of records ``ids`` again (``["all"]``: every one); how many were
     requeued, and how many stay (cut payloads, mangled records)."""
-    from bloom_frontier.frontier.lua import FrontierScripts
+    from bloom_frontier.frontier.redis.lua import FrontierScripts
 
     ids = _ids(client, keys, ids)
     if not ids:

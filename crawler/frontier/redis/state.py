@@ -21,8 +21,8 @@ from bloom_frontier.redis_client import text
 if TYPE_CHECKING:
     import redis
 
-    from bloom_frontier.frontier.lua import FrontierScripts
     from bloom_frontier.frontier.redis.layout import FrontierKeys
+    from bloom_frontier.frontier.redis.lua import FrontierScripts
     from bloom_frontier.seen.sharded import ShardedBloomSeenFilter
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bloom_frontier.frontier.lua import FrontierScripts
+from bloom_frontier.frontier.redis.lua import FrontierScripts
 from bloom_frontier.redis_client import text
 
 if TYPE_CHECKING:
