@@ -587,6 +587,16 @@ def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them()
     assert all(f"\n{key} " in documented for key in every_key)
 
 
+def test_the_layout_names_the_default_key_prefix_and_its_keys_under_it() -> None:
+    import bloom_frontier.frontier.redis.layout as layout
+    from bloom_frontier.defaults import FRONTIER_KEY_PREFIX
+
+    default = FRONTIER_KEY_PREFIX % {"spider": "<spider>"}
+    assert f"default\n``{default}``" in (layout.__doc__ or "")
+    keys = FrontierKeys.for_prefix(FRONTIER_KEY_PREFIX % {"spider": "site"})
+    assert keys.queue == "{site}:queue" and keys.prefix == "{site}"
+
+
 def test_a_worker_knows_the_keys_redis_answered_it_and_only_those(workers: Any) -> None:
     """Links whose key is known are dropped before any record is built for them
     (SeenLinksMiddleware): keys an answer showed in the filter. A key another worker marked,

@@ -1,9 +1,9 @@
 """The Redis key layout of one crawl's shared frontier: every key, in one place.
 
 All keys of a crawl live under its prefix (``FRONTIER_KEY_PREFIX`` % spider, default
-``{frontier:<spider>}``: a Redis Cluster hash tag, so the frontier's own keys share one slot
-and a Lua script may touch them together). Fixed keys, one field of :class:`FrontierKeys`
-each (``<prefix>:<field>``):
+``{<spider>}``, see :mod:`bloom_frontier.defaults`: a Redis Cluster hash tag, so the
+frontier's own keys share one slot and a Lua script may touch them together). Fixed keys,
+one field of :class:`FrontierKeys` each (``<prefix>:<field>``):
 
 ==================  ======  =================================================================
 key                 type    holds
