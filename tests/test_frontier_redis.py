@@ -33,6 +33,7 @@ from bloom_frontier.frontier.scheduler import LeaseMiddleware, RedisScheduler
 from tests.cluster import RedisClusterServers
 from tests.crawls import site_crawl_command
 from tests.httpserver import Page, TestServer, html, redirect
+from tests.lease_clock import EXPIRING_LEASE_TTL, wait_until_expired
 from tests.servers import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,11 +180,11 @@ def test_answer_releases_the_lease_and_queues_the_links_atomically(workers: Any)
 def test_expired_lease_goes_to_another_worker_and_the_late_answer_is_refused(
     workers: Any,
 ) -> None:
-    slow, other = workers(lease_ttl=0.5), workers(lease_ttl=0.5)
+    slow, other = workers(lease_ttl=EXPIRING_LEASE_TTL), workers(lease_ttl=EXPIRING_LEASE_TTL)
     slow.admit(None, [Request("https://example.com/")])
     [page] = slow.lease(1)
     assert other.lease(1) == []
-    time.sleep(0.6)
+    wait_until_expired(slow)
     [again] = other.lease(1)
     assert again.url == page.url
     assert stat(other, "frontier/reclaimed") == 1
@@ -198,10 +199,10 @@ def test_expired_lease_goes_to_another_worker_and_the_late_answer_is_refused(
 
 
 def test_late_answer_is_accepted_while_nobody_else_holds_the_request(workers: Any) -> None:
-    slow, other = workers(lease_ttl=0.5), workers(lease_ttl=0.5)
+    slow, other = workers(lease_ttl=EXPIRING_LEASE_TTL), workers(lease_ttl=EXPIRING_LEASE_TTL)
     slow.admit(None, [Request("https://example.com/")])
     [page] = slow.lease(1)
-    time.sleep(0.6)
+    wait_until_expired(slow)
     other.lease(0)  # puts the expired lease back in the queue, leases nothing
     assert other.counts()["queued"] == 1
     assert urls(slow.admit(page, [Request("https://example.com/link")])) == [
@@ -601,7 +602,7 @@ def test_a_worker_knows_the_keys_redis_answered_it_and_only_those(workers: Any) 
     """Links whose key is known are dropped before any record is built for them
     (SeenLinksMiddleware): keys an answer showed in the filter. A key another worker marked,
     or one of a refused answer, is not known: its admission decides."""
-    first, second = workers(lease_ttl=0.5), workers(lease_ttl=0.5)
+    first, second = workers(lease_ttl=EXPIRING_LEASE_TTL), workers(lease_ttl=EXPIRING_LEASE_TTL)
     first.admit(None, [Request("https://example.com/"), Request("https://example.com/a")])
     assert first.seen_before(Request("https://example.com/a?utm_source=x"))
     assert second.seen_before(Request("https://example.com/a")) is None  # first's key
@@ -611,7 +612,7 @@ def test_a_worker_knows_the_keys_redis_answered_it_and_only_those(workers: Any) 
 
     # Refused (the page went to another worker): not known, the page's new holder decides.
     [page] = first.lease(1)
-    time.sleep(0.6)
+    wait_until_expired(first)
     [again] = second.lease(1)
     assert first.admit(page, [Request("https://example.com/b")]) == []
     assert stat(first, "frontier/ack_refused") == 1
