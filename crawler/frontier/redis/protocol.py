@@ -43,6 +43,14 @@ def _list(reply: Any, what: str) -> Sequence[Any]:
     return reply
 
 
+def _ints(reply: Any, what: str, count: int) -> list[int]:
+    """A reply of exactly ``count`` integers."""
+    items = _list(reply, what)
+    if len(items) != count:
+        raise MalformedReply(what, reply)
+    return [_int(value, what, reply) for value in items]
+
+
 class Status(StrEnum):
     """A script's verdict on a worker's answer (admit, stage, commit)."""
 
@@ -224,7 +232,31 @@ class Sizes:
 
     @classmethod
     def from_reply(cls, reply: Any) -> Self:
-        items = _list(reply, "counts")
-        if len(items) != 3:
-            raise MalformedReply("counts", reply)
-        return cls(*(_int(value, "counts", reply) for value in items))
+        return cls(*_ints(reply, "counts", 3))
+
+
+@dataclass(frozen=True)
+class CrawlTotals:
+    """limits.lua's reply: the crawl's pages and items so far (this report included), and
+    milliseconds since its first worker started, on the Redis server's clock."""
+
+    pages: int
+    items: int
+    elapsed_ms: int
+
+    @classmethod
+    def from_reply(cls, reply: Any) -> Self:
+        return cls(*_ints(reply, "limits", 3))
+
+
+@dataclass(frozen=True)
+class Requeued:
+    """requeue_quarantined.lua's reply: records requeued, and records kept in quarantine
+    (cut payloads, mangled records)."""
+
+    requeued: int
+    kept: int
+
+    @classmethod
+    def from_reply(cls, reply: Any) -> Self:
+        return cls(*_ints(reply, "requeue_quarantined", 2))

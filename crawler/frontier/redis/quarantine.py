@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from bloom_frontier.frontier.redis.protocol import Requeued
 from bloom_frontier.redis_client import text
 
 if TYPE_CHECKING:
@@ -106,7 +107,6 @@ def requeue(client: redis.Redis, keys: FrontierKeys, ids: list[str]) -> tuple[in
     ids = _ids(client, keys, ids)
     if not ids:
         return 0, 0
-    requeued, kept = FrontierScripts(client, keys, ["requeue_quarantined"]).run(
-        "requeue_quarantined", ids
-    )
-    return int(requeued), int(kept)
+    reply = FrontierScripts(client, keys, ["requeue_quarantined"]).run("requeue_quarantined", ids)
+    done = Requeued.from_reply(reply)
+    return done.requeued, done.kept
