@@ -33,7 +33,8 @@ than the downloader can start, and each worker's own download delay is 0, see
 :func:`disable_local_delays`: the two delays would add up and a request could leave long
 after its turn), and one that could not be (it waited for its host's robots.txt, which used
 its turn) takes a new turn first. Each robots.txt is fetched by one worker and shared with
-the others through Redis; its ``Crawl-delay`` is recorded for all.
+the others through Redis; its ``Crawl-delay`` is recorded for all. The Redis side of all this
+is :mod:`bloom_frontier.frontier.redis.politeness`; this module imports no Redis code.
 
 A host is Scrapy's download slot key (``meta["download_slot"]``, else the host name), stored
 with each queued request as ``meta["frontier_host"]``. Two requests to a host are at least
