@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import redis
 
@@ -201,8 +201,8 @@ class LeaseReply:
     requests: tuple[LeasedRequest, ...]
 
     #: Integers before the leased requests, and values per leased request.
-    HEAD = 10
-    ROW = 5
+    HEAD: ClassVar[int] = 10
+    ROW: ClassVar[int] = 5
 
     @classmethod
     def from_reply(cls, reply: Any) -> Self:
