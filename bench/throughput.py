@@ -257,9 +257,9 @@ from pathlib import Path
 
 import redis
 
-from bloom_frontier.frontier.lua import FrontierScripts
 from bloom_frontier.frontier.redis import state
 from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.redis.lua import FrontierScripts
 from tests.servers import ProcessService, RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -38,6 +38,11 @@ COMMAND_RETRIES = 1
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
 
+def text(reply: bytes | str) -> str:
+    """A Redis reply as text, whether or not the client decodes responses."""
+    return reply.decode() if isinstance(reply, bytes) else reply
+
+
 T = TypeVar("T")
 
 

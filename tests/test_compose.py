@@ -301,7 +301,8 @@ def test_the_image_install_has_every_file_the_worker_loads(tmp_path: Path) -> No
         [
             sys.executable,
             "-c",
-            "import bloom_frontier.frontier.lua as r; print(r.__file__); r.script_source('admit')",
+            "import bloom_frontier.frontier.redis.lua as r; print(r.__file__); "
+            "r.script_source('admit')",
         ],
         env=installed,
         cwd=tmp_path,

@@ -33,6 +33,7 @@ from bloom_frontier.meta import DEDUPE_KEY_META, FRONTIER_LEASE_META, FRONTIER_Q
 from tests.cluster import RedisClusterServers
 from tests.crawls import site_crawl_command
 from tests.httpserver import Page, TestServer, html, redirect
+from tests.lease_clock import EXPIRING_LEASE_TTL, wait_until_expired
 from tests.servers import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,11 +174,11 @@ def test_answer_releases_the_lease_and_queues_the_links_atomically(workers: Any)
 def test_expired_lease_goes_to_another_worker_and_the_late_answer_is_refused(
     workers: Any,
 ) -> None:
-    slow, other = workers(lease_ttl=0.5), workers(lease_ttl=0.5)
+    slow, other = workers(lease_ttl=EXPIRING_LEASE_TTL), workers(lease_ttl=EXPIRING_LEASE_TTL)
     slow.admit(None, [Request("https://example.com/")])
     [page] = slow.lease(1)
     assert other.lease(1) == []
-    time.sleep(0.6)
+    wait_until_expired(slow)
     [again] = other.lease(1)
     assert again.url == page.url
     assert stat(other, "frontier/reclaimed") == 1
@@ -192,10 +193,10 @@ def test_expired_lease_goes_to_another_worker_and_the_late_answer_is_refused(
 
 
 def test_late_answer_is_accepted_while_nobody_else_holds_the_request(workers: Any) -> None:
-    slow, other = workers(lease_ttl=0.5), workers(lease_ttl=0.5)
+    slow, other = workers(lease_ttl=EXPIRING_LEASE_TTL), workers(lease_ttl=EXPIRING_LEASE_TTL)
     slow.admit(None, [Request("https://example.com/")])
     [page] = slow.lease(1)
-    time.sleep(0.6)
+    wait_until_expired(slow)
     other.lease(0)  # puts the expired lease back in the queue, leases nothing
     assert other.counts()["queued"] == 1
     assert urls(slow.admit(page, [Request("https://example.com/link")])) == [
@@ -561,8 +562,8 @@ def test_closing_worker_gives_its_leases_back_to_the_queue(redis_url: str, worke
 
 def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them() -> None:
     import bloom_frontier.frontier.redis.layout as layout
-    from bloom_frontier.frontier.lua import script_keys
     from bloom_frontier.frontier.redis import SCRIPTS
+    from bloom_frontier.frontier.redis.lua import script_keys
 
     every_key = FrontierKeys.names()
     for name in (*SCRIPTS, "turn", "waiting"):
@@ -573,7 +574,7 @@ def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them()
     assert "seen" not in script_keys("lease")
     # Every script of the frontier, whoever runs it, has a type for each key it names (its
     # type-check prelude is built from layout.KEY_TYPES).
-    scripts = Path(layout.__file__).parent.parent.glob("*.lua")
+    scripts = Path(layout.__file__).with_name("lua").glob("*.lua")
     for path in (path for path in scripts if path.read_text().startswith("-- KEYS:")):
         keys = script_keys(path.stem)
         assert set(keys) <= set(layout.KEY_TYPES), path.name
@@ -581,11 +582,21 @@ def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them()
     assert all(f"\n{key} " in documented for key in every_key)
 
 
+def test_the_layout_names_the_default_key_prefix_and_its_keys_under_it() -> None:
+    import bloom_frontier.frontier.redis.layout as layout
+    from bloom_frontier.defaults import FRONTIER_KEY_PREFIX
+
+    default = FRONTIER_KEY_PREFIX % {"spider": "<spider>"}
+    assert f"default\n``{default}``" in (layout.__doc__ or "")
+    keys = FrontierKeys.for_prefix(FRONTIER_KEY_PREFIX % {"spider": "site"})
+    assert keys.queue == "{site}:queue" and keys.prefix == "{site}"
+
+
 def test_a_worker_knows_the_keys_redis_answered_it_and_only_those(workers: Any) -> None:
     """Links whose key is known are dropped before any record is built for them
     (SeenLinksMiddleware): keys an answer showed in the filter. A key another worker marked,
     or one of a refused answer, is not known: its admission decides."""
-    first, second = workers(lease_ttl=0.5), workers(lease_ttl=0.5)
+    first, second = workers(lease_ttl=EXPIRING_LEASE_TTL), workers(lease_ttl=EXPIRING_LEASE_TTL)
     first.admit(None, [Request("https://example.com/"), Request("https://example.com/a")])
     assert first.seen_before(Request("https://example.com/a?utm_source=x"))
     assert second.seen_before(Request("https://example.com/a")) is None  # first's key
@@ -595,7 +606,7 @@ def test_a_worker_knows_the_keys_redis_answered_it_and_only_those(workers: Any) 
 
     # Refused (the page went to another worker): not known, the page's new holder decides.
     [page] = first.lease(1)
-    time.sleep(0.6)
+    wait_until_expired(first)
     [again] = second.lease(1)
     assert first.admit(page, [Request("https://example.com/b")]) == []
     assert stat(first, "frontier/ack_refused") == 1

@@ -5,7 +5,6 @@ dies between marking keys seen and queueing them loses no request."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,11 +18,10 @@ import bloom_frontier.defaults as project_settings
 from bloom_frontier.frontier.redis import RedisFrontier
 from bloom_frontier.redis_client import RedisSetupError
 from tests.cluster import RedisClusterServers
+from tests.lease_clock import EXPIRING_LEASE_TTL, wait_until_expired
 from tests.test_frontier_redis import FRONTIER_SETTINGS, ExampleSpider, stat, urls
 
 SHARDS = 6
-#: Short leases for the crash tests; the sleeps below wait a little longer than this.
-SHORT_TTL = 0.4
 
 MakeWorker = Callable[..., RedisFrontier]
 
@@ -125,7 +123,8 @@ def test_on_the_cluster_shards_spread_over_every_master_and_the_queue_stays_on_o
 def test_worker_killed_after_marking_keys_seen_loses_no_request(
     redis_url: str, workers: MakeWorker, with_parent: bool
 ) -> None:
-    doomed, other = make_worker(redis_url, SHARDS, SHORT_TTL), workers(lease_ttl=SHORT_TTL)
+    doomed = make_worker(redis_url, SHARDS, EXPIRING_LEASE_TTL)
+    other = workers(lease_ttl=EXPIRING_LEASE_TTL)
     other.admit(None, links("", "known"))
     parent = doomed.lease(1)[0] if with_parent else None  # the home page
     kill_before(doomed, "commit")
@@ -137,7 +136,7 @@ def test_worker_killed_after_marking_keys_seen_loses_no_request(
     [(_, new_key)] = other.keyer.keyed(links("new-1"))
     assert other.seen.add_many([new_key]) == [False]
     assert not other.is_drained()  # ...but the staged batch keeps the crawl open
-    time.sleep(SHORT_TTL + 0.2)
+    wait_until_expired(other)
     leased = other.lease(10)
     # Every staged request is queued, the duplicate too (which ones were new cannot be known
     # any more); the page the batch came from is not fetched again.
@@ -153,10 +152,10 @@ def test_worker_killed_after_marking_keys_seen_loses_no_request(
 def test_answer_refused_for_a_lease_taken_over_marks_nothing_seen(workers: MakeWorker) -> None:
     """The stale worker's links are not marked seen: the worker now holding the page
     admits them as new (had they been marked first, they would be lost)."""
-    slow, other = workers(lease_ttl=SHORT_TTL), workers(lease_ttl=SHORT_TTL)
+    slow, other = workers(lease_ttl=EXPIRING_LEASE_TTL), workers(lease_ttl=EXPIRING_LEASE_TTL)
     slow.admit(None, links(""))
     [page] = slow.lease(1)
-    time.sleep(SHORT_TTL + 0.2)
+    wait_until_expired(slow)
     [again] = other.lease(1)
     assert slow.admit(page, links("a", "b")) == []
     assert stat(slow, "frontier/ack_refused") == 1
@@ -166,14 +165,14 @@ def test_answer_refused_for_a_lease_taken_over_marks_nothing_seen(workers: MakeW
 def test_commit_after_the_lease_expired_queues_the_whole_batch(workers: MakeWorker) -> None:
     """A worker stalled between marking and committing (longer than its lease) cannot trust
     the filter's answers any more: it queues every request of the batch."""
-    stalled = workers(lease_ttl=SHORT_TTL)
+    stalled = workers(lease_ttl=EXPIRING_LEASE_TTL)
     stalled.admit(None, links(""))
     [home] = stalled.lease(1)
     add_many = stalled.seen.add_many
 
     def add_many_then_stall(*args: Any, **kwargs: Any) -> list[bool]:
         answers = add_many(*args, **kwargs)
-        time.sleep(SHORT_TTL + 0.2)
+        wait_until_expired(stalled)
         return answers
 
     stalled.seen.add_many = add_many_then_stall  # type: ignore[method-assign]

@@ -29,13 +29,13 @@ from bloom_frontier.frontier.status import read_status
 from bloom_frontier.redis_client import RedisSetupError
 from bloom_frontier.seen.rebuild import redis_frontier_urls
 from tests.cluster import RedisClusterServers
+from tests.lease_clock import EXPIRING_LEASE_TTL, wait_until_expired
 from tests.test_frontier_redis import stat, urls
 from tests.test_frontier_sharded import MakeWorker, WorkerKilled, make_worker, worker_factory
 from tests.test_learning_stale import Loop
 from tests.test_quarantine import documented_acl_user, inject, scrapy
 
 PARTITIONS = 3
-SHORT_TTL = 0.4
 HOSTS = [f"host{i}.example" for i in range(30)]
 
 
@@ -234,8 +234,8 @@ def test_worker_killed_mid_admission_across_partitions_loses_nothing(
     """Killed after staging some parts, or after marking the keys and committing some: the
     staged parts expire and are queued whole; the parent, its lease released last, is not
     lost either: fetched again (and its links found again) at worst."""
-    doomed = make_worker(redis_url, 1, SHORT_TTL, FRONTIER_PARTITIONS=PARTITIONS)
-    other = workers(lease_ttl=SHORT_TTL)
+    doomed = make_worker(redis_url, 1, EXPIRING_LEASE_TTL, FRONTIER_PARTITIONS=PARTITIONS)
+    other = workers(lease_ttl=EXPIRING_LEASE_TTL)
     other.admit(None, pages(HOSTS[0], ""))
     [home] = doomed.lease(1)
     links, _ = spanning_links(doomed, HOSTS[0])
@@ -248,7 +248,7 @@ def test_worker_killed_mid_admission_across_partitions_loses_nothing(
     doomed.client.close()
 
     assert not other.is_drained()
-    time.sleep(SHORT_TTL + 0.2)
+    wait_until_expired(other)
     fetched: list[str] = []
     deadline = time.monotonic() + 10
     while not other.is_drained() and time.monotonic() < deadline:
@@ -264,10 +264,10 @@ def test_worker_killed_mid_admission_across_partitions_loses_nothing(
 
 
 def test_a_refused_parent_lease_stages_nothing_anywhere(workers: MakeWorker) -> None:
-    slow, other = workers(lease_ttl=SHORT_TTL), workers(lease_ttl=SHORT_TTL)
+    slow, other = workers(lease_ttl=EXPIRING_LEASE_TTL), workers(lease_ttl=EXPIRING_LEASE_TTL)
     slow.admit(None, pages(HOSTS[0], ""))
     [page] = slow.lease(1)
-    time.sleep(SHORT_TTL + 0.2)
+    wait_until_expired(slow)
     [again] = other.lease(1)
     links, _ = spanning_links(slow, HOSTS[0])
     assert slow.admit(page, links) == []

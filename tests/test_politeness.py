@@ -28,6 +28,7 @@ from bloom_frontier.frontier.politeness import HostLimits, disable_local_delays
 from bloom_frontier.frontier.redis import RedisFrontier
 from bloom_frontier.middlewares.politeness import GlobalPolitenessMiddleware
 from tests.crawls import site_crawl_command
+from tests.lease_clock import EXPIRING_LEASE_TTL, wait_until_expired
 from tests.servers import RedisServer
 from tests.sitegen import LinkGraph, serve
 from tests.stalls import EXTENSIONS, longest_stall_ms
@@ -137,11 +138,11 @@ def test_a_request_counts_against_its_host_only_until_its_download_ends(workers:
 def test_a_download_reported_by_a_worker_no_longer_holding_it_frees_nothing(
     workers: Any,
 ) -> None:
-    late = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=0.3)
-    other = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=0.3)
+    late = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=EXPIRING_LEASE_TTL)
+    other = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=EXPIRING_LEASE_TTL)
     late.admit(None, pages("a.example", "1", "2"))
     stalled = late.lease(5)
-    time.sleep(0.4)  # late stalls: its lease expires, another worker downloads the page
+    wait_until_expired(late)  # late stalls: its lease expires, another worker downloads it
     taken_over = other.lease(5)
     assert urls(taken_over) == ["http://a.example/1"]
     late.left_downloader(stalled[0])  # late's download ends after all
@@ -162,9 +163,9 @@ def test_a_download_ended_rides_on_the_next_lease(workers: Any) -> None:
 
 
 def test_given_back_and_expired_leases_free_their_hosts_slots(workers: Any) -> None:
-    quitting = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=0.3)
-    dying = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=0.3)
-    other = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=0.3)
+    quitting = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=EXPIRING_LEASE_TTL)
+    dying = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=EXPIRING_LEASE_TTL)
+    other = workers(FRONTIER_HOST_CONCURRENCY=1, FRONTIER_LEASE_TTL=EXPIRING_LEASE_TTL)
     quitting.admit(None, pages("a.example", "1", "2"))
     held = quitting.lease(5)
     assert urls(held) == ["http://a.example/1"]
@@ -173,7 +174,7 @@ def test_given_back_and_expired_leases_free_their_hosts_slots(workers: Any) -> N
     stuck = dying.lease(5)
     assert urls(stuck) == ["http://a.example/1"]
     assert other.lease(5) == []
-    time.sleep(0.4)  # dying never answers: its lease expires, its slot with it
+    wait_until_expired(dying)  # dying never answers: its lease expires, its slot with it
     held = other.lease(5)
     assert urls(held) == ["http://a.example/1"]
     assert stat(other, "frontier/reclaimed") == 1

@@ -332,7 +332,7 @@ class RequestDecoder:
             raise ValueError(f"FRONTIER_MAX_REQUEST_BYTES must be positive, got {max_bytes}")
         return cls(max_bytes, frozenset(settings.getlist("FRONTIER_REQUEST_CLASSES")))
 
-    def text(self, stored: str | bytes, what: str = "stored request") -> str:
+    def checked_text(self, stored: str | bytes, what: str = "stored request") -> str:
         """``stored`` as text, size-checked and UTF-8."""
         if not isinstance(stored, (str, bytes, bytearray)):
             raise _refuse(f"{what} is a {_type_name(stored)}, not text")
@@ -350,7 +350,7 @@ class RequestDecoder:
 
     def loads(self, text: str | bytes, what: str = "stored request") -> dict[str, Any]:
         """The stored JSON object, size-checked and parsed; tags not yet decoded."""
-        return _json_object(self.text(text, what), what)
+        return _json_object(self.checked_text(text, what), what)
 
     def parse(
         self, stored: str | bytes, shape: str | bytes | None = None, host: str | None = None
@@ -359,7 +359,7 @@ class RequestDecoder:
         it names, None when the crawl's table has none, and the host of its lane) as the
         JSON object of its fields, tags not yet decoded, and the ``meta`` entries its shape
         names."""
-        text = self.text(stored)
+        text = self.checked_text(stored)
         if not text.startswith(COMPACT_PREFIX):
             return _json_object(text, "stored request"), {}
         parts = text.split("\t", 3)
@@ -372,7 +372,7 @@ class RequestDecoder:
             raise _refuse(f"shape {shape_id} is not in the crawl's table of request shapes")
         data: dict[str, Any] = {"v": FORMAT_VERSION, "url": url}
         named: dict[str, str] = {}
-        for name, value in _shape(self.text(shape, "shape")).items():
+        for name, value in _shape(self.checked_text(shape, "shape")).items():
             if name == "url_meta":
                 for meta_name, prefix in value:
                     named[meta_name] = prefix + url

@@ -27,8 +27,9 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import defer, task, threads
 
-from bloom_frontier.frontier.lua import FrontierScripts
 from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.redis.lua import FrontierScripts
+from bloom_frontier.frontier.redis.protocol import CrawlTotals
 from bloom_frontier.redis_client import redis_from_url
 
 if TYPE_CHECKING:
@@ -133,7 +134,8 @@ class CrawlWideLimits:
         self._reporting.addBoth(self._reported)
 
     def _answered(self, reply: list[int]) -> None:
-        pages, items, elapsed_ms = (int(value) for value in reply)
+        totals = CrawlTotals.from_reply(reply)
+        pages, items, elapsed_ms = totals.pages, totals.items, totals.elapsed_ms
         self._known, self._sent = (pages, items), (0, 0)
         stats = self.crawler.stats
         assert stats is not None

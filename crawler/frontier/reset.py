@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import redis
 
 from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.redis_client import text
 from bloom_frontier.seen.sharded import shard_keys
 
 #: Keys deleted per command.
@@ -50,10 +51,7 @@ def glob_escape(text: str) -> str:
 
 def reporting_workers(client: redis.Redis, keys: FrontierKeys) -> list[str]:
     """Ids of the workers whose status record is still fresh (not expired)."""
-    owners = sorted(
-        owner.decode() if isinstance(owner, bytes) else owner
-        for owner in client.smembers(keys.workers)
-    )
+    owners = sorted(text(owner) for owner in client.smembers(keys.workers))
     return [owner for owner in owners if client.exists(keys.worker(owner))]
 
 
@@ -67,7 +65,7 @@ def crawl_keys(client: redis.Redis, keys: FrontierKeys) -> Iterator[str]:
         patterns += [f"{glob_escape(shard)}*" for shard in shard_keys(keys.seen, shards)]
     for pattern in patterns:
         for key in client.scan_iter(match=pattern, count=1000):
-            yield key.decode() if isinstance(key, bytes) else key
+            yield text(key)
 
 
 def reset_crawl(client: redis.Redis, keys: FrontierKeys) -> int:

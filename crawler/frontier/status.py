@@ -20,12 +20,14 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
 from bloom_frontier.frontier import frontier_for
-from bloom_frontier.frontier.lua import FrontierScripts
-from bloom_frontier.frontier.politeness import HostLimits, hosts_waiting
+from bloom_frontier.frontier.politeness import HostLimits
 from bloom_frontier.frontier.redis import RedisFrontier, quarantine, state
 from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.redis.lua import FrontierScripts
 from bloom_frontier.frontier.redis.partitions import partition_keys
+from bloom_frontier.frontier.redis.politeness import hosts_waiting
 from bloom_frontier.progress import RateWindow
+from bloom_frontier.redis_client import text
 from bloom_frontier.seen.layers import current_seen_key
 from bloom_frontier.seen.redis import BloomInfo, bloom_info
 from bloom_frontier.seen.sharded import shard_keys
@@ -141,9 +143,9 @@ def read_status(
     per_partition = state.partition_sizes(
         FrontierScripts(client, part, ("counts",)) for part in partitions
     )
-    partitions_queued = [queued for queued, _leased, _failed in per_partition]
-    leased = sum(leased for _queued, leased, _failed in per_partition)
-    failed = sum(failed for _queued, _leased, failed in per_partition)
+    partitions_queued = [part.queued for part in per_partition]
+    leased = sum(part.leased for part in per_partition)
+    failed = sum(part.failed for part in per_partition)
     waiting = sum(hosts_waiting(client, part, limits) for part in partitions)
     held = [quarantine.sizes(client, part) for part in partitions]
     quarantined = sum(count for count, _dropped in held)
@@ -151,7 +153,7 @@ def read_status(
     seen_key = current_seen_key(client, prefix, keys.seen)  # after `scrapy rebuild-filter`
     shards = int(client.get(f"{seen_key}:shards") or 1)
     infos = [info for key in shard_keys(seen_key, shards) if (info := bloom_info(client, key))]
-    owners = sorted(_text(owner) for owner in client.smembers(keys.workers))
+    owners = sorted(text(owner) for owner in client.smembers(keys.workers))
     workers = []
     for owner in owners:
         record = client.get(keys.worker(owner))
@@ -180,10 +182,6 @@ def read_status(
         filter_shards=shards,
         workers=workers,
     )
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class WorkerStatusReporter:

@@ -144,8 +144,8 @@ class RedisRuleState:
 
 def parse_version(raw: bytes | str | None) -> int:
     """A stored version: missing, or not a decimal of at most 15 digits (someone wrote over
-    it), reads as 0, as ``rules_stale`` in ``crawler/frontier/common.lua`` reads it, so the
-    workers and the admission scripts agree on it.
+    it), reads as 0, as ``rules_stale`` in ``crawler/frontier/redis/lua/common.lua`` reads
+    it, so the workers and the admission scripts agree on it.
 
     >>> parse_version(b"12"), parse_version(None), parse_version("x1")
     (12, 0, 0)

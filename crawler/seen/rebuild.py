@@ -27,6 +27,7 @@ from bloom_frontier.frontier.decode import COMPACT_PREFIX, record_url
 from bloom_frontier.frontier.redis.layout import FrontierKeys
 from bloom_frontier.frontier.redis.partitions import partition_keys
 from bloom_frontier.frontier.redis.state import queued_records
+from bloom_frontier.redis_client import text
 from bloom_frontier.seen.layers import (
     OLDER_DIR,
     filter_parameters,
@@ -143,15 +144,15 @@ def redis_frontier_urls(client: Client, prefix: str) -> Iterator[str]:
         for _lane, item in queued_records(client, keys):
             if url := record_url(item):  # requeued ones ("#<id>") are found in `requests`
                 yield url
-        for _id, text in client.hscan_iter(keys.requests):
-            if url := record_url(text):
+        for _id, record in client.hscan_iter(keys.requests):
+            if url := record_url(record):
                 yield url
-        for _lease, text in client.hscan_iter(keys.staged):
-            for entry in _staged_entries(text):
+        for _lease, staged in client.hscan_iter(keys.staged):
+            for entry in _staged_entries(staged):
                 if isinstance(entry[-1], str) and (url := record_url(_staged_record(entry))):
                     yield url
         for url, _record in client.hscan_iter(keys.failed):
-            yield url.decode() if isinstance(url, bytes) else url
+            yield text(url)
 
 
 def _batches(keys: Iterable[str]) -> Iterator[list[str]]:

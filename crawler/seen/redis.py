@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from bloom_frontier.redis_client import RedisSetupError, describe
+from bloom_frontier.redis_client import RedisSetupError, describe, text
 from bloom_frontier.seen import check_filter_parameters
 
 if TYPE_CHECKING:
@@ -54,14 +54,9 @@ return reply
 """
 
 
-def _text(reply: bytes | str) -> str:
-    """A reply as text, whether or not the client decodes responses."""
-    return reply.decode() if isinstance(reply, bytes) else reply
-
-
 def added_flags(reply: bytes | str) -> list[bool]:
     """The answer of one queued add: per key, True if it was new."""
-    return [flag == "1" for flag in _text(reply)]
+    return [flag == "1" for flag in text(reply)]
 
 
 @dataclass(frozen=True)
@@ -128,7 +123,7 @@ class RedisBloomSeenFilter:
 
     def _reserve(self) -> None:
         """Create the filter, or warn if the existing one was made with other parameters."""
-        key_type = _text(self.client.type(self.key))
+        key_type = text(self.client.type(self.key))
         if key_type not in ("none", "MBbloom--"):
             raise RedisSetupError(
                 f"key {self.key!r} at {describe(self.client)} holds a {key_type}, not a "

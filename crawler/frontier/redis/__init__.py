@@ -13,8 +13,8 @@ prefix (``FRONTIER_KEY_PREFIX``, one Redis Cluster hash tag):
   worker's heartbeat every third of it);
 - a record of the requests that failed for good, with the reason.
 
-Each step is one Lua script, so it is atomic (``crawler/frontier/*.lua``, each naming the
-keys it uses). One module per concern:
+Each step is one Lua script, so it is atomic (:mod:`.lua`, each naming the keys and
+arguments it takes); :mod:`.protocol` parses what they answer. One module per concern:
 
 - :mod:`.layout`: every Redis key of a crawl, documented;
 - :mod:`.partitions`: one crawl's queue split over the masters of a cluster
@@ -22,6 +22,7 @@ keys it uses). One module per concern:
 - :mod:`.admission`: admit a page's links and release its lease (crash-safe, also with a
   sharded filter);
 - :mod:`.leases`: lease, heartbeat, failure, release: the requests a worker holds;
+- :mod:`.politeness`: the crawl-wide politeness state in Redis, as one worker uses it;
 - :mod:`.outbox`: answers delivered in order, waiting while Redis is away;
 - :mod:`.state`: sizes and failure records;
 - :mod:`.upgrade`: a crawl queued by an older release moved to lanes when a worker starts.
@@ -48,14 +49,15 @@ from bloom_frontier.background import BackgroundThread, PeriodicThread
 from bloom_frontier.frontier import failure_reason
 from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestDecoder
 from bloom_frontier.frontier.keys import RequestKeyer
-from bloom_frontier.frontier.lua import FrontierScripts
-from bloom_frontier.frontier.politeness import HostLimits, HostPoliteness
+from bloom_frontier.frontier.politeness import HostLimits
 from bloom_frontier.frontier.redis import state
 from bloom_frontier.frontier.redis.admission import Admission
 from bloom_frontier.frontier.redis.layout import FrontierKeys
 from bloom_frontier.frontier.redis.leases import Leases, worker_id
+from bloom_frontier.frontier.redis.lua import FrontierScripts
 from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
 from bloom_frontier.frontier.redis.partitions import Partitions, partition_count
+from bloom_frontier.frontier.redis.politeness import HostPoliteness
 from bloom_frontier.frontier.redis.upgrade import upgrade_layout
 from bloom_frontier.meta import FRONTIER_LEASE_META, FRONTIER_QUEUED_META
 from bloom_frontier.redis_client import Client, describe, redis_from_url, require_bloom
@@ -162,12 +164,13 @@ class RedisFrontier:
             client, keys, limits or HostLimits(), stats, self.partitions
         )
         self.outbox = Outbox(stats)
+        owner = owner or worker_id()
         self.leases = Leases(
             self.partitions,
             self.outbox,
             self.politeness,
             stats,
-            owner=owner or worker_id(),
+            owner=owner,
             lease_ttl=lease_ttl,
             max_expiries=max_expiries,
             decoder=decoder,
@@ -176,7 +179,17 @@ class RedisFrontier:
         #: Read-only layers of the seen filter (after `scrapy rebuild-filter`).
         self.older = older or OlderLayers([])
         self.admission = Admission(
-            self.partitions, seen, keyer, self.leases, self.outbox, stats, self.older
+            self.partitions,
+            seen,
+            keyer,
+            self.leases,
+            self.outbox,
+            stats,
+            owner=owner,
+            lease_ttl=lease_ttl,
+            max_request_bytes=decoder.max_bytes,
+            quarantine_cap=quarantine_cap,
+            older=self.older,
         )
         self.spider = spider
         #: Where Redis is called from in a crawl (:meth:`go_background`); None: the

@@ -51,8 +51,15 @@ from typing import TYPE_CHECKING, Any
 from bloom_frontier.frontier.keys import was_checked
 from bloom_frontier.frontier.known import KnownKeys
 from bloom_frontier.frontier.politeness import politeness_key
-from bloom_frontier.frontier.redis.leases import refused_batch, text, without_lease
+from bloom_frontier.frontier.redis.leases import without_lease
 from bloom_frontier.frontier.redis.outbox import Answer
+from bloom_frontier.frontier.redis.protocol import (
+    BatchAnswer,
+    QueueRow,
+    StageReply,
+    Status,
+    row_args,
+)
 from bloom_frontier.frontier.serialize import RequestNotSerializable, RequestShapes, compact_record
 from bloom_frontier.meta import (
     DEDUPE_CHECKED_META,
@@ -79,11 +86,6 @@ logger = logging.getLogger(__name__)
 
 #: The filter's parameters admit.lua takes, in its order.
 BLOOM_ARGS = ("capacity", "error_rate", "expansion")
-#: The admission scripts' answer to a batch keyed under learned rules the crawl changed since.
-STALE = "stale"
-#: Values per request in a batch's rows: queue score (-priority), politeness host, shape
-#: JSON, the rest of the record (admit.lua, stage.lua; see serialize.compact_record).
-ROW = 4
 
 
 def stored_meta(request: Request, key: str) -> dict[str, Any]:
@@ -105,9 +107,10 @@ class StagedAdmission:
     ``REDIS_UNAVAILABLE`` error, it resumes at the step that failed; a retried step repeats
     harmlessly (the stages and the filter's answers are kept under the batch's id).
 
-    Returns what the admit script returns: per request "1" if queued, else "0"; or
-    "refused" when the parent's lease may not be released by this worker, "stale" when the
-    crawl's learned rules are no longer those of ``version`` (nothing done either way).
+    Answers as the admit script does (:class:`.protocol.BatchAnswer`): per request whether
+    it was queued; or refused when the parent's lease may not be released by this worker,
+    stale when the crawl's learned rules are no longer those of ``version`` (nothing done
+    either way).
     """
 
     def __init__(
@@ -116,7 +119,7 @@ class StagedAdmission:
         parent: str | None,
         checked_keys: list[str],
         checks: list[bool],
-        rows: list[Any],
+        rows: list[QueueRow],
         version: str,
     ) -> None:
         self.admission = admission
@@ -133,8 +136,8 @@ class StagedAdmission:
         self.leases: dict[int, str] = {}
         #: The filter's answers for ``checked_keys``, once step 2 is done.
         self.fresh: list[bool] | None = None
-        #: Each committed part's flags.
-        self.committed: dict[int, str] = {}
+        #: Each committed part's flags (True: queued).
+        self.committed: dict[int, list[bool]] = {}
 
     def _place(self) -> dict[int, list[int]]:
         """Each partition's part of the batch (assigning hosts seen for the first time)."""
@@ -142,11 +145,11 @@ class StagedAdmission:
         parts: dict[int, list[int]] = {}
         if self.parent is not None:
             parts[partitions.split(self.parent)[0]] = []
-        for position, partition in enumerate(partitions.of_hosts(self.rows[1::ROW])):
+        for position, partition in enumerate(partitions.of_hosts([row.host for row in self.rows])):
             parts.setdefault(partition, []).append(position)
         return parts
 
-    def __call__(self) -> str:
+    def __call__(self) -> BatchAnswer:
         admission = self.admission
         partitions = admission.partitions
         # One partition: its scripts check the learned rules' version atomically. Several:
@@ -161,14 +164,14 @@ class StagedAdmission:
             positions = self.parts[partition]
             parent = partitions.split(self.parent)[1] if self.parent and partition == lead else ""
             args = [admission.owner, parent, self.batch, admission.lease_ttl_ms, version]
-            args += [cell for p in positions for cell in self.rows[ROW * p : ROW * p + ROW]]
-            reply = text(partitions.run(partition, "stage", args))
-            if reply in ("refused", STALE):  # only the lead's: drop the parts staged already
+            args += row_args([self.rows[p] for p in positions])
+            staged_part = StageReply.from_reply(partitions.run(partition, "stage", args))
+            if staged_part.status is not Status.OK:  # only the lead's: drop the parts staged
                 for staged, lease in self.leases.items():
                     nothing = "0" * len(self.parts[staged])
                     partitions.run(staged, "commit", [lease, self.batch, nothing, 0, ""])
-                return reply
-            self.leases[partition] = reply
+                return BatchAnswer(status=staged_part.status)
+            self.leases[partition] = staged_part.lease
         if self.fresh is None and version != self.version and partitions.rules_stale(self.version):
             # Keyed under rules revoked meanwhile: mark nothing, queue the batch whole (some
             # pages may be fetched twice, none merged), as commit.lua does when they change.
@@ -180,31 +183,37 @@ class StagedAdmission:
             )
         answers = iter(self.fresh)
         flags = "".join("1" if not check or next(answers) else "0" for check in self.checks)
-        cap = admission.leases.quarantine_cap
+        cap = admission.quarantine_cap
         for partition in reversed(self.parts):  # the lead's last: it releases the parent
             if partition in self.committed:
                 continue
             positions = self.parts[partition]
             part_flags = "".join(flags[p] for p in positions)
             args = [self.leases[partition], self.batch, part_flags, cap, version]
-            status = text(partitions.run(partition, "commit", args))
-            if status == "refused" and partition == lead:
-                return status
-            if status in ("late", "changed"):
+            status = Status.from_reply(partitions.run(partition, "commit", args))
+            if status is Status.REFUSED and partition == lead:
+                return BatchAnswer(status=status)
+            if status in (Status.LATE, Status.CHANGED):
                 admission.stats.inc_value("frontier/staged_recovered", len(positions))
                 logger.warning(
                     "Batch %s committed %s: all its %d requests queued (some may be fetched twice)",
                     self.batch,
-                    "after its lease expired" if status == "late" else "as learned rules changed",
+                    "after its lease expired"
+                    if status is Status.LATE
+                    else "as learned rules changed",
                     len(positions),
                 )
             # Late, changed, or refused: the part was queued whole.
-            self.committed[partition] = part_flags if status == "ok" else "1" * len(positions)
-        answer = [""] * len(self.checks)
+            self.committed[partition] = (
+                [flag == "1" for flag in part_flags]
+                if status is Status.OK
+                else [True] * len(positions)
+            )
+        answer = [False] * len(self.checks)
         for partition, positions in self.parts.items():
-            for position, flag in zip(positions, self.committed[partition], strict=True):
-                answer[position] = flag
-        return "".join(answer)
+            for position, new in zip(positions, self.committed[partition], strict=True):
+                answer[position] = new
+        return BatchAnswer.of(answer)
 
 
 class WithoutOlder:
@@ -219,7 +228,7 @@ class WithoutOlder:
         parent: str | None,
         entries: list[tuple[Request, str]],
         checks: list[bool],
-        rows: list[Any],
+        rows: list[QueueRow],
         version: str,
     ) -> None:
         self.admission = admission
@@ -230,9 +239,9 @@ class WithoutOlder:
         self.version = version
         #: Per entry, True if an older layer holds it; once asked.
         self.hits: list[bool] | None = None
-        self.step: Callable[[], Any] | None = None
+        self.step: Callable[[], BatchAnswer] | None = None
 
-    def __call__(self) -> str:
+    def __call__(self) -> BatchAnswer:
         if self.step is None or self.hits is None:
             asked = [index for index, check in enumerate(self.checks) if check]
             found = self.admission.older.seen([self.entries[index][0].url for index in asked])
@@ -244,29 +253,28 @@ class WithoutOlder:
                 self.parent,
                 [self.entries[index][1] for index in kept],
                 [self.checks[index] for index in kept],
-                [cell for index in kept for cell in self.rows[ROW * index : ROW * index + ROW]],
+                [self.rows[index] for index in kept],
                 self.version,
             )
             self.hits = hits
-        reply = text(self.step())
-        if reply in ("refused", STALE):
-            return reply
-        flags = iter(reply)
-        return "".join("0" if hit else next(flags) for hit in self.hits)
+        answer = self.step()
+        if answer.status is not None:
+            return answer
+        new = iter(answer.new)
+        return BatchAnswer.of([False if hit else next(new) for hit in self.hits])
 
 
 @dataclass
 class Batch:
     """A page's links keyed under the learned rules of ``version`` ('': rules that never
     change): ``pairs`` as the keyer made them, the ``entries`` to send (with their
-    ``checks`` and queue ``rows``, :data:`ROW` values each) and the ``repeats`` of an
-    earlier entry's key."""
+    ``checks`` and queue ``rows``) and the ``repeats`` of an earlier entry's key."""
 
     pairs: list[tuple[Request, str]]
     version: str
     entries: list[tuple[Request, str]] = field(default_factory=list)
     checks: list[bool] = field(default_factory=list)
-    rows: list[Any] = field(default_factory=list)
+    rows: list[QueueRow] = field(default_factory=list)
     repeats: list[tuple[Request, str]] = field(default_factory=list)
 
 
@@ -306,25 +314,27 @@ class Delivery:
         keys = [key for _, key in batch.entries]
         args = (self.parent, keys, batch.checks, batch.rows, batch.version)
         if admission.older and any(batch.checks):
-            deliver: Callable[[], Any] = WithoutOlder(
+            deliver: Callable[[], BatchAnswer] = WithoutOlder(
                 admission, self.parent, batch.entries, *args[2:]
             )
         else:
             deliver = admission.step(*args)
         name = "stage+commit" if isinstance(deliver, StagedAdmission) else "admit"
         leases = admission.leases
-        answered = leases.reply_handler(self.parent, refused=refused_batch, accepted=self.accepted)
+        answered = leases.reply_handler(
+            self.parent, refused=lambda answer: answer.refused, accepted=self.accepted
+        )
         on_reply = partial(self.on_reply, answered)
         # The answer releases the parent's lease: heartbeated while it waits in the outbox.
         admission.outbox.send(Answer(name, deliver, on_reply, after, lease=self.parent))
         return True
 
-    def on_reply(self, answered: Callable[[Any], bool], reply: bytes | str) -> bool:
-        if text(reply) == STALE:
+    def on_reply(self, answered: Callable[[Any], bool], answer: BatchAnswer) -> bool:
+        if answer.stale:
             self.stale()
             return False
         self.settled = True
-        return answered(reply)
+        return answered(answer)
 
     def stale(self) -> None:
         """The crawl's learned rules moved since the batch was keyed: reload them (from the
@@ -353,7 +363,7 @@ class Delivery:
         self.submit([request for request, _ in batch.pairs if id(request) in kept])
         return True
 
-    def accepted(self, reply: bytes | str) -> None:
+    def accepted(self, answer: BatchAnswer) -> None:
         admission, batch = self.admission, self.batch
         if self.parent is not None:
             admission.stats.inc_value("frontier/acked")
@@ -361,7 +371,7 @@ class Delivery:
         admission.known.update(
             key for (_, key), check in zip(batch.entries, batch.checks, strict=True) if check
         )
-        fresh = [flag == "1" for flag in text(reply)]
+        fresh = answer.new
         admission.stats.inc_value("frontier/enqueued", sum(fresh))
         admission.keyer.duplicates(batch.repeats)
         new_ones = admission.keyer.verdicts(batch.entries, fresh)
@@ -394,14 +404,28 @@ class Admission:
         leases: Leases,
         outbox: Outbox,
         stats: StatsCollector,
+        *,
+        owner: str,
+        lease_ttl: float,
+        max_request_bytes: int,
+        quarantine_cap: int,
         older: OlderLayers | None = None,
     ) -> None:
         self.partitions = partitions
         self.seen = seen
         self.keyer = keyer
+        #: Counts the answers it refuses (:meth:`.leases.Leases.reply_handler`).
         self.leases = leases
         self.outbox = outbox
         self.stats = stats
+        #: This worker's id, as its leases carry it.
+        self.owner = owner
+        #: Seconds a staged batch's lease lasts (``FRONTIER_LEASE_TTL``).
+        self.lease_ttl = lease_ttl
+        #: Largest stored record queued (``FRONTIER_MAX_REQUEST_BYTES``).
+        self.max_request_bytes = max_request_bytes
+        #: Quarantine records kept by a commit that finds a mangled batch.
+        self.quarantine_cap = quarantine_cap
         #: Read-only layers of the seen filter (after ``scrapy rebuild-filter``).
         self.older = older or OlderLayers([])
         #: Keys this worker heard the filter hold (:meth:`seen_before`).
@@ -420,10 +444,6 @@ class Admission:
     def spider(self, spider: Spider | None) -> None:
         self.shapes = RequestShapes(spider)
 
-    @property
-    def owner(self) -> str:
-        return self.leases.owner
-
     def seen_before(self, key: str) -> bool:
         """True if ``key`` is certainly in the shared filter already: an answer to this
         worker said so (found seen, or marked by its admission). No Redis call: a key
@@ -432,14 +452,14 @@ class Admission:
 
     @property
     def lease_ttl_ms(self) -> int:
-        return self.leases.lease_ttl_ms
+        return int(self.lease_ttl * 1000)
 
     @property
     def seen_reply_ttl(self) -> int:
         """Seconds each filter shard keeps its answer to a staged batch, for a retry: past
         the lease's expiry (after which a commit distrusts the answers, see commit.lua),
         plus a margin for the nodes' clocks."""
-        return math.ceil(self.leases.lease_ttl) + REPLY_TTL
+        return math.ceil(self.lease_ttl) + REPLY_TTL
 
     def admit(
         self,
@@ -478,7 +498,7 @@ class Admission:
         """``children`` keyed under the crawl's rules now, with their stored records."""
         batch = Batch(self.keyer.keyed(children), self.keyer.rules_version)
         batch_keys: set[str] = set()  # keys of the checked entries
-        max_bytes = self.leases.decoder.max_bytes
+        max_bytes = self.max_request_bytes
         for request, key in batch.pairs:
             check = not (request.dont_filter or was_checked(request))
             if check and key in batch_keys:
@@ -501,7 +521,7 @@ class Admission:
                 continue
             batch.entries.append((request, key))
             batch.checks.append(check)
-            batch.rows += [-request.priority, host, shape, rest]
+            batch.rows.append(QueueRow(-request.priority, host, shape, rest))
             if check:
                 batch_keys.add(key)
         return batch
@@ -511,9 +531,9 @@ class Admission:
         parent: str | None,
         keys: list[str],
         checks: list[bool],
-        rows: list[Any],
+        rows: list[QueueRow],
         version: str = "",
-    ) -> Callable[[], str]:
+    ) -> Callable[[], BatchAnswer]:
         """The call that admits the entries of ``keys`` (with their ``checks`` and queue
         ``rows``, keyed under the learned rules of ``version``) and releases ``parent``:
         the admit script, or the three steps of a sharded filter when some keys need
@@ -524,9 +544,10 @@ class Admission:
             return StagedAdmission(self, parent, checked_keys, checks, rows, version)
         bloom = self.seen.parameters  # to recreate a lost filter (admit.lua)
         args = [self.owner, parent or "", version, *(bloom[name] for name in BLOOM_ARGS)]
-        for index, key in enumerate(keys):
-            args += ["1" if checks[index] else "0", key, *rows[ROW * index : ROW * index + ROW]]
-        return partial(self.partitions.run, 0, "admit", args)
+        for key, check, row in zip(keys, checks, rows, strict=True):
+            args += ["1" if check else "0", key, *row.args()]
+        run = partial(self.partitions.run, 0, "admit", args)
+        return lambda: BatchAnswer.from_reply(run())
 
     def _count_unserializable(self, request: Request, exc: RequestNotSerializable) -> None:
         self.stats.inc_value("frontier/unserializable")

@@ -1,9 +1,9 @@
 """The Redis key layout of one crawl's shared frontier: every key, in one place.
 
 All keys of a crawl live under its prefix (``FRONTIER_KEY_PREFIX`` % spider, default
-``{frontier:<spider>}``: a Redis Cluster hash tag, so the frontier's own keys share one slot
-and a Lua script may touch them together). Fixed keys, one field of :class:`FrontierKeys`
-each (``<prefix>:<field>``):
+``{<spider>}``, see :mod:`bloom_frontier.defaults`: a Redis Cluster hash tag, so the
+frontier's own keys share one slot and a Lua script may touch them together). Fixed keys,
+one field of :class:`FrontierKeys` each (``<prefix>:<field>``):
 
 ==================  ======  =================================================================
 key                 type    holds
@@ -81,7 +81,7 @@ Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
   ``<prefix>:lane:<...>:foreign:<n>``: what someone wrote over a lane key, moved aside.
 - ``<prefix>:robots_txt:<url>`` STRING (expiring): a robots.txt one worker fetched, shared
   with the others; ``<prefix>:robots_txt:<url>:claim`` STRING (expiring): the worker
-  fetching it now (:mod:`bloom_frontier.frontier.politeness`).
+  fetching it now (:mod:`bloom_frontier.frontier.redis.politeness`).
 - ``<prefix>:workers`` SET of worker ids, ``<prefix>:worker:<id>`` STRING (expiring): the
   workers' published status records (:mod:`bloom_frontier.frontier.status`).
 - ``<prefix>:limits`` HASH: the crawl-wide counts behind ``CLOSESPIDER_*`` (``pages``,
@@ -150,7 +150,7 @@ def lane_rank(level: int, turn: int) -> int:
 
 #: The Redis type of each fixed key (as ``TYPE`` names it; ``MBbloom--`` is RedisBloom's).
 #: Every script checks its keys against these before its first write (see
-#: :mod:`bloom_frontier.frontier.lua`): a key someone else overwrote refuses the step whole.
+#: :mod:`bloom_frontier.frontier.redis.lua`): a key someone else overwrote refuses the step whole.
 KEY_TYPES = {
     "queue": "zset",
     "queued": "string",

@@ -58,8 +58,10 @@ import redis
 from bloom_frontier import defaults
 from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestDecoder, RequestNotLoadable
 from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Answer
+from bloom_frontier.frontier.redis.protocol import LeaseReply
 from bloom_frontier.frontier.serialize import RequestNotSerializable, request_to_json
 from bloom_frontier.meta import FRONTIER_LEASE_META, FRONTIER_TURN_META
+from bloom_frontier.redis_client import text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -68,35 +70,20 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
-    from bloom_frontier.frontier.politeness import HostPoliteness
     from bloom_frontier.frontier.redis.outbox import Outbox
     from bloom_frontier.frontier.redis.partitions import Partitions
+    from bloom_frontier.frontier.redis.politeness import HostPoliteness
 
 logger = logging.getLogger(__name__)
 
 #: Most expired leases one lease call puts back in the queue.
 RECLAIM_BATCH = 1000
-#: Items before the leased requests in the lease script's reply (lease.lua).
-LEASE_REPLY_HEAD = 10
-#: Items per leased request there: lease id, record, delay, host, shape JSON.
-LEASE_ROW = 5
-
-
-def text(value: bytes | str) -> str:
-    """A Redis reply as text, whether or not the client decodes responses."""
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def none_done(reply: int | bytes | str) -> bool:
     """Whether a script answering how many requests it updated (fail, quarantine) refused
     this worker's answer: 0, the lease was not this worker's to answer."""
     return not int(reply)
-
-
-def refused_batch(reply: bytes | str) -> bool:
-    """Whether a script answering a batch's flags (admit, stage and commit) refused this
-    worker's answer: "refused", the parent's lease was not this worker's to release."""
-    return text(reply) == "refused"
 
 
 def without_lease(meta: dict[str, Any]) -> dict[str, Any]:
@@ -186,7 +173,7 @@ class Leases:
         ``REDIS_UNAVAILABLE`` errors."""
         return self.take_delivery(self.lease_replies(count))
 
-    def lease_replies(self, count: int) -> list[tuple[int, list[Any]]]:
+    def lease_replies(self, count: int) -> list[tuple[int, LeaseReply]]:
         """Run the lease script for up to ``count`` requests: on the next partition in turn,
         then on the following ones while fewer were leased than asked (every partition when
         the crawl is short of ready requests). Each partition's reply, with its index. Its
@@ -199,18 +186,18 @@ class Leases:
         with its lease, the others' after).
         """
         downloaded = self.partitions.by_partition(self._take_unreported())
-        replies: list[tuple[int, list[Any]]] = []
+        replies: list[tuple[int, LeaseReply]] = []
         for partition in self.partitions.lease_order():
             args = self.lease_args(count, downloaded.pop(partition, ()))
             try:
-                reply = self.partitions.run(partition, "lease", args)
+                reply = LeaseReply.from_reply(self.partitions.run(partition, "lease", args))
             except REDIS_UNAVAILABLE:
                 if not replies:
                     raise
                 break  # keep what was leased: this partition is asked again next time
             replies.append((partition, reply))
             self._arriving.update(self._lease_ids(partition, reply))
-            count -= (len(reply) - LEASE_REPLY_HEAD) // LEASE_ROW
+            count -= len(reply.requests)
             if count <= 0:
                 break
         self._report(downloaded)
@@ -223,22 +210,26 @@ class Leases:
         args += [self.decoder.max_bytes, self.quarantine_cap]
         return [*args, *self.politeness.limits.script_args(), *downloaded]
 
-    def take_delivery(self, replies: list[tuple[int, list[Any]]]) -> list[Request]:
+    def take_delivery(self, replies: list[tuple[int, LeaseReply]]) -> list[Request]:
         """Hold the requests the lease script's ``replies`` (one per partition asked, see
         :meth:`lease_replies`) hand out; note the rest."""
-        heads = [[int(value) for value in reply[:LEASE_REPLY_HEAD]] for _, reply in replies]
-        reclaimed, given_up, recovered_batches, recovered = (
-            sum(head[index] for head in heads) for index in range(4)
-        )
+        parsed = [reply for _, reply in replies]
+        reclaimed = sum(reply.requeued for reply in parsed)
+        given_up = sum(reply.given_up for reply in parsed)
+        recovered_batches = sum(reply.recovered_batches for reply in parsed)
+        recovered = sum(reply.recovered for reply in parsed)
         # Sizes of the partitions asked: all of them unless requests were leased (not drained).
-        self.shared_sizes = sum(head[7] for head in heads), sum(head[8] for head in heads)
-        soonest = [head[5] for head in heads if head[5] >= 0]
-        self.politeness.leased(
-            sum(head[4] for head in heads),
-            min(soonest, default=-1),
-            sum(head[6] for head in heads),
+        self.shared_sizes = (
+            sum(reply.queued for reply in parsed),
+            sum(reply.leased for reply in parsed),
         )
-        quarantined = sum(head[9] for head in heads)
+        soonest = [reply.soonest_ms for reply in parsed if reply.soonest_ms >= 0]
+        self.politeness.leased(
+            sum(reply.skipped for reply in parsed),
+            min(soonest, default=-1),
+            sum(reply.hosts_waiting for reply in parsed),
+        )
+        quarantined = sum(reply.quarantined for reply in parsed)
         if recovered:
             self.stats.inc_value("frontier/staged_recovered", recovered)
         if recovered_batches:
@@ -266,36 +257,28 @@ class Leases:
             )
         leased = []
         leased_at = time.monotonic()
-        for partition, request_id, stored, delay, host, shape in self._rows(replies):
-            lease = self.partitions.lease_id(partition, request_id)
-            try:
-                request = self.decoder.decode(stored, self.spider, shape=shape, host=text(host))
-            except RequestNotLoadable as exc:
-                self.quarantine(lease, exc.reason)
-                continue
-            request.meta[FRONTIER_LEASE_META] = lease
-            request.meta[FRONTIER_TURN_META] = [leased_at, int(delay) / 1000]
-            self._hold(lease, request)
-            leased.append(request)
+        for partition, reply in replies:
+            for row in reply.requests:  # a row's shape is of its partition's table
+                lease = self.partitions.lease_id(partition, row.request_id)
+                try:
+                    request = self.decoder.decode(
+                        row.record, self.spider, shape=row.shape, host=row.host
+                    )
+                except RequestNotLoadable as exc:
+                    self.quarantine(lease, exc.reason)
+                    continue
+                request.meta[FRONTIER_LEASE_META] = lease
+                request.meta[FRONTIER_TURN_META] = [leased_at, row.delay_ms / 1000]
+                self._hold(lease, request)
+                leased.append(request)
         for partition, reply in replies:  # held now, or answered
             self._arriving.difference_update(self._lease_ids(partition, reply))
         self.stats.inc_value("frontier/leased", len(leased))
         return leased
 
-    def _lease_ids(self, partition: int, reply: list[Any]) -> list[str]:
+    def _lease_ids(self, partition: int, reply: LeaseReply) -> list[str]:
         """The lease ids the lease script's ``reply`` from ``partition`` grants."""
-        granted = reply[LEASE_REPLY_HEAD::LEASE_ROW]
-        return [self.partitions.lease_id(partition, request_id) for request_id in granted]
-
-    @staticmethod
-    def _rows(replies: list[tuple[int, list[Any]]]) -> list[tuple[Any, ...]]:
-        """The leased requests of ``replies``: partition, then a reply's row (request id,
-        record, delay, host, shape JSON; the shape is of that partition's table)."""
-        return [
-            (partition, *row)
-            for partition, reply in replies
-            for row in zip(*[iter(reply[LEASE_REPLY_HEAD:])] * LEASE_ROW, strict=True)
-        ]
+        return [self.partitions.lease_id(partition, row.request_id) for row in reply.requests]
 
     # --- which request holds which lease -----------------------------------------------
 

@@ -31,10 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from bloom_frontier.frontier.lua import FrontierScripts
-from bloom_frontier.frontier.redis.leases import text
+from bloom_frontier.frontier.redis.lua import FrontierScripts
 from bloom_frontier.learning.state import parse_version
-from bloom_frontier.redis_client import RedisSetupError, describe
+from bloom_frontier.redis_client import RedisSetupError, describe, text
 
 if TYPE_CHECKING:
     from bloom_frontier.frontier.redis.layout import FrontierKeys

@@ -23,6 +23,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from bloom_frontier.frontier.redis.protocol import Requeued
+from bloom_frontier.redis_client import text
+
 if TYPE_CHECKING:
     import redis
 
@@ -35,13 +38,13 @@ KEEP_BYTES = 65_536
 
 def _record(raw: bytes | str) -> dict[str, Any]:
     """A stored record; anything else (the keys are writable by others) as its raw text."""
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    decoded = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     try:
-        record = json.loads(text)
+        record = json.loads(decoded)
     except (ValueError, RecursionError):
         record = None
     if not isinstance(record, dict):
-        return {"reason": "not a quarantine record", "payload": text[:KEEP_BYTES]}
+        return {"reason": "not a quarantine record", "payload": decoded[:KEEP_BYTES]}
     return record
 
 
@@ -79,10 +82,7 @@ def by_partition(ids: list[str], count: int) -> dict[int, list[str]]:
 def _ids(client: redis.Redis, keys: FrontierKeys, ids: list[str]) -> list[str]:
     """``ids``, or every quarantined id for ``["all"]``."""
     if ids == ["all"]:
-        return [
-            i.decode() if isinstance(i, bytes) else i
-            for i in client.zrange(keys.quarantine_order, 0, -1)
-        ]
+        return [text(i) for i in client.zrange(keys.quarantine_order, 0, -1)]
     return ids
 
 
@@ -100,12 +100,11 @@ def drop(client: redis.Redis, keys: FrontierKeys, ids: list[str]) -> int:
 def requeue(client: redis.Redis, keys: FrontierKeys, ids: list[str]) -> tuple[int, int]:
     """Queue the requests of records ``ids`` again (``["all"]``: every one); how many were
     requeued, and how many stay (cut payloads, mangled records)."""
-    from bloom_frontier.frontier.lua import FrontierScripts
+    from bloom_frontier.frontier.redis.lua import FrontierScripts
 
     ids = _ids(client, keys, ids)
     if not ids:
         return 0, 0
-    requeued, kept = FrontierScripts(client, keys, ["requeue_quarantined"]).run(
-        "requeue_quarantined", ids
-    )
-    return int(requeued), int(kept)
+    reply = FrontierScripts(client, keys, ["requeue_quarantined"]).run("requeue_quarantined", ids)
+    done = Requeued.from_reply(reply)
+    return done.requeued, done.kept

@@ -15,27 +15,32 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestNotLoadable
-from bloom_frontier.frontier.redis.leases import text
+from bloom_frontier.frontier.redis.protocol import Sizes
+from bloom_frontier.redis_client import text
 
 if TYPE_CHECKING:
     import redis
 
-    from bloom_frontier.frontier.lua import FrontierScripts
     from bloom_frontier.frontier.redis.layout import FrontierKeys
+    from bloom_frontier.frontier.redis.lua import FrontierScripts
     from bloom_frontier.seen.sharded import ShardedBloomSeenFilter
 
 
-def partition_sizes(scripts: Iterable[FrontierScripts]) -> list[tuple[int, int, int]]:
+def partition_sizes(scripts: Iterable[FrontierScripts]) -> list[Sizes]:
     """Requests queued, leased and failed in each partition (``scripts``: each partition's),
     each partition read atomically."""
-    return [(int(q), int(le), int(f)) for q, le, f in (one.run("counts") for one in scripts)]
+    return [Sizes.from_reply(one.run("counts")) for one in scripts]
 
 
 def sizes(scripts: Iterable[FrontierScripts]) -> tuple[int, int, int]:
     """Requests queued, leased and failed, summed over the partitions (``scripts``: each
     partition's)."""
-    queued, leased, failed = (sum(column) for column in zip(*partition_sizes(scripts), strict=True))
-    return queued, leased, failed
+    parts = partition_sizes(scripts)
+    return (
+        sum(part.queued for part in parts),
+        sum(part.leased for part in parts),
+        sum(part.failed for part in parts),
+    )
 
 
 def counts(scripts: Iterable[FrontierScripts], seen: ShardedBloomSeenFilter) -> dict[str, int]:

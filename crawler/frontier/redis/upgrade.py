@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bloom_frontier.frontier.lua import FrontierScripts
-from bloom_frontier.frontier.redis.leases import text
+from bloom_frontier.frontier.redis.lua import FrontierScripts
+from bloom_frontier.redis_client import text
 
 if TYPE_CHECKING:
     import redis

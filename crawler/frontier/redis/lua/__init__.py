@@ -1,11 +1,13 @@
-"""The frontier's Lua scripts (``crawler/frontier/<name>.lua``), each loaded with the
+"""The frontier's Lua scripts (``<name>.lua`` beside this module), each loaded with the
 shared helpers in front of it and given only the keys it names.
 
 Each script file starts with a ``-- KEYS: name name ...`` line naming, in order, the fields
 of :class:`bloom_frontier.frontier.redis.layout.FrontierKeys` it touches (itself or through the
 helpers it calls); the loader binds ``KEYS[i]`` to the upper-case name (``queue`` ->
 ``QUEUE``) in front of the helpers, so a helper reaching for a key its script did not name
-fails loudly ("nonexistent global variable") instead of touching the wrong key.
+fails loudly ("nonexistent global variable") instead of touching the wrong key. Its
+``-- ARGV:`` lines say what it takes, its ``-- Returns`` lines what it answers
+(parsed by :mod:`bloom_frontier.frontier.redis.protocol`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from bloom_frontier.frontier.redis.layout import KEY_TYPES
 
 if TYPE_CHECKING:
     import redis
@@ -53,10 +57,6 @@ end"""
 def script_source(name: str) -> str:
     """``<name>.lua`` with its keys bound by name and checked for their types, and the
     shared helpers in front."""
-    from bloom_frontier.frontier.redis.layout import (
-        KEY_TYPES,  # here: the package imports this module
-    )
-
     keys = script_keys(name)
     prelude = "local {} = {}\n".format(
         ", ".join(key.upper() for key in keys),

@@ -1,6 +1,6 @@
 -- Shared by every frontier script (prepended to each when loaded, after politeness.lua).
 -- Keys are the upper-case names a script binds from its own "-- KEYS:" line (see
--- crawler/frontier/lua.py; the layout is documented in crawler/frontier/redis/layout.py).
+-- __init__.py beside it; the layout is documented in crawler/frontier/redis/layout.py).
 -- Each helper says which keys it needs; a script calling it must name them.
 
 -- Milliseconds on the Redis server's clock: workers' clocks never decide an expiry.

@@ -6,7 +6,7 @@
 -- until its download ends (downloads_ended: its worker reports it) or, at the latest, its
 -- lease ends (answered, failed, given back, expired). Hosts are Scrapy's download
 -- slot keys, computed by the worker that queues a request (in its meta, "frontier_host").
--- Keys (bound by name from each script's "-- KEYS:" line, see crawler/frontier/lua.py):
+-- Keys (bound by name from each script's "-- KEYS:" line, see __init__.py beside it):
 -- IN_FLIGHT, HOST_NEXT, HOST_BUSY, HOST_DELAY, HOST_PAUSED, documented in
 -- crawler/frontier/redis/layout.py; each helper names those it needs.
 -- The politeness rules passed in ARGV[i] to ARGV[i + 4]: queue lanes one lease looks at,
