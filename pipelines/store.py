@@ -26,15 +26,12 @@ import hashlib
 import logging
 import threading
 import time
-import weakref
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from scrapy import signals
-from scrapy.utils.defer import maybe_deferred_to_future
 from sqlalchemy import (
     Boolean,
     Column,
@@ -58,7 +55,6 @@ from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.python.failure import Failure
 
 from bloom_frontier.background import BackgroundThread, pause_off_loop
-from bloom_frontier.frontier import page_handled
 from bloom_frontier.pipelines.records import (
     SEEN,
     CanonicalHint,
@@ -74,7 +70,6 @@ from bloom_frontier.pipelines.records import (
 from bloom_frontier.pipelines.schema import upgrade_schema
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
     from sqlalchemy.sql.dml import Insert
 
@@ -494,7 +489,7 @@ class SqlRecordStore:
     def _ready(self) -> Engine:
         """The engine, once its database's schema is up to date (:func:`upgrade_schema`,
         once per store). A crawl's store (``schema_on_first_use``) gets there at its first
-        write, in its own thread: ``store_for`` runs on Twisted's loop."""
+        write, in its own thread: the crawl builds it on Twisted's loop."""
         if not self._schema_ready:
             with self._schema_lock:
                 if not self._schema_ready:
@@ -945,54 +940,3 @@ class SqlRecordStore:
         where = None if state is None else param_rules.c.state == state
         rows = self._rows(param_rules, param_rules.c.scope, param_rules.c.param, where=where)
         return [ParamRule.from_row(row) for row in rows]
-
-
-_stores: weakref.WeakKeyDictionary[Crawler, RecordStore] = weakref.WeakKeyDictionary()
-
-
-def store_for(crawler: Crawler) -> RecordStore:
-    """The crawler's record store, opened on first use and flushed when the spider closes.
-
-    On a shared frontier it is also flushed before each handled page's lease is released
-    (:data:`bloom_frontier.frontier.page_handled`): a worker killed after that moment must not take
-    the page's redirect chains and canonical hints with it, since nobody refetches the page.
-    """
-    store = _stores.get(crawler)
-    if store is None:
-        store = SqlRecordStore.from_settings(crawler.settings)
-        crawler.signals.connect(
-            _close_on_spider_closed(store), signal=signals.spider_closed, weak=False
-        )
-        if crawler.settings.get("REDIS_URL"):
-            crawler.signals.connect(_flush_on_page_handled(store), signal=page_handled, weak=False)
-        _stores[crawler] = store
-    return store
-
-
-def _close_on_spider_closed(store: SqlRecordStore) -> Callable[..., Coroutine[Any, Any, None]]:
-    """A ``spider_closed`` receiver awaiting :meth:`SqlRecordStore.close` (Scrapy waits for a
-    coroutine; a returned Deferred is deprecated since Scrapy 2.19)."""
-
-    async def close(**_: Any) -> None:
-        if (closing := store.close()) is not None:
-            await maybe_deferred_to_future(closing)
-
-    return close
-
-
-def _flush_on_page_handled(store: SqlRecordStore) -> Callable[..., Coroutine[Any, Any, None]]:
-    async def flush(**_: Any) -> None:
-        await maybe_deferred_to_future(store.commit_page())
-
-    return flush
-
-
-def record_chain(crawler: Crawler, chain: Chain) -> None:
-    """Store a finished chain and count its outcome (``redirect/outcome/<outcome>``, and
-    ``redirect/flag/<flag>``)."""
-    stats = crawler.stats
-    assert stats is not None and chain.outcome is not None
-    stats.inc_value(f"redirect/outcome/{chain.outcome}")
-    if chain.flag:
-        stats.inc_value(f"redirect/flag/{chain.flag}")
-    store_for(crawler).add_chain(chain)

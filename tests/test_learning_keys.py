@@ -21,7 +21,10 @@ from bloom_frontier.learning.extension import ParamRuleLearning
 from bloom_frontier.learning.gate import LearnedRuleGate
 from bloom_frontier.learning.state import LiveRules, MemoryRuleState
 from bloom_frontier.pipelines.records import APPLIED, REVOKED, ParamRule
+from bloom_frontier.services import services_of
 from bloom_frontier.spiders.site import SiteSpider
+
+ADDONS = {"bloom_frontier.Addon": 0}
 
 
 def live_with(learned: dict[str, list[str]]) -> LiveRules:
@@ -105,9 +108,10 @@ def test_the_gate_keys_again_only_requests_of_hosts_a_learned_rule_touches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     keyed = keyed_by(bloom_frontier.learning.gate, monkeypatch)
-    spider_crawler = get_crawler(SiteSpider)
-    learner = ParamRuleLearning.from_crawler(spider_crawler)
-    gate = LearnedRuleGate(spider_crawler)
+    spider_crawler = get_crawler(SiteSpider, {"ADDONS": ADDONS})
+    learner = services_of(spider_crawler).learner
+    assert learner is not None
+    gate = LearnedRuleGate.from_crawler(spider_crawler)
     learner.live.current()  # keys keep the prefix the crawl started with
     learner._change_rules(lambda learned: {"other.org": ["from"]})
     # No rule touches e.org: the carried key stands, nothing is keyed again.
@@ -123,8 +127,11 @@ def test_a_recheck_compares_with_the_variant_fetched_when_the_bare_url_was_not(
 ) -> None:
     """Only ``/a?from=nav`` was fetched before ``from`` was applied; the re-check fetches
     ``/a?from=footer`` (merged into ``/a`` too): different content revokes the rule."""
-    spider_crawler = get_crawler(SiteSpider, {"STORE_URL": f"sqlite:///{tmp_path / 's.db'}"})
-    learner = ParamRuleLearning.from_crawler(spider_crawler)
+    spider_crawler = get_crawler(
+        SiteSpider, {"ADDONS": ADDONS, "STORE_URL": f"sqlite:///{tmp_path / 's.db'}"}
+    )
+    learner = services_of(spider_crawler).learner
+    assert learner is not None
     plain = learner.live.current()
     nav = "https://e.org/a?from=nav"
     learner.evidence.observe(Page(nav, dedupe_key(nav, plain), "the article", OK, 200))

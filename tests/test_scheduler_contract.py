@@ -30,9 +30,9 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
 import bloom_frontier.settings as project_settings
-from bloom_frontier.frontier import frontier_for
 from bloom_frontier.frontier.redis import RedisFrontier
 from bloom_frontier.frontier.scheduler import RedisScheduler
+from bloom_frontier.services import services_of
 
 PRIORITIES = [
     ("http://foo.com/a", -2),
@@ -97,7 +97,7 @@ class Mode:
             request = self.scheduler.next_request()
             assert request is not None
             requests.append(request)
-            frontier_for(self.crawler).admit(request, [])
+            services_of(self.crawler).frontier.admit(request, [])
         return requests
 
     def crawler_dupefilter(self) -> Any:
@@ -112,7 +112,7 @@ class Mode:
 
     def close(self) -> None:
         self.scheduler.close("finished")
-        frontier = frontier_for(self.crawler)
+        frontier = services_of(self.crawler).frontier
         if isinstance(frontier, RedisFrontier):
             frontier.close()
 
@@ -207,7 +207,7 @@ def test_shared_crawl_ends_as_soon_as_a_lease_finds_it_drained(redis_url: str) -
         assert request is not None
         engine = Mock(downloader=Mock(total_concurrency=16, active=set()))
         mode.crawler.engine = engine
-        frontier_for(mode.crawler).admit(request, [])  # its page answered: lease released
+        services_of(mode.crawler).frontier.admit(request, [])  # its page answered: lease released
         engine._slot.nextcall.schedule.reset_mock()
         assert scheduler.next_request() is None  # an empty lease: the crawl is drained
         engine._slot.nextcall.schedule.assert_called_once()

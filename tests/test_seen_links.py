@@ -13,24 +13,21 @@ import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from scrapy import Request, Spider, signals
+from scrapy.core.engine import ExecutionEngine
+from scrapy.exceptions import NotConfigured
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
 import bloom_frontier.defaults as project_defaults
-from bloom_frontier.frontier import META_KEY, frontier_for, known
+from bloom_frontier.frontier import META_KEY, known
 from bloom_frontier.frontier.known import KnownKeys
-from bloom_frontier.learning.recheck import LearnedRuleRecheck
-from bloom_frontier.middlewares.linkbatch import (
-    BatchDedupeMiddleware,
-    SeenLinksMiddleware,
-    early_seen_links,
-)
+from bloom_frontier.middlewares.linkbatch import BatchDedupeMiddleware, SeenLinksMiddleware
+from bloom_frontier.services import CrawlServices, services_of
 from tests.httpserver import TestServer, html
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -232,16 +229,27 @@ class LinksSpider(Spider):
         """Callback."""
 
 
-@pytest.fixture
-def crawler() -> Any:
-    settings = {name: getattr(project_defaults, name) for name in dir(project_defaults)}
-    made = get_crawler(LinksSpider, {k: v for k, v in settings.items() if k.isupper()})
+def links_crawler(**settings: Any) -> Any:
+    defaults = {name: getattr(project_defaults, name) for name in dir(project_defaults)}
+    made = get_crawler(
+        LinksSpider,
+        {
+            **{k: v for k, v in defaults.items() if k.isupper()},
+            "ADDONS": {"bloom_frontier.Addon": 0},
+            **settings,
+        },
+    )
     made.spider = LinksSpider.from_crawler(made)
     return made
 
 
+@pytest.fixture
+def crawler() -> Any:
+    return links_crawler()
+
+
 def test_seen_links_are_dropped_counted_and_reported_once_the_page_is_done(crawler: Any) -> None:
-    frontier = frontier_for(crawler)
+    frontier = services_of(crawler).frontier
     frontier.admit(None, [Request("https://example.com/seen")])
     dropped: list[str] = []
 
@@ -284,7 +292,7 @@ def test_seen_links_are_dropped_counted_and_reported_once_the_page_is_done(crawl
 def test_links_judged_by_url_get_no_request_when_seen_and_are_counted_the_same(
     crawler: Any,
 ) -> None:
-    frontier = frontier_for(crawler)
+    frontier = services_of(crawler).frontier
     frontier.admit(None, [Request("https://example.com/seen")])
     built: list[str] = []
 
@@ -327,13 +335,11 @@ def test_links_judged_by_url_get_no_request_when_seen_and_are_counted_the_same(
 def test_a_repeat_is_dropped_only_once_its_first_request_is_in_the_batch(
     crawler: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    batch_middleware, batch = BatchDedupeMiddleware(crawler), []
-    monkeypatch.setattr(
-        crawler,
-        "get_spider_middleware",
-        lambda cls: batch_middleware if cls is BatchDedupeMiddleware else None,
-    )
-    keyer = frontier_for(crawler).keyer
+    services = services_of(crawler)
+    batch_middleware, batch = BatchDedupeMiddleware(crawler, services), []
+    seen = SeenLinksMiddleware(crawler, services)
+    seen.batch = batch_middleware
+    keyer = services.frontier.keyer
     learned = {"https://example.com/learned?v=2"}  # a key a learned rule made
     monkeypatch.setattr(keyer, "link_merged_by_learned", lambda url, key: url in learned)
     urls = [
@@ -347,7 +353,7 @@ def test_a_repeat_is_dropped_only_once_its_first_request_is_in_the_batch(
     ]
     monkeypatch.setattr(keyer, "link_key", lambda url: url.split("?")[0])
     passed = []
-    for request in SeenLinksMiddleware(crawler).requests_for(urls, Request):
+    for request in seen.requests_for(urls, Request):
         passed.append(request.url)
         if request.url != "https://example.com/b":
             batch_middleware._holds(request, batch)
@@ -358,26 +364,36 @@ def test_a_repeat_is_dropped_only_once_its_first_request_is_in_the_batch(
     assert not batch_middleware.held
 
 
-def chain(*middlewares: object) -> Any:
-    """A stand-in crawler whose spider middlewares are ``middlewares``, lowest order first."""
-    return SimpleNamespace(
-        engine=SimpleNamespace(
-            scraper=SimpleNamespace(spidermw=SimpleNamespace(middlewares=middlewares))
-        )
-    )
+class ProjectMiddleware:
+    """A project's spider middleware."""
 
 
-def test_links_are_judged_early_only_with_nothing_unknown_above_the_middleware(
-    crawler: Any,
-) -> None:
-    batch, seen = BatchDedupeMiddleware(crawler), SeenLinksMiddleware(crawler)
-    recheck = LearnedRuleRecheck(crawler, 0.5)
-    assert early_seen_links(chain(batch, seen)) is seen
-    assert early_seen_links(chain(batch, seen, recheck)) is seen
+class SwitchedOffMiddleware:
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> SwitchedOffMiddleware:
+        raise NotConfigured
+
+
+def offered_early(**settings: Any) -> bool:
+    """Whether a crawl with ``settings`` offers its spider the seen-links middleware
+    (:attr:`CrawlServices.seen_links`), once its engine (with its real spider middleware
+    chain) is built and its spider opened."""
+    made = links_crawler(**settings)
+    made.engine = ExecutionEngine(made, lambda _: None)
+    made.signals.send_catch_log(signal=signals.spider_opened, spider=made.spider)
+    seen = made.get_spider_middleware(SeenLinksMiddleware)
+    services = made.get_extension(CrawlServices)
+    return seen is not None and services.seen_links is seen
+
+
+def test_links_are_judged_early_only_with_nothing_unknown_above_the_middleware() -> None:
+    assert offered_early()  # the learned-rule re-check above it is served
+    assert offered_early(CANON_LEARN="off")
     # A project middleware above it would not see the links dropped before their requests.
-    assert early_seen_links(chain(batch, seen, LinksSpider())) is None
-    assert early_seen_links(chain(batch)) is None
-    assert early_seen_links(crawler) is None  # no engine yet
+    assert not offered_early(SPIDER_MIDDLEWARES={ProjectMiddleware: 1100})
+    assert offered_early(SPIDER_MIDDLEWARES={ProjectMiddleware: 600})  # below: sees them
+    assert offered_early(SPIDER_MIDDLEWARES={SwitchedOffMiddleware: 1100})  # not installed
+    assert not offered_early(SPIDER_MIDDLEWARES={SeenLinksMiddleware: None})
 
 
 def test_known_keys_stay_bounded_forgetting_the_oldest_half() -> None:
