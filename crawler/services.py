@@ -8,7 +8,8 @@ extension. A service is built on first use, in this order of dependency (each ma
 ones before it):
 
 1. the recorder (:class:`bloom_frontier.pipelines.recorder.Recorder`), the record store's one
-   writer;
+   writer; on a shared frontier it commits a handled page's records before the page's lease
+   is released (:data:`bloom_frontier.frontier.page_handled`);
 2. the frontier: :class:`~bloom_frontier.frontier.redis.RedisFrontier` with ``REDIS_URL``,
    else :class:`~bloom_frontier.frontier.memory.MemoryFrontier`; its last answers, delivered
    while it closes, may still be recorded (a redirect target found seen late);
@@ -32,6 +33,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
+
+from bloom_frontier.frontier import page_handled
 
 if TYPE_CHECKING:
     from typing import Self
@@ -89,6 +92,8 @@ class CrawlServices:
             from bloom_frontier.pipelines.recorder import Recorder
 
             self._recorder = Recorder.from_crawler(self.crawler)
+            if self.crawler.settings.get("REDIS_URL"):
+                self.crawler.signals.connect(self._recorder.page_handled, signal=page_handled)
             self._close_when_spider_closes()
         return self._recorder
 

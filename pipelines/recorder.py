@@ -7,10 +7,10 @@ record store (:class:`~bloom_frontier.pipelines.store.SqlRecordStore`, ``STORE_U
 it owns, and counts each chain's outcome (``redirect/outcome/<outcome>``) and flag
 (``redirect/flag/<flag>``). Built and closed by :class:`bloom_frontier.services.CrawlServices`.
 
-On a shared frontier it commits what was recorded while a page was handled before the page's
-lease is released (:data:`bloom_frontier.frontier.page_handled`): a worker killed after that
-moment must not take the page's redirect chains and canonical hints with it, since nobody
-fetches the page again.
+On a shared frontier the services have it commit what was recorded while a page was handled
+before the page's lease is released (:meth:`page_handled`, on
+:data:`bloom_frontier.frontier.page_handled`): a worker killed after that moment must not take
+the page's redirect chains and canonical hints with it, since nobody fetches the page again.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.defer import maybe_deferred_to_future
 
-from bloom_frontier.frontier import page_handled
 from bloom_frontier.pipelines.store import SqlRecordStore
 
 if TYPE_CHECKING:
@@ -52,10 +51,7 @@ class Recorder:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         assert crawler.stats is not None
-        recorder = cls(SqlRecordStore.from_settings(crawler.settings), crawler.stats)
-        if crawler.settings.get("REDIS_URL"):
-            crawler.signals.connect(recorder.page_handled, signal=page_handled)
-        return recorder
+        return cls(SqlRecordStore.from_settings(crawler.settings), crawler.stats)
 
     # --- what happened -------------------------------------------------------------------
 
