@@ -116,8 +116,9 @@ EXTENSIONS = {
     "bloom_frontier.frontier.status.WorkerStatusReporter": 510,
     # Content fingerprints of every fetched document (CONTENT_FINGERPRINTS_ENABLED).
     "bloom_frontier.content.extension.ContentFingerprints": 520,
-    # Parameter rules proven by content (CANON_LEARN).
-    "bloom_frontier.learning.extension.ParamRuleLearning": 530,
+    # The crawl's services (recorder, frontier, SSRF policy, parameter rule learning), built
+    # and closed in one place; components fetch it with crawler.get_extension().
+    "bloom_frontier.services.CrawlServices": 530,
     # Shared frontier only: CLOSESPIDER_PAGECOUNT/ITEMCOUNT/TIMEOUT hold for the whole crawl.
     "bloom_frontier.frontier.limits.CrawlWideLimits": 540,
     # Start-up's objects out of the crawl's full garbage collections (GC_FREEZE_ENABLED).
@@ -128,9 +129,11 @@ DUPEFILTER = "bloom_frontier.dupefilter.BloomDupeFilter"
 SHARED_SCHEDULER = "bloom_frontier.frontier.scheduler.RedisScheduler"
 #: Scrapy's own scheduler: the embedded frontier keeps it (it asks the dupefilter).
 EMBEDDED_SCHEDULER = "scrapy.core.scheduler.Scheduler"
-RESOLVER = "bloom_frontier.middlewares.ssrf.SSRFGuardResolver"
+RESOLVER = "bloom_frontier.ssrf.SSRFGuardResolver"
 #: What Scrapy's redirect middlewares (and ours) are built on.
 REDIRECT_BASE = "scrapy.downloadermiddlewares.redirect.BaseRedirectMiddleware"
+#: The redirect middleware that records every hop.
+REDIRECT_CHAIN = "bloom_frontier.middlewares.redirects.RedirectChainMiddleware"
 #: Download handlers switched off: local files, data: URLs, S3 buckets and FTP servers are
 #: never a crawl target (a project listing a handler itself keeps it).
 DISABLED_DOWNLOAD_HANDLERS = ("file", "data", "s3", "ftp")
@@ -273,19 +276,17 @@ def conflicts(settings: BaseSettings, shared: bool) -> list[str]:
             else "requests would not pass the frontier's dupefilter"
         )
         problems.append(f"SCHEDULER = {settings['SCHEDULER']!r} replaces {expected}: {why}")
-    from bloom_frontier.middlewares.redirects import RedirectChainMiddleware
-
     for path, order in settings.getdict("DOWNLOADER_MIDDLEWARES").items():
         component = _loaded(path)
         if (
             order is not None
             and _is_subclass(component, REDIRECT_BASE)
-            and RedirectChainMiddleware not in component.__mro__  # type: ignore[attr-defined]
+            and not _is_subclass(component, REDIRECT_CHAIN)
         ):
             problems.append(
                 f"DOWNLOADER_MIDDLEWARES enables {path if isinstance(path, str) else component}"
-                f" (order {order}): redirects must go through {RedirectChainMiddleware.__module__}"
-                f".{RedirectChainMiddleware.__name__}, which records every hop"
+                f" (order {order}): redirects must go through {REDIRECT_CHAIN}, which records "
+                "every hop"
             )
     return problems
 

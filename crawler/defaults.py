@@ -177,7 +177,7 @@ REDIRECT_MAX_HOPS = 10
 # unique-local, CGNAT, multicast or cloud-metadata addresses, except on the hosts the crawl was
 # started on (start URLs, allowed_domains) and those listed in SSRF_ALLOWED_HOSTS (names or
 # addresses; default: the SSRF_ALLOWED_HOSTS environment variable, comma-separated).
-# The resolver half of the guard (bloom_frontier.middlewares.ssrf.SSRFGuardResolver) is
+# The resolver half of the guard (bloom_frontier.ssrf.SSRFGuardResolver) is
 # process-wide: the
 # add-on installs it as TWISTED_DNS_RESOLVER before the crawler process starts.
 SSRF_GUARD_ENABLED = True

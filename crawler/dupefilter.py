@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 from scrapy.dupefilters import BaseDupeFilter
 
-from bloom_frontier.frontier import frontier_for
 from bloom_frontier.frontier.keys import was_checked
 from bloom_frontier.meta import DEDUPE_CHECKED_META
+from bloom_frontier.services import services_of
 
 if TYPE_CHECKING:
     from typing import Self
@@ -40,7 +40,7 @@ class BloomDupeFilter(BaseDupeFilter):
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(frontier_for(crawler))
+        return cls(services_of(crawler).frontier)
 
     def request_seen(self, request: Request) -> bool:
         if was_checked(request):

@@ -39,9 +39,10 @@ from bloom_frontier.canonical import resolve_link
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
 from bloom_frontier.frontier.keys import carry_key
 from bloom_frontier.meta import CANONICAL_OF_META
-from bloom_frontier.middlewares.redirects import is_home_page, key_or_error
+from bloom_frontier.middlewares.redirects import key_or_error
 from bloom_frontier.pipelines.records import CanonicalHint, KeyAlias, rules_version_of
-from bloom_frontier.pipelines.store import store_for
+from bloom_frontier.services import services_of
+from bloom_frontier.soft404 import is_home_page
 from bloom_frontier.spiders.site import page_base, page_tree
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+
+    from bloom_frontier.services import CrawlServices
 
 SOURCE_ELEMENT = "link-element"
 SOURCE_HEADER = "link-header"
@@ -192,13 +195,14 @@ class CanonicalHintsMiddleware:
     ``canonical/not_followed/no_callback``.
     """
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, services: CrawlServices) -> None:
         self.crawler = crawler
+        self.services = services
         self.rules = rules_from_settings(crawler.settings)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
+        return cls(crawler, services_of(crawler))
 
     def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterator[Any]:
         yield from self.canonical_requests(response)
@@ -227,8 +231,8 @@ class CanonicalHintsMiddleware:
             return []
         page_key = key_or_error(response.url, self.rules, response.request)[0]
         verdicts = judge_hints(response.url, page_key, hints, self.rules)
-        store = store_for(self.crawler)
-        store.add_hints(verdicts)
+        recorder = self.services.recorder
+        recorder.hints(verdicts)
         stats = self.crawler.stats
         assert stats is not None
         for verdict in verdicts:
@@ -236,7 +240,7 @@ class CanonicalHintsMiddleware:
         chosen = next((v for v in verdicts if v.reason == "same-site"), None)
         if chosen is None or page_key is None or chosen.canonical_key is None:
             return []
-        store.add_key_alias(
+        recorder.key_alias(
             KeyAlias(page_key, chosen.canonical_key, "canonical", rules_version_of(page_key))
         )
         assert chosen.canonical_url is not None

@@ -11,10 +11,14 @@ from weakref import WeakSet
 
 from scrapy import Request, signals
 from scrapy.http import Response
+from scrapy.utils.conf import build_component_list
+from scrapy.utils.misc import load_object
 
-from bloom_frontier.frontier import failure_reason, frontier_for, handle_page
+from bloom_frontier.frontier import failure_reason, handle_page
 from bloom_frontier.frontier.keys import carry_key, send_request_dropped, was_checked
+from bloom_frontier.learning.recheck import LearnedRuleRecheck
 from bloom_frontier.meta import LEARN_RECHECK_META
+from bloom_frontier.services import services_of
 
 if TYPE_CHECKING:
     from typing import Self
@@ -23,7 +27,7 @@ if TYPE_CHECKING:
     from twisted.python.failure import Failure
 
     from bloom_frontier.frontier import Frontier
-    from bloom_frontier.learning.recheck import LearnedRuleRecheck
+    from bloom_frontier.services import CrawlServices
 
 
 class BatchDedupeMiddleware:
@@ -42,8 +46,9 @@ class BatchDedupeMiddleware:
     however its callback ended; a download whose errback raised is answered as failed.
     """
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, services: CrawlServices) -> None:
         self.crawler = crawler
+        self.services = services
         #: The requests held in a page's batch until it is admitted: a later link of that
         #: page with one of their keys is a repeat the batch would drop
         #: (:meth:`SeenLinksMiddleware.requests_for` drops it before building its request).
@@ -51,7 +56,7 @@ class BatchDedupeMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        middleware = cls(crawler)
+        middleware = cls(crawler, services_of(crawler))
         crawler.signals.connect(middleware.spider_error, signal=signals.spider_error)
         return middleware
 
@@ -66,7 +71,7 @@ class BatchDedupeMiddleware:
 
     @property
     def frontier(self) -> Frontier:
-        return frontier_for(self.crawler)
+        return self.services.frontier
 
     def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterable[Any]:
         batch: list[Request] = []
@@ -140,21 +145,51 @@ class SeenLinksMiddleware:
     A project middleware that rewrites its links' URLs belongs above this one (a higher
     order), so the key is that of the URL fetched.
 
-    A spider can ask it before building its requests (:meth:`requests_for`, through
-    :func:`early_seen_links`): the ``site`` spider does, so a navigation link seen long ago
-    costs a dictionary look-up, not a ``Request``.
+    A spider can ask it before building its requests (:meth:`requests_for`, as
+    :attr:`bloom_frontier.services.CrawlServices.seen_links`, when no spider middleware sits
+    between it and the spider but those it serves, :attr:`SERVED_ABOVE`, so nothing that
+    would have seen a dropped link misses it): the ``site`` spider does, so a navigation link
+    seen long ago costs a dictionary look-up, not a ``Request``.
     """
 
     #: Spider middlewares that may sit between this one and the spider when a spider asks
     #: :meth:`requests_for` (it does their part for the links it drops).
     SERVED_ABOVE: tuple[str, ...] = ("bloom_frontier.learning.recheck.LearnedRuleRecheck",)
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, services: CrawlServices) -> None:
         self.crawler = crawler
+        self.services = services
+        #: The crawl's batch and learned-rule re-check, once the spider is open (None
+        #: before, or for a middleware driven alone).
+        self.batch: BatchDedupeMiddleware | None = None
+        self.recheck: LearnedRuleRecheck | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
+        middleware = cls(crawler, services_of(crawler))
+        crawler.signals.connect(middleware.spider_opened, signal=signals.spider_opened)
+        return middleware
+
+    def spider_opened(self) -> None:
+        """Find the batch and the re-check; serve the spider's links if it may ask."""
+        self.batch = self.crawler.get_spider_middleware(BatchDedupeMiddleware)
+        self.recheck = self.crawler.get_spider_middleware(LearnedRuleRecheck)
+        if self.serves_spider():
+            self.services.seen_links = self
+
+    def serves_spider(self) -> bool:
+        """True if no spider middleware is installed between this one and the spider but
+        those it serves (:attr:`SERVED_ABOVE`), in the order Scrapy builds them."""
+        settings = self.crawler.settings.getwithbase("SPIDER_MIDDLEWARES")
+        chain = [load_object(path) for path in build_component_list(settings)]
+        if type(self) is not SeenLinksMiddleware or SeenLinksMiddleware not in chain:
+            return False
+        above = chain[chain.index(SeenLinksMiddleware) + 1 :]
+        return all(
+            f"{component.__module__}.{component.__qualname__}" in self.SERVED_ABOVE
+            for component in above
+            if self.crawler.get_spider_middleware(component) is not None
+        )
 
     def requests_for(
         self, urls: Iterable[str], request_for: Callable[[str], Request]
@@ -175,11 +210,11 @@ class SeenLinksMiddleware:
         links to 464 pages, each a ``Request`` through every middleware before). Unless a
         learned rule made its key: a batch keyed again under reloaded rules
         (:mod:`bloom_frontier.frontier.redis.admission`) must still hold it."""
-        frontier = frontier_for(self.crawler)
+        frontier = self.services.frontier
         keyer = frontier.keyer
-        recheck = _learned_rule_recheck(self.crawler)
+        recheck = self.recheck
         sample = recheck.sample if recheck is not None and recheck.sampling() else None
-        held = _held_in_batches(self.crawler)
+        held = self.batch.held if self.batch is not None else WeakSet()
         firsts: dict[str, Request] = {}  # per key, the latest request yielded
         dropped: list[tuple[str, str]] = []
         try:
@@ -236,7 +271,7 @@ class SeenLinksMiddleware:
         """True if ``output`` is a link already seen (added to ``dropped``, with its key)."""
         if not isinstance(output, Request) or output.dont_filter or was_checked(output):
             return False
-        key = frontier_for(self.crawler).seen_before(output)
+        key = self.services.frontier.seen_before(output)
         if key is None:
             return False
         dropped.append((output, key))
@@ -246,43 +281,5 @@ class SeenLinksMiddleware:
         """Count a page's dropped links and send ``request_dropped`` for them, once the
         page is done (as its batch does)."""
         if dropped:
-            frontier_for(self.crawler).keyer.duplicates(dropped)
+            self.services.frontier.keyer.duplicates(dropped)
             send_request_dropped(self.crawler, [request for request, _ in dropped])
-
-
-def early_seen_links(crawler: Crawler) -> SeenLinksMiddleware | None:
-    """The crawl's :class:`SeenLinksMiddleware` if a spider may ask it about its links
-    before building their requests: installed, with no spider middleware between it and
-    the spider but those it serves (:attr:`SeenLinksMiddleware.SERVED_ABOVE`), so nothing
-    that would have seen a dropped link misses it. None otherwise (the spider then yields
-    every request, as any spider does)."""
-    try:
-        chain = list(crawler.engine.scraper.spidermw.middlewares)
-    except (AttributeError, RuntimeError):  # no engine yet
-        return None
-    found = [m for m in chain if type(m) is SeenLinksMiddleware]
-    if len(found) != 1:
-        return None
-    above = chain[chain.index(found[0]) + 1 :]
-    served = SeenLinksMiddleware.SERVED_ABOVE
-    if any(f"{type(m).__module__}.{type(m).__qualname__}" not in served for m in above):
-        return None
-    return found[0]
-
-
-def _held_in_batches(crawler: Crawler) -> WeakSet[Request]:
-    """The requests the crawl's :class:`BatchDedupeMiddleware` holds (empty without one)."""
-    try:
-        batch = crawler.get_spider_middleware(BatchDedupeMiddleware)
-    except RuntimeError:  # no engine (a middleware driven alone)
-        batch = None
-    return batch.held if batch is not None else WeakSet()
-
-
-def _learned_rule_recheck(crawler: Crawler) -> LearnedRuleRecheck | None:
-    from bloom_frontier.learning.recheck import LearnedRuleRecheck
-
-    try:
-        return crawler.get_spider_middleware(LearnedRuleRecheck)
-    except RuntimeError:  # no engine (a middleware driven alone): no re-check either
-        return None

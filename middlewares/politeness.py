@@ -17,7 +17,6 @@ from scrapy.utils.asyncio import sleep
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 
-from bloom_frontier.frontier import frontier_for
 from bloom_frontier.frontier.politeness import (
     BACKOFF_STATUSES,
     BACKOFF_STRIKES,
@@ -29,6 +28,7 @@ from bloom_frontier.frontier.politeness import (
 )
 from bloom_frontier.frontier.redis import RedisFrontier
 from bloom_frontier.meta import FRONTIER_ROBOTS_CLAIM_META, FRONTIER_TURN_META
+from bloom_frontier.services import services_of
 
 if TYPE_CHECKING:
     from typing import Self
@@ -90,7 +90,7 @@ class GlobalPolitenessMiddleware:
 
     @property
     def frontier(self) -> RedisFrontier:
-        frontier = frontier_for(self.crawler)
+        frontier = services_of(self.crawler).frontier
         assert isinstance(frontier, RedisFrontier)
         return frontier
 
@@ -257,7 +257,7 @@ class HostBackoffMiddleware:
         self.crawler.stats.inc_value(name)
 
     def _frontier(self) -> RedisFrontier:
-        frontier = frontier_for(self.crawler)
+        frontier = services_of(self.crawler).frontier
         assert isinstance(frontier, RedisFrontier)
         return frontier
 

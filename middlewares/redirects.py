@@ -22,8 +22,9 @@ Each hop (source, status, ``Location`` as sent, the target resolved with
   (recorded by :class:`ChainFailureMiddleware`).
 
 A chain that lands on a login page, a country selector or the home page is flagged
-(``soft-404:login``, ``soft-404:country-selector``, ``soft-404:homepage``): the page is kept
-as what it is, not as the moved resource.
+(``soft-404:login``, ``soft-404:country-selector``, ``soft-404:homepage``,
+:mod:`bloom_frontier.soft404`): the page is kept as what it is, not as the moved resource.
+Pages, chains and the keys URLs had go to the crawl's recorder.
 """
 
 from __future__ import annotations
@@ -44,10 +45,10 @@ from scrapy.utils.response import get_meta_refresh
 
 from bloom_frontier.canonical import InvalidURL, dedupe_key, resolve_link
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
-from bloom_frontier.frontier import frontier_for, handle_page
+from bloom_frontier.frontier import handle_page
 from bloom_frontier.frontier.keys import carry_key, url_key
 from bloom_frontier.meta import DEDUPE_CHECKED_META, REDIRECT_CHAIN_META
-from bloom_frontier.middlewares.ssrf import DNS_FAILURES, AddressBlocked, policy_for
+from bloom_frontier.middlewares.ssrf import AddressBlocked
 from bloom_frontier.pipelines.records import (
     BLOCKED,
     ERROR,
@@ -64,7 +65,9 @@ from bloom_frontier.pipelines.records import (
     UrlAlias,
     rules_version_of,
 )
-from bloom_frontier.pipelines.store import record_chain, store_for
+from bloom_frontier.services import services_of
+from bloom_frontier.soft404 import soft_404_flag
+from bloom_frontier.ssrf import DNS_FAILURES
 
 if TYPE_CHECKING:
     from typing import Self
@@ -72,6 +75,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from scrapy.settings import BaseSettings
+
+    from bloom_frontier.services import CrawlServices
 
 logger = logging.getLogger(__name__)
 
@@ -81,37 +86,6 @@ REFRESH_HEADER = re.compile(
     r"""^\s*(?P<delay>\d+(?:\.\d*)?)\s*[;,]?\s*(?:url\s*=\s*)?(?P<quote>['"]?)(?P<url>[^'"]*)(?P=quote)\s*$""",
     re.IGNORECASE,
 )
-HOME_PATHS = re.compile(r"/(?:(?:index|default|home)(?:\.[a-z]+)?)?", re.IGNORECASE)
-LOGIN_PATH = re.compile(
-    r"(?:^|/)(?:log-?in|sign-?in|signon|sso|auth|authenticate|session/new|users/sign_in"
-    r"|wp-login\.php|account/login)(?:/|\.|$)",
-    re.IGNORECASE,
-)
-COUNTRY_SELECTOR_PATH = re.compile(
-    r"(?:^|/)(?:(?:choose|select|change)[-_]?(?:your[-_]?)?(?:country|region|locale|location)"
-    r"|(?:country|region|locale)[-_]?(?:selector|select|chooser|picker|gateway)"
-    r"|international|intl)(?:/|\.|$)",
-    re.IGNORECASE,
-)
-
-
-def is_home_page(url: str) -> bool:
-    """``url`` is a site's root (``/``, ``/index.html``, ``/default.aspx``...) without a
-    query: where sites send requests for things they no longer have."""
-    parts = urlsplit(url)
-    return not parts.query and HOME_PATHS.fullmatch(parts.path or "/") is not None
-
-
-def soft_404_flag(start_url: str, final_url: str) -> str | None:
-    """Why the page a chain landed on stands in for a missing resource, or None."""
-    path = urlsplit(final_url).path
-    if LOGIN_PATH.search(path):
-        return "soft-404:login"
-    if COUNTRY_SELECTOR_PATH.search(path):
-        return "soft-404:country-selector"
-    if is_home_page(final_url) and not is_home_page(start_url):
-        return "soft-404:homepage"
-    return None
 
 
 def key_or_error(
@@ -149,11 +123,13 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         self.ssrf_enabled = settings.getbool("SSRF_GUARD_ENABLED")
         #: Scrapy's RedirectMiddleware, to build each followed request as Scrapy does.
         self.builder: RedirectMiddleware
+        self.services: CrawlServices
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         middleware = super().from_crawler(crawler)
         middleware.builder = RedirectMiddleware.from_crawler(crawler)
+        middleware.services = services_of(crawler)
         return middleware
 
     # --- what the response asks for ------------------------------------------------------
@@ -247,7 +223,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         elif target_key is None:
             end = ERROR, f"invalid-target:{key_error}"
         elif self.ssrf_enabled and (
-            refusal := policy_for(self.crawler).refusal(target, target_key)
+            refusal := self.services.ssrf_policy.refusal(target, target_key)
         ):
             end = BLOCKED, refusal
             stats.inc_value(f"ssrf/blocked/{refusal}")
@@ -263,7 +239,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             outcome, reason = end
             self.finish(chain.finish(outcome, target, reason))
             handled = handle_page(self.crawler, response)
-            frontier_for(self.crawler).fail(request, f"redirect-{outcome}", after=handled)
+            self.services.frontier.fail(request, f"redirect-{outcome}", after=handled)
             raise IgnoreRequest(f"redirect chain from {chain.start_url} ended: {outcome}")
 
         assert target is not None and target_key is not None and redirected is not None
@@ -281,7 +257,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
 
         # A shared frontier may answer later (from its background thread): then the
         # request goes on, and is not queued if the answer says seen.
-        admitted = frontier_for(self.crawler).admit(
+        admitted = self.services.frontier.admit(
             request, [redirected], on_late_duplicates=target_seen
         )
         if admitted:
@@ -331,7 +307,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         if chain is not None:
             self.finish(chain.finish(FETCHED, response.url, flag=flag))
         self.remember_keys([(response.url, key)], "fetched")
-        store_for(self.crawler).add_page(
+        self.services.recorder.page(
             PageRecord(
                 fetch_url=chain.start_url if chain else request.url,
                 final_url=response.url,
@@ -343,11 +319,11 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         )
 
     def finish(self, chain: Chain) -> None:
-        record_chain(self.crawler, chain)
+        self.services.recorder.chain(chain)
 
     def remember_keys(self, pairs: list[tuple[str, str | None]], source: str) -> None:
         """Record the key each URL had (the input of a Bloom filter rebuild)."""
-        store_for(self.crawler).add_url_aliases(
+        self.services.recorder.url_keys(
             [
                 UrlAlias(url, key, rules_version_of(key), source)
                 for url, key in pairs
@@ -363,19 +339,19 @@ class ChainFailureMiddleware:
     on. Refusals by the SSRF guard are recorded there, as ``blocked``.
     """
 
-    def __init__(self, crawler: Crawler) -> None:
-        self.crawler = crawler
+    def __init__(self, services: CrawlServices) -> None:
+        self.services = services
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
+        return cls(services_of(crawler))
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         chain = Chain.from_meta(request.meta)
         if chain is None or isinstance(exception, AddressBlocked):
             return
         host = urlsplit(request.url).hostname or ""
-        if isinstance(exception, DNS_FAILURES) and policy_for(self.crawler).name_refusal(host):
+        if isinstance(exception, DNS_FAILURES) and self.services.ssrf_policy.name_refusal(host):
             return
         reason = f"{type(exception).__name__}: {exception}"[:500]
-        record_chain(self.crawler, chain.finish(ERROR, request.url, reason))
+        self.services.recorder.chain(chain.finish(ERROR, request.url, reason))

@@ -10,8 +10,8 @@ the shortener once and reads its answer without following it:
   and the link is kept as it is (its chain recorded as ``error``);
 - through the SSRF guard like any request, and rate-limited per shortener host (a download
   slot per host with ``SHORTENER_DELAY``, which a shared crawl enforces across workers);
-- answered from the record store's cache when a worker asked it within
-  ``SHORTENER_CACHE_TTL`` seconds (``shortener_answers``, with the answer's time).
+- answered from the answers recorded (``shortener_answers``, with the answer's time, read
+  through the crawl's recorder) when a worker asked it within ``SHORTENER_CACHE_TTL`` seconds.
 
 The answer is a redirect hop like any other
 (:class:`bloom_frontier.middlewares.redirects.RedirectChainMiddleware`
@@ -34,19 +34,21 @@ from scrapy.utils.defer import maybe_deferred_to_future
 
 from bloom_frontier.canonical import resolve_link
 from bloom_frontier.canonical.rules import rules_from_settings
-from bloom_frontier.frontier import frontier_for, page_handled
+from bloom_frontier.frontier import page_handled
 from bloom_frontier.meta import SHORTENER_META
 from bloom_frontier.middlewares.redirects import REDIRECT_STATUSES, key_or_error
-from bloom_frontier.middlewares.ssrf import crawl_hosts, policy_for
 from bloom_frontier.pipelines.records import ERROR, OFFSITE, Chain, Hop, KeyAlias, ShortenerAnswer
-from bloom_frontier.pipelines.store import record_chain, store_for
+from bloom_frontier.services import services_of
 from bloom_frontier.shorteners import Shorteners, shorteners_from_settings
+from bloom_frontier.ssrf import crawl_hosts
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Self
 
     from scrapy.crawler import Crawler
+
+    from bloom_frontier.services import CrawlServices
 
 logger = logging.getLogger(__name__)
 
@@ -119,8 +121,9 @@ class ShortenerResolveMiddleware:
     error or timeout).
     """
 
-    def __init__(self, crawler: Crawler, cache_ttl: float) -> None:
+    def __init__(self, crawler: Crawler, services: CrawlServices, cache_ttl: float) -> None:
         self.crawler = crawler
+        self.services = services
         self.cache_ttl = cache_ttl
         settings = crawler.settings
         self.rules = rules_from_settings(settings)
@@ -130,7 +133,7 @@ class ShortenerResolveMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         if not crawler.settings.getbool("SHORTENERS_ENABLED"):
             raise NotConfigured
-        return cls(crawler, crawler.settings.getfloat("SHORTENER_CACHE_TTL"))
+        return cls(crawler, services_of(crawler), crawler.settings.getfloat("SHORTENER_CACHE_TTL"))
 
     @property
     def stats(self) -> Any:
@@ -141,7 +144,7 @@ class ShortenerResolveMiddleware:
             return None
         # Read off Twisted's loop, behind the store's pending flushes.
         answer = await maybe_deferred_to_future(
-            store_for(self.crawler).shortener_answer_later(request.url)
+            self.services.recorder.cached_shortener_answer(request.url)
         )
         if answer is None or time.time() - answer.at > self.cache_ttl:
             self.stats.inc_value("shortener/asked")
@@ -160,7 +163,7 @@ class ShortenerResolveMiddleware:
         location = response.headers.get("Location")
         location_text = location.decode("utf-8", "surrogateescape") if location else None
         if CACHED_FLAG not in response.flags:
-            store_for(self.crawler).add_shortener_answer(
+            self.services.recorder.shortener_answer(
                 ShortenerAnswer(request.url, response.status, location_text)
             )
         target = resolve_link(request.url, location_text) if location_text else None
@@ -170,7 +173,7 @@ class ShortenerResolveMiddleware:
             self._settle(request, response, chain, ERROR, f"shortener-answered-{response.status}")
         assert location_text is not None
         target_host = (urlsplit(target).hostname or "").rstrip(".")
-        blocked = self.ssrf_enabled and policy_for(self.crawler).refusal(target) is not None
+        blocked = self.ssrf_enabled and self.services.ssrf_policy.refusal(target) is not None
         if blocked or target_host in crawl_hosts(self.crawler.spider):
             return response  # the redirect middleware records the hop, blocks or admits
         self.stats.inc_value("shortener/offsite")
@@ -179,7 +182,7 @@ class ShortenerResolveMiddleware:
             Hop(request.url, short_key, response.status, location_text, target, target_key)
         )
         if short_key and target_key:
-            store_for(self.crawler).add_key_alias(
+            self.services.recorder.key_alias(
                 KeyAlias(short_key, target_key, VIA_SHORTENER, self.rules.version)
             )
         self._settle(request, response, chain, OFFSITE, None, final_url=target)
@@ -208,7 +211,7 @@ class ShortenerResolveMiddleware:
         final_url: str | None = None,
     ) -> NoReturn:
         """Record how the resolution ended, release its lease (nothing to admit) and stop."""
-        record_chain(self.crawler, chain.finish(outcome, final_url or request.url, reason))
+        self.services.recorder.chain(chain.finish(outcome, final_url or request.url, reason))
         self.crawler.signals.send_catch_log(signal=page_handled, response=response)
-        frontier_for(self.crawler).admit(request, [])
+        self.services.frontier.admit(request, [])
         raise IgnoreRequest(f"shortener link {request.url} resolved: {outcome}")

@@ -24,7 +24,7 @@ import bloom_frontier.canonical.rules
 import bloom_frontier.frontier.keys
 import bloom_frontier.learning.extension
 import bloom_frontier.middlewares.redirects
-import bloom_frontier.middlewares.ssrf
+import bloom_frontier.ssrf
 from bloom_frontier.spiders.site import SiteSpider
 
 calls: Counter[str] = Counter()
@@ -39,7 +39,7 @@ def counted(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def main(start_url: str, store_url: str, redis_url: str = "") -> None:
-    for module in (bloom_frontier.canonical.rules, bloom_frontier.middlewares.ssrf):
+    for module in (bloom_frontier.canonical.rules, bloom_frontier.ssrf):
         module.canonicalize = counted("canonicalize", module.canonicalize)  # type: ignore[attr-defined]
     # Every caller reaches dedupe_key through these module globals.
     original_key = bloom_frontier.canonical.rules.dedupe_key

@@ -234,7 +234,7 @@ def test_the_dns_resolver_is_installed_in_the_process_settings() -> None:
     settings before any crawler exists."""
     on = Settings({"ADDONS": ADDONS})
     AddonManager.load_pre_crawler_settings(on)
-    assert on["TWISTED_DNS_RESOLVER"] == "bloom_frontier.middlewares.ssrf.SSRFGuardResolver"
+    assert on["TWISTED_DNS_RESOLVER"] == "bloom_frontier.ssrf.SSRFGuardResolver"
     assert on.getbool("SSRF_GUARD_ENABLED")
     off = Settings({"ADDONS": ADDONS, "SSRF_GUARD_ENABLED": False})
     AddonManager.load_pre_crawler_settings(off)

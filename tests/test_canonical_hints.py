@@ -274,9 +274,9 @@ class WithParseSpider(Spider):
 def test_canonical_not_followed_from_a_page_without_a_callback(
     spider: type[Spider], callback: object, followed: bool
 ) -> None:
-    crawler = get_crawler(spider)
+    crawler = get_crawler(spider, {"ADDONS": {"bloom_frontier.Addon": 0}})
     crawler.spider = spider.from_crawler(crawler)
-    middleware = CanonicalHintsMiddleware(crawler)
+    middleware = CanonicalHintsMiddleware.from_crawler(crawler)
     page = Request("https://e.org/page", callback=callback)  # type: ignore[arg-type]
     response = HtmlResponse(page.url, request=page, body=b"<html></html>")
     follow_up = middleware.follow_up(response, "https://e.org/canonical")

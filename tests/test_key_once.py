@@ -20,7 +20,7 @@ from bloom_frontier.canonical.rules import DEFAULT_RULES
 from bloom_frontier.frontier import keys
 from bloom_frontier.frontier.keys import RequestKeyer, carried_key, key_host, url_key
 from bloom_frontier.meta import DEDUPE_KEY_META
-from bloom_frontier.middlewares.ssrf import normalized_host
+from bloom_frontier.ssrf import normalized_host
 from tests.httpserver import TestServer, html, redirect
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,9 +21,9 @@ from bloom_frontier.learning.extension import ParamRuleLearning
 from bloom_frontier.learning.gate import LearnedRuleGate
 from bloom_frontier.learning.state import LiveRules, MemoryRuleState
 from bloom_frontier.pipelines.records import APPLIED, REVOKED, ParamRule
+from bloom_frontier.services import services_of
 from bloom_frontier.spiders.site import SiteSpider
 
-#: The add-on gives a crawl the defaults table (components have no fallbacks of their own).
 ADDONS = {"bloom_frontier.Addon": 0}
 
 
@@ -109,8 +109,9 @@ def test_the_gate_keys_again_only_requests_of_hosts_a_learned_rule_touches(
 ) -> None:
     keyed = keyed_by(bloom_frontier.learning.gate, monkeypatch)
     spider_crawler = get_crawler(SiteSpider, {"ADDONS": ADDONS})
-    learner = ParamRuleLearning.from_crawler(spider_crawler)
-    gate = LearnedRuleGate(spider_crawler)
+    learner = services_of(spider_crawler).learner
+    assert learner is not None
+    gate = LearnedRuleGate.from_crawler(spider_crawler)
     learner.live.current()  # keys keep the prefix the crawl started with
     learner._change_rules(lambda learned: {"other.org": ["from"]})
     # No rule touches e.org: the carried key stands, nothing is keyed again.
@@ -126,9 +127,11 @@ def test_a_recheck_compares_with_the_variant_fetched_when_the_bare_url_was_not(
 ) -> None:
     """Only ``/a?from=nav`` was fetched before ``from`` was applied; the re-check fetches
     ``/a?from=footer`` (merged into ``/a`` too): different content revokes the rule."""
-    store = f"sqlite:///{tmp_path / 's.db'}"
-    spider_crawler = get_crawler(SiteSpider, {"ADDONS": ADDONS, "STORE_URL": store})
-    learner = ParamRuleLearning.from_crawler(spider_crawler)
+    spider_crawler = get_crawler(
+        SiteSpider, {"ADDONS": ADDONS, "STORE_URL": f"sqlite:///{tmp_path / 's.db'}"}
+    )
+    learner = services_of(spider_crawler).learner
+    assert learner is not None
     plain = learner.live.current()
     nav = "https://e.org/a?from=nav"
     learner.evidence.observe(Page(nav, dedupe_key(nav, plain), "the article", OK, 200))

@@ -21,8 +21,6 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 from twisted.internet.defer import Deferred
 
-import bloom_frontier.frontier
-import bloom_frontier.learning.extension
 from bloom_frontier.canonical import dedupe_key
 from bloom_frontier.frontier.keys import carry_key
 from bloom_frontier.frontier.redis import RedisFrontier
@@ -294,10 +292,9 @@ def test_the_gate_never_drops_a_queued_variant_under_a_rule_revoked_a_moment_ago
     publish(first, {})  # revoked; second has not heard
     queued = Request(VARIANT)  # as first queued it, under the rules without "ref"
     carry_key(queued, dedupe_key(VARIANT, live(second).without_learned()))
-    spider_crawler = get_crawler(ExampleSpider)
-    bloom_frontier.frontier._frontiers[spider_crawler] = second
-    bloom_frontier.learning.extension._learners[spider_crawler] = SimpleNamespace(live=live(second))  # type: ignore[assignment]
-    LearnedRuleGate(spider_crawler).process_request(queued)  # not dropped
+    # The gate of second's crawl: its services give second's frontier and learned rules.
+    services = SimpleNamespace(frontier=second, learner=SimpleNamespace(live=live(second)))
+    LearnedRuleGate(get_crawler(ExampleSpider), services).process_request(queued)  # type: ignore[arg-type]
     assert live(second).version == 2
     assert stat(second, "learn/dropped_queued") == 0
 

@@ -23,10 +23,10 @@ from scrapy.utils.test import get_crawler
 
 import bloom_frontier.defaults as project_defaults
 import bloom_frontier.settings as project_settings
-from bloom_frontier.frontier import frontier_for
 from bloom_frontier.frontier.politeness import HostLimits, disable_local_delays
 from bloom_frontier.frontier.redis import RedisFrontier
 from bloom_frontier.middlewares.politeness import GlobalPolitenessMiddleware
+from bloom_frontier.services import CrawlServices, services_of
 from tests.crawls import site_crawl_command
 from tests.lease_clock import EXPIRING_LEASE_TTL, wait_until_expired
 from tests.servers import RedisServer
@@ -55,7 +55,13 @@ class ExampleSpider(Spider):
 
 def worker_crawler(redis_url: str, **overrides: Any) -> Any:
     """A crawler configured like ``scrapy crawl example -s REDIS_URL=... -s NAME=VALUE``."""
-    settings = {**FRONTIER_SETTINGS, "REDIS_URL": redis_url, "ROBOTSTXT_OBEY": True, **overrides}
+    settings = {
+        **FRONTIER_SETTINGS,
+        "EXTENSIONS": {CrawlServices: 0},
+        "REDIS_URL": redis_url,
+        "ROBOTSTXT_OBEY": True,
+        **overrides,
+    }
     return get_crawler(ExampleSpider, settings)
 
 
@@ -66,7 +72,7 @@ def workers(redis_url: str) -> Iterator[Any]:
 
     def make(**overrides: Any) -> RedisFrontier:
         crawler = worker_crawler(redis_url, **overrides)
-        frontier = frontier_for(crawler)
+        frontier = services_of(crawler).frontier
         assert isinstance(frontier, RedisFrontier)
         made.append(frontier)
         return frontier
@@ -256,7 +262,7 @@ def test_robots_txt_crawl_delay_spaces_every_workers_leases(
         robotparser=ProtegoRobotParser.from_crawler(crawler, robots_txt),
         request=Request("http://a.example/1"),
     )
-    frontier_for(crawler).close()
+    services_of(crawler).frontier.close()
     other = workers(**settings)  # learns the delay from Redis, not from its own robots.txt
     other.admit(None, pages("a.example", "1", "2"))
     held = other.lease(5)

@@ -30,9 +30,9 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
 import bloom_frontier.settings as project_settings
-from bloom_frontier.frontier import frontier_for
 from bloom_frontier.frontier.redis import RedisFrontier
 from bloom_frontier.frontier.scheduler import RedisScheduler
+from bloom_frontier.services import services_of
 from tests.engine_probe import HEARTBEAT, SLOW_ANSWER, probe
 from tests.httpserver import TestServer, html
 
@@ -97,7 +97,7 @@ class Mode:
             request = self.scheduler.next_request()
             assert request is not None
             requests.append(request)
-            frontier_for(self.crawler).admit(request, [])
+            services_of(self.crawler).frontier.admit(request, [])
         return requests
 
     def crawler_dupefilter(self) -> Any:
@@ -112,7 +112,7 @@ class Mode:
 
     def close(self) -> None:
         self.scheduler.close("finished")
-        frontier = frontier_for(self.crawler)
+        frontier = services_of(self.crawler).frontier
         if isinstance(frontier, RedisFrontier):
             frontier.close()
 

@@ -22,21 +22,21 @@ from scrapy.utils.test import get_crawler
 import bloom_frontier.settings as crawler_settings
 from bloom_frontier.middlewares.ssrf import (
     AddressBlocked,
-    ProxyWithGuard,
     SSRFGuardMiddleware,
-    SSRFPolicy,
     SSRFStartHostsMiddleware,
-    address_refusal,
-    policy_for,
 )
 from bloom_frontier.pipelines.reader import StoreReader
-from bloom_frontier.pipelines.store import store_for
+from bloom_frontier.services import services_of
+from bloom_frontier.ssrf import ProxyWithGuard, SSRFPolicy, address_refusal
 from tests.redirect_server import PRIVATE_REDIRECTS, Crawl, run_crawl, spy_hosts
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 LOOPBACK = {"127.0.0.1", "localhost"}
+#: A guarded crawler's settings: the add-on's (the guard on, the crawl services it gets its
+#: policy from, the defaults table).
+GUARDED = {"ADDONS": crawler_settings.ADDONS}
 
 
 @pytest.mark.parametrize(
@@ -112,7 +112,7 @@ def test_allowed_hosts_are_exempt_in_any_spelling() -> None:
 
 def test_middleware_refuses_before_download_and_records_the_block(tmp_path: Path) -> None:
     store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
-    crawler = get_crawler(settings_dict={"ADDONS": crawler_settings.ADDONS, "STORE_URL": store_url})
+    crawler = get_crawler(settings_dict={"STORE_URL": store_url, **GUARDED})
     crawler.stats.open_spider()  # type: ignore[union-attr]
     middleware = SSRFGuardMiddleware.from_crawler(crawler)
     request = Request("http://0xA9.0xFE.0xA9.0xFE/latest/")
@@ -120,7 +120,7 @@ def test_middleware_refuses_before_download_and_records_the_block(tmp_path: Path
         middleware.process_request(request)
     assert refused.value.reason == "metadata"
     assert middleware.process_request(Request("https://example.com/")) is None
-    store_for(crawler).close()
+    services_of(crawler).recorder.store.close()
     chains = StoreReader.from_url(store_url).chains()
     assert [(c.start_url, c.outcome, c.reason, c.hops) for c in chains] == [
         (request.url, "blocked", "metadata", ())
@@ -196,7 +196,7 @@ class OtherSpider(Spider):
 
 
 def started_crawler(spidercls: type[Spider]) -> Any:
-    crawler = get_crawler(spidercls, {"ADDONS": crawler_settings.ADDONS})
+    crawler = get_crawler(spidercls, GUARDED)
     crawler.spider = spidercls.from_crawler(crawler)
     return crawler
 
@@ -209,16 +209,20 @@ def test_exemptions_are_per_crawler_allowed_domains_and_start_hosts() -> None:
     """``allowed_domains`` and the hosts ``start()`` yields are exempt for their crawler, and
     for no other crawler of the process."""
     intranet, other = started_crawler(IntranetSpider), started_crawler(OtherSpider)
-    assert policy_for(intranet).refusal("http://10.0.0.7/") is None
-    assert policy_for(intranet).refusal("http://192.168.1.20/") == "private"  # not yet started
+    intranet_policy, other_policy = (
+        services_of(intranet).ssrf_policy,
+        services_of(other).ssrf_policy,
+    )
+    assert intranet_policy.refusal("http://10.0.0.7/") is None
+    assert intranet_policy.refusal("http://192.168.1.20/") == "private"  # not yet started
     middleware = SSRFStartHostsMiddleware.from_crawler(intranet)
     start = intranet.spider.start()
     yielded = asyncio.run(drain(middleware.process_start(start)))
     assert [request.url for request in yielded] == ["http://192.168.1.20/"]
-    assert policy_for(intranet).refusal("http://192.168.1.20/") is None
-    assert policy_for(intranet).refusal("http://10.0.0.8/") == "private"
-    assert policy_for(other).refusal("http://10.0.0.7/") == "private"
-    assert policy_for(other).refusal("http://192.168.1.20/") == "private"
+    assert intranet_policy.refusal("http://192.168.1.20/") is None
+    assert intranet_policy.refusal("http://10.0.0.8/") == "private"
+    assert other_policy.refusal("http://10.0.0.7/") == "private"
+    assert other_policy.refusal("http://192.168.1.20/") == "private"
 
 
 # --- schemes, download handlers, proxies ----------------------------------------------------
@@ -255,13 +259,13 @@ def test_allowed_schemes_setting_widens_the_list() -> None:
 
 def test_a_stored_file_request_is_refused_and_recorded(tmp_path: Path) -> None:
     store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
-    crawler = get_crawler(settings_dict={"ADDONS": crawler_settings.ADDONS, "STORE_URL": store_url})
+    crawler = get_crawler(settings_dict={"STORE_URL": store_url, **GUARDED})
     crawler.stats.open_spider()  # type: ignore[union-attr]
     middleware = SSRFGuardMiddleware.from_crawler(crawler)
     with pytest.raises(AddressBlocked) as refused:
         middleware.process_request(Request("file:///etc/passwd"))
     assert refused.value.reason == "scheme:file"
-    store_for(crawler).close()
+    services_of(crawler).recorder.store.close()
     [chain] = StoreReader.from_url(store_url).chains()
     assert (chain.outcome, chain.reason) == ("blocked", "scheme:file")
     assert crawler.stats.get_value("ssrf/blocked/scheme:file") == 1  # type: ignore[union-attr]
@@ -276,14 +280,12 @@ def test_file_data_s3_and_ftp_download_handlers_are_off() -> None:
 
 def test_a_request_through_a_proxy_is_refused_unless_proxies_are_allowed() -> None:
     proxied = Request("https://example.com/", meta={"proxy": "http://proxy.example:3128"})
-    crawler = get_crawler(settings_dict={"ADDONS": crawler_settings.ADDONS})
+    crawler = get_crawler(settings_dict=GUARDED)
     crawler.stats.open_spider()  # type: ignore[union-attr]
     with pytest.raises(AddressBlocked) as refused:
         SSRFGuardMiddleware.from_crawler(crawler).process_request(proxied)
     assert refused.value.reason == "proxy"
-    allowing = get_crawler(
-        settings_dict={"ADDONS": crawler_settings.ADDONS, "SSRF_ALLOW_PROXY": True}
-    )
+    allowing = get_crawler(settings_dict={**GUARDED, "SSRF_ALLOW_PROXY": True})
     assert SSRFGuardMiddleware.from_crawler(allowing).process_request(proxied) is None
 
 
@@ -293,10 +295,6 @@ def test_a_proxy_in_the_environment_stops_the_guarded_crawl_with_the_reason(
 ) -> None:
     monkeypatch.setenv(variable, "http://proxy.example:3128")
     with pytest.raises(ProxyWithGuard, match="SSRF_ALLOW_PROXY=True if the proxy enforces"):
-        SSRFGuardMiddleware.from_crawler(
-            get_crawler(settings_dict={"ADDONS": crawler_settings.ADDONS})
-        )
+        SSRFGuardMiddleware.from_crawler(get_crawler(settings_dict=GUARDED))
     for allowed in ({"SSRF_ALLOW_PROXY": True}, {"HTTPPROXY_ENABLED": False}):
-        SSRFGuardMiddleware.from_crawler(
-            get_crawler(settings_dict={"ADDONS": crawler_settings.ADDONS, **allowed})
-        )
+        SSRFGuardMiddleware.from_crawler(get_crawler(settings_dict={**GUARDED, **allowed}))

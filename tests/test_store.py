@@ -350,7 +350,7 @@ def test_pages_handled_during_a_commit_share_the_next_one(
 def test_a_crawls_store_touches_its_database_first_from_its_own_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # store_for runs on Twisted's loop: making the store and buffering a page must not
+    # A crawl builds its store on Twisted's loop: making the store and buffering a page must not
     # open the database there, not even to bring its schema up to date.
     thread = StepThread()
     monkeypatch.setattr(StoreWriter, "_thread", property(lambda _: thread))

@@ -23,10 +23,10 @@ import redis
 from sqlalchemy import exc as sql_errors
 
 from bloom_frontier.addon import FrontierConflict
-from bloom_frontier.middlewares.ssrf import ProxyWithGuard
 from bloom_frontier.pipelines.schema import SchemaError
 from bloom_frontier.redis_client import RedisSetupError
 from bloom_frontier.seen.joblock import JobdirBusy
+from bloom_frontier.ssrf import ProxyWithGuard
 
 if TYPE_CHECKING:
     from scrapy.commands import ScrapyCommand

@@ -23,11 +23,11 @@ from scrapy.utils.misc import load_object
 from bloom_frontier.addon import BloomFrontierAddon
 from bloom_frontier.commands._failures import fails_cleanly
 from bloom_frontier.compat import asyncio_reactor_path
-from bloom_frontier.middlewares.ssrf import check_proxy_setup
 from bloom_frontier.pipelines.database import make_engine, store_url_from
 from bloom_frontier.pipelines.schema import upgrade_schema
 from bloom_frontier.redis_client import command_client, require_bloom
 from bloom_frontier.seen.joblock import JobdirLock
+from bloom_frontier.ssrf import check_proxy_setup
 
 if TYPE_CHECKING:
     import argparse

@@ -25,9 +25,9 @@ from twisted.internet.threads import deferToThread
 
 from bloom_frontier.content.fingerprint import NORMALIZATIONS, fingerprint
 from bloom_frontier.meta import DEDUPE_KEY_META
-from bloom_frontier.middlewares.redirects import soft_404_flag
 from bloom_frontier.pipelines.records import Chain, ContentRecord, PageRecord
-from bloom_frontier.pipelines.store import store_for
+from bloom_frontier.services import services_of
+from bloom_frontier.soft404 import soft_404_flag
 
 if TYPE_CHECKING:
     from typing import Self
@@ -95,7 +95,7 @@ class ContentFingerprints:
     def _store(self, content: ContentRecord, page: PageRecord, request: Request) -> None:
         stats = self.crawler.stats
         assert stats is not None
-        store_for(self.crawler).add_fingerprint(page, content)
+        services_of(self.crawler).recorder.fingerprint(page, content)
         stats.inc_value("content/fingerprinted")
         stats.inc_value(f"content/kind/{content.kind}")
         self.crawler.signals.send_catch_log(
@@ -116,5 +116,5 @@ class ContentFingerprints:
         if not self._pending:
             return None
         waiting: Deferred[Any] = DeferredList(list(self._pending))
-        waiting.addCallback(lambda _: store_for(self.crawler).commit_all())
+        waiting.addCallback(lambda _: services_of(self.crawler).recorder.commit_all())
         return waiting

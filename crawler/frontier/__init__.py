@@ -8,13 +8,12 @@ One interface, one implementation per backend:
   queues the new requests and releases the page's lease in Redis in one atomic step (three
   crash-safe steps with a sharded filter), shared by every worker.
 
-:func:`frontier_for` gives the crawler's single instance to the dupefilter, the batching
-spider middleware and the scheduler alike.
+The crawler's single instance, shared by the dupefilter, the batching spider middleware and
+the scheduler alike, is :attr:`bloom_frontier.services.CrawlServices.frontier`.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -113,22 +112,3 @@ class Frontier(Protocol):
     def close(self) -> None:
         """Persist state and release connections."""
         ...
-
-
-_frontiers: weakref.WeakKeyDictionary[Crawler, Frontier] = weakref.WeakKeyDictionary()
-
-
-def frontier_for(crawler: Crawler) -> Frontier:
-    """The crawler's frontier, created on first use from its settings."""
-    frontier = _frontiers.get(crawler)
-    if frontier is None:
-        if crawler.settings.get("REDIS_URL"):
-            from bloom_frontier.frontier.redis import RedisFrontier
-
-            frontier = RedisFrontier.from_crawler(crawler)
-        else:
-            from bloom_frontier.frontier.memory import MemoryFrontier
-
-            frontier = MemoryFrontier.from_crawler(crawler)
-        _frontiers[crawler] = frontier
-    return frontier

@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scrapy import signals
 from scrapy.utils.job import job_dir
 
 from bloom_frontier.frontier.keys import RequestKeyer
@@ -63,7 +62,6 @@ class MemoryFrontier:
                 lock.release()
             raise
         frontier = cls(seen, keyer, older, lock)
-        crawler.signals.connect(frontier.close, signal=signals.spider_closed)
         return frontier
 
     def admit(

@@ -19,9 +19,9 @@ from twisted.internet import defer
 from twisted.internet.task import LoopingCall
 
 from bloom_frontier.compat import download_room, wake_engine
-from bloom_frontier.frontier import frontier_for
 from bloom_frontier.frontier.politeness import disable_local_delays
 from bloom_frontier.frontier.redis import REDIS_UNAVAILABLE, RedisFrontier, failure_reason
+from bloom_frontier.services import services_of
 
 if TYPE_CHECKING:
     from typing import Self
@@ -48,7 +48,7 @@ DROPPED_GRACE, DROPPED_CHECK = 5.0, 1.0
 
 
 def _redis_frontier(crawler: Crawler) -> RedisFrontier:
-    frontier = frontier_for(crawler)
+    frontier = services_of(crawler).frontier
     if not isinstance(frontier, RedisFrontier):
         raise RuntimeError("RedisScheduler needs REDIS_URL: it serves the shared frontier")
     return frontier

@@ -19,7 +19,6 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
-from bloom_frontier.frontier import frontier_for
 from bloom_frontier.frontier.politeness import HostLimits
 from bloom_frontier.frontier.redis import RedisFrontier, quarantine, state
 from bloom_frontier.frontier.redis.layout import FrontierKeys
@@ -31,6 +30,7 @@ from bloom_frontier.redis_client import text
 from bloom_frontier.seen.layers import current_seen_key
 from bloom_frontier.seen.redis import BloomInfo, bloom_info
 from bloom_frontier.seen.sharded import shard_keys
+from bloom_frontier.services import services_of
 
 if TYPE_CHECKING:
     from typing import Self
@@ -208,7 +208,7 @@ class WorkerStatusReporter:
 
     @property
     def frontier(self) -> RedisFrontier:
-        frontier = frontier_for(self.crawler)
+        frontier = services_of(self.crawler).frontier
         assert isinstance(frontier, RedisFrontier)
         return frontier
 

@@ -25,7 +25,6 @@ revocations, are shared with all.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -37,7 +36,6 @@ from bloom_frontier.canonical import InvalidURL, dedupe_key
 from bloom_frontier.content.extension import content_fingerprinted
 from bloom_frontier.content.fingerprint import OK
 from bloom_frontier.defaults import CANON_LEARN_MEMORY
-from bloom_frontier.frontier import frontier_for
 from bloom_frontier.frontier.keys import carried_key, key_host
 from bloom_frontier.learning.evidence import (
     CounterExample,
@@ -65,7 +63,7 @@ from bloom_frontier.pipelines.records import (
     ParamRule,
     now,
 )
-from bloom_frontier.pipelines.store import store_for
+from bloom_frontier.services import services_of
 
 if TYPE_CHECKING:
     from typing import Self
@@ -77,13 +75,6 @@ logger = logging.getLogger(__name__)
 
 MODES = ("off", "propose", "apply")
 
-_learners: weakref.WeakKeyDictionary[Crawler, ParamRuleLearning] = weakref.WeakKeyDictionary()
-
-
-def learning_for(crawler: Crawler) -> ParamRuleLearning | None:
-    """The crawler's learning extension, if learning is on."""
-    return _learners.get(crawler)
-
 
 def covers(scope: str, host: str, path: str) -> bool:
     """True if a learned scope (``host`` or ``host/prefix/*``) covers ``host`` and ``path``."""
@@ -94,7 +85,9 @@ def covers(scope: str, host: str, path: str) -> bool:
 
 
 class ParamRuleLearning:
-    """See the module docstring."""
+    """See the module docstring. Made by :class:`bloom_frontier.services.CrawlServices`
+    (:attr:`~bloom_frontier.services.CrawlServices.learner`), whose frontier it keys and
+    whose recorder keeps its rules."""
 
     def __init__(
         self, crawler: Crawler, mode: str, min_pairs: int, max_pages: int = CANON_LEARN_MEMORY
@@ -122,14 +115,14 @@ class ParamRuleLearning:
         )
         crawler.signals.connect(learning.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(learning.observe, signal=content_fingerprinted)
-        _learners[crawler] = learning
         return learning
 
     # --- the shared rules --------------------------------------------------------------
 
     def spider_opened(self, **_: Any) -> None:
-        """Load the rules the store knows, publish the applied ones, key with them."""
-        frontier = frontier_for(self.crawler)
+        """Load the rules recorded, publish the applied ones, key with them."""
+        services = services_of(self.crawler)
+        frontier = services.frontier
         client = getattr(frontier, "client", None)
         if client is not None:  # the shared frontier: the rules live beside it in Redis
             self.state = RedisRuleState(
@@ -138,7 +131,7 @@ class ParamRuleLearning:
                 getattr(frontier, "background", None),  # version reads off the loop
             )
             self.live.state = self.state
-        for rule in store_for(self.crawler).reader.param_rules():
+        for rule in services.recorder.param_rules():
             self.known[rule.scope, rule.param] = rule
         applied = applied_rules(self.known.values())
         if applied:
@@ -275,7 +268,7 @@ class ParamRuleLearning:
     def _record(self, rule: ParamRule, **changes: Any) -> None:
         updated = replace(rule, **changes, updated_at=now())
         self.known[rule.scope, rule.param] = updated
-        store_for(self.crawler).add_param_rule(updated)
+        services_of(self.crawler).recorder.param_rule(updated)
 
 
 def _merged(learned: Learned, more: Learned) -> Learned:

@@ -22,10 +22,9 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
 from bloom_frontier.canonical import InvalidURL, dedupe_key
-from bloom_frontier.frontier import frontier_for
 from bloom_frontier.frontier.keys import key_host
-from bloom_frontier.learning.extension import learning_for
 from bloom_frontier.meta import DEDUPE_KEY_META, LEARN_RECHECK_META
+from bloom_frontier.services import services_of
 
 if TYPE_CHECKING:
     from typing import Self
@@ -33,21 +32,24 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
+    from bloom_frontier.services import CrawlServices
+
 
 class LearnedRuleGate:
     """See the module docstring."""
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, services: CrawlServices) -> None:
         self.crawler = crawler
+        self.services = services
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         if crawler.settings.get("CANON_LEARN") == "off":
             raise NotConfigured
-        return cls(crawler)
+        return cls(crawler, services_of(crawler))
 
     def process_request(self, request: Request) -> None:
-        learning = learning_for(self.crawler)
+        learning = self.services.learner
         old = request.meta.get(DEDUPE_KEY_META)
         if (
             learning is None
@@ -70,7 +72,7 @@ class LearnedRuleGate:
         if new == old:
             return
         request.meta[DEDUPE_KEY_META] = new
-        frontier = frontier_for(self.crawler)
+        frontier = self.services.frontier
         if frontier.seen.add_many([new])[0]:  # type: ignore[attr-defined]
             return
         assert self.crawler.stats is not None

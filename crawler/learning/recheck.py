@@ -20,14 +20,16 @@ from scrapy import Request
 from scrapy.exceptions import NotConfigured
 
 from bloom_frontier.canonical import InvalidURL, dedupe_key
-from bloom_frontier.learning.extension import learning_for
 from bloom_frontier.meta import LEARN_RECHECK_META
+from bloom_frontier.services import services_of
 
 if TYPE_CHECKING:
     from typing import Self
 
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+
+    from bloom_frontier.services import CrawlServices
 
 
 #: Re-checked URLs remembered (to re-check each once); forgotten all at once when full.
@@ -42,8 +44,10 @@ def _names(key: str) -> set[str]:
 class LearnedRuleRecheck:
     """See the module docstring."""
 
-    def __init__(self, crawler: Crawler, rate: float, rng: random.Random | None = None) -> None:
-        self.crawler = crawler
+    def __init__(
+        self, services: CrawlServices, rate: float, rng: random.Random | None = None
+    ) -> None:
+        self.services = services
         self.rate = rate
         self.rng = rng or random.Random()
         self._rechecked: set[str] = set()
@@ -53,7 +57,7 @@ class LearnedRuleRecheck:
         rate = crawler.settings.getfloat("CANON_LEARN_RECHECK")
         if rate <= 0 or crawler.settings.get("CANON_LEARN") == "off":
             raise NotConfigured
-        return cls(crawler, rate)
+        return cls(services_of(crawler), rate)
 
     def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterable[Any]:
         for output in result:
@@ -84,7 +88,7 @@ class LearnedRuleRecheck:
     def sampling(self) -> bool:
         """True if :meth:`sample` may pick links now (learned rules are applied): a spider
         offering a page's links asks once per page, not once per link."""
-        learning = learning_for(self.crawler)
+        learning = self.services.learner
         return learning is not None and learning.has_applied
 
     def sample(self, url: str) -> dict[str, Any] | None:
@@ -93,7 +97,7 @@ class LearnedRuleRecheck:
         rule changed, else None. By URL, so a spider that drops seen links before building
         their requests offers them too
         (:meth:`bloom_frontier.middlewares.linkbatch.SeenLinksMiddleware.requests_for`)."""
-        learning = learning_for(self.crawler)
+        learning = self.services.learner
         if learning is None or not learning.has_applied or self.rng.random() >= self.rate:
             return None
         try:

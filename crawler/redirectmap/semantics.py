@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
-from bloom_frontier.middlewares.redirects import soft_404_flag
 from bloom_frontier.pipelines.reader import StoredChain, StoredHop
 from bloom_frontier.pipelines.records import BLOCKED, ERROR, FETCHED, LOOP, SEEN, TOO_MANY_HOPS
+from bloom_frontier.soft404 import soft_404_flag
 
 #: The end of a chain is not known: its last target was seen elsewhere and never resolved.
 UNRESOLVED = "unresolved"

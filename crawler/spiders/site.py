@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Iterator
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from lxml import etree
@@ -15,8 +15,11 @@ from scrapy.http import Response, TextResponse
 from bloom_frontier.canonical import resolve_link
 from bloom_frontier.canonical.resolve import RESOLVED_LINKS, LinkResolver
 from bloom_frontier.meta import DEDUPE_KEY_META
-from bloom_frontier.middlewares.linkbatch import early_seen_links
+from bloom_frontier.services import CrawlServices
 from bloom_frontier.shorteners import Shorteners, shorteners_from_settings
+
+if TYPE_CHECKING:
+    from bloom_frontier.services import SeenLinks
 
 #: Elements whose ``href`` is a link to follow.
 LINK_XPATH = "//a/@href | //area/@href"
@@ -146,15 +149,24 @@ class SiteSpider(Spider):
     def follow_links(self, response: TextResponse) -> Iterator[Request]:
         """Requests for the page's links that stay on the allowed hosts. Links the crawl
         has certainly seen are dropped before a ``Request`` is built for them, when the
-        crawl's :class:`~bloom_frontier.middlewares.linkbatch.SeenLinksMiddleware` allows
-        (:func:`~bloom_frontier.middlewares.linkbatch.early_seen_links`): they are counted the
+        crawl's seen-links middleware allows
+        (:attr:`~bloom_frontier.services.CrawlServices.seen_links`): they are counted the
         same."""
         urls = self.followed_urls(response)
-        early = early_seen_links(self.crawler)
+        early = self._seen_links()
         if early is None:
             yield from map(self.request_for, urls)
         else:
             yield from early.requests_for(urls, self.request_for)
+
+    def _seen_links(self) -> SeenLinks | None:
+        """What the crawl's services offer to drop seen links early (None without them, or
+        before the crawler has its extensions)."""
+        try:
+            services = self.crawler.get_extension(CrawlServices)
+        except RuntimeError:
+            return None
+        return services.seen_links if services is not None else None
 
     def request_for(self, url: str) -> Request:
         """The request for a link the spider follows. A GET for ``url``, not

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
-from scrapy import signals
 from twisted.internet.defer import Deferred, maybeDeferred
 
 from bloom_frontier import defaults
@@ -307,7 +306,6 @@ class RedisFrontier:
             crawler.settings, crawler.spidercls.name, crawler.stats, crawler.spider
         )
         frontier.keyer.for_crawler(crawler)
-        crawler.signals.connect(frontier.close, signal=signals.spider_closed)
         return frontier
 
     # --- admission -------------------------------------------------------------------
