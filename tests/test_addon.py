@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import pkgutil
-import re
 import subprocess
 import sys
 from collections import Counter
@@ -24,26 +23,11 @@ from scrapy.settings import Settings
 import bloom_frontier.commands
 from bloom_frontier.entry_points import LazyCommand
 from tests.httpserver import TestServer, html, redirect
+from tests.user_project import adopt
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRAPY = [sys.executable, "-m", "scrapy.cmdline"]
 ADDONS = {"bloom_frontier.Addon": 0}
-SPIDER = """
-import os
-
-from scrapy.linkextractors import LinkExtractor
-from scrapy.spiders import CrawlSpider, Rule
-
-
-class UserSpider(CrawlSpider):
-    name = "user"
-    allowed_domains = ["127.0.0.1"]
-    start_urls = [os.environ["SITE_URL"] + "/"]
-    rules = (Rule(LinkExtractor(), callback="parse_item", follow=True),)
-
-    def parse_item(self, response):
-        yield {"url": response.url}
-"""
 #: A scheduler and a dupefilter of the project's own (not enabled unless a test says so).
 OWN_COMPONENTS = """
 from scrapy.core.scheduler import BaseScheduler
@@ -87,12 +71,6 @@ SITE = {
 DOCUMENTS = {"/", "/end", "/chain/1", "/chain/2", *(f"/p/{n}" for n in range(PAGES))}
 
 
-def readme_addons_line() -> str:
-    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-    (line,) = [line for line in lines if line.startswith("ADDONS = {")]
-    return line
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``scrapy startproject plain``, its spider (and a module of components for the
@@ -100,15 +78,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("project")
     subprocess.run([*SCRAPY, "startproject", "plain"], cwd=where, check=True, capture_output=True)
     project = where / "plain"
-    (project / "plain" / "spiders" / "user.py").write_text(SPIDER, encoding="utf-8")
     (project / "plain" / "own.py").write_text(OWN_COMPONENTS, encoding="utf-8")
-    settings = project / "plain" / "settings.py"
-    text = settings.read_text(encoding="utf-8")
-    assert re.search(r"^ADDONS = \{\}$", text, re.MULTILINE)
-    settings.write_text(
-        re.sub(r"^ADDONS = \{\}$", readme_addons_line(), text, flags=re.MULTILINE),
-        encoding="utf-8",
-    )
+    adopt(project, "user", fast=False)
     return project
 
 

@@ -25,6 +25,7 @@ import redis
 from bloom_frontier.pipelines.reader import StoreReader
 from tests.httpserver import Page, TestServer, html, redirect
 from tests.sitegen import LinkGraph
+from tests.user_project import adopt
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRAPY = [sys.executable, "-m", "scrapy.cmdline"]
@@ -32,48 +33,12 @@ PAGES = 40
 #: Pages ``/p/<i>`` with ``i`` a multiple of this carry a ``rel=canonical`` to themselves.
 CANONICAL_EVERY = 4
 
-SPIDER = """
-import os
-
-from scrapy.linkextractors import LinkExtractor
-from scrapy.spiders import CrawlSpider, Rule
-
-
-class SiteSpider(CrawlSpider):
-    name = "mysite"
-    allowed_domains = ["127.0.0.1"]
-    start_urls = [os.environ["SITE_URL"]]
-    rules = (Rule(LinkExtractor(), callback="parse_item", follow=True),)
-
-    def parse_item(self, response):
-        yield {"url": response.url, "status": response.status}
-"""
-
-
-def readme_addons_line() -> str:
-    """The line the README tells a user to add."""
-    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-    found = [line for line in lines if line.startswith("ADDONS = {")]
-    assert len(found) == 1, found
-    return found[0]
-
 
 def make_project(tmp: Path) -> Path:
-    """``scrapy startproject myproject`` with the spider and the README's one line."""
+    """``scrapy startproject myproject`` with the user's spider and the README's one line."""
     subprocess.run([*SCRAPY, "startproject", "myproject"], cwd=tmp, check=True, capture_output=True)
-    project = tmp / "myproject"
-    (project / "myproject" / "spiders" / "site.py").write_text(SPIDER, encoding="utf-8")
-    settings_file = project / "myproject" / "settings.py"
-    settings = settings_file.read_text(encoding="utf-8")
-    for template, ours in [
-        ("ADDONS = {}", readme_addons_line()),
-        ("DOWNLOAD_DELAY = 1", "DOWNLOAD_DELAY = 0"),
-        ("CONCURRENT_REQUESTS_PER_DOMAIN = 1", "CONCURRENT_REQUESTS_PER_DOMAIN = 8"),
-    ]:
-        assert re.search(rf"^{re.escape(template)}$", settings, re.MULTILINE), template
-        settings = re.sub(rf"^{re.escape(template)}$", ours, settings, flags=re.MULTILINE)
-    settings_file.write_text(settings, encoding="utf-8")
-    return project
+    adopt(tmp / "myproject", "mysite")
+    return tmp / "myproject"
 
 
 def site(port: int) -> dict[str, object]:

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.httpserver import TestServer, html, redirect
+from tests.user_project import adopt
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
@@ -79,22 +80,6 @@ class CountingDownloaderMiddleware:
             file.write(response.url + "\\n")
         return response
 '''
-USER_SPIDER = """
-import os
-
-from scrapy.linkextractors import LinkExtractor
-from scrapy.spiders import CrawlSpider, Rule
-
-
-class MineSpider(CrawlSpider):
-    name = "mine"
-    allowed_domains = ["127.0.0.1"]
-    start_urls = [os.environ["SITE_URL"] + "/"]
-    rules = (Rule(LinkExtractor(), callback="parse_item", follow=True),)
-
-    def parse_item(self, response):
-        yield {"url": response.url, "status": response.status}
-"""
 #: Appended to the template's settings.py: the user's components, enabled.
 USER_SETTINGS = """
 ITEM_PIPELINES = {"pipelines.MarkerPipeline": 300}
@@ -118,14 +103,6 @@ SITE = {
     "/*": lambda path: PAGES_BY_PATH.get(path.partition("?")[0]),
 }
 DOCUMENTS = {"/", "/old", *(f"/p/{n}" for n in range(PAGES))}
-
-
-def readme_addons_line() -> str:
-    """The line the README tells a user to add to their settings."""
-    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-    found = [line for line in lines if line.startswith("ADDONS = {")]
-    assert len(found) == 1, found
-    return found[0]
 
 
 def source_files() -> dict[str, Path]:
@@ -285,17 +262,7 @@ def make_project(installed: Installed, where: Path) -> Path:
     project = where / "crawler"
     (project / "pipelines.py").write_text(USER_PIPELINES, encoding="utf-8")
     (project / "middlewares.py").write_text(USER_MIDDLEWARES, encoding="utf-8")
-    (project / "crawler" / "spiders" / "mine.py").write_text(USER_SPIDER, encoding="utf-8")
-    settings_file = project / "crawler" / "settings.py"
-    settings = settings_file.read_text(encoding="utf-8")
-    for template, ours in [
-        ("ADDONS = {}", readme_addons_line()),
-        ("DOWNLOAD_DELAY = 1", "DOWNLOAD_DELAY = 0"),
-        ("CONCURRENT_REQUESTS_PER_DOMAIN = 1", "CONCURRENT_REQUESTS_PER_DOMAIN = 8"),
-    ]:
-        assert re.search(rf"^{re.escape(template)}$", settings, re.MULTILINE), template
-        settings = re.sub(rf"^{re.escape(template)}$", ours, settings, flags=re.MULTILINE)
-    settings_file.write_text(settings + USER_SETTINGS, encoding="utf-8")
+    adopt(project, "mine", extra=USER_SETTINGS)
     return project
 
 
