@@ -36,10 +36,9 @@ from tests.stalls import EXTENSIONS, longest_stall_ms
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Project settings a worker's frontier reads; the tests override some of them.
+#: The defaults table (the add-on's), and the project's own politeness settings.
 FRONTIER_SETTINGS = {
-    name: getattr(project_defaults, name)
-    for name in dir(project_defaults)
-    if name.startswith(("FRONTIER_", "SEEN_FILTER_"))
+    name: getattr(project_defaults, name) for name in dir(project_defaults) if name.isupper()
 } | {
     name: getattr(project_settings, name)
     for name in ("CONCURRENT_REQUESTS_PER_DOMAIN", "USER_AGENT")
