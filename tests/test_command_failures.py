@@ -190,3 +190,24 @@ def test_a_store_written_by_a_newer_version(
     args = ["crawl", "site", "-a", "start_url=https://e.com/"] if command == "crawl" else [command]
     outcome = run(*args, "-s", f"STORE_URL=sqlite:///{store}")
     fails_cleanly(outcome, "9999_from_the_future", "newer bloom-frontier")
+
+
+def test_frontier_status_against_a_redis_without_bloom(fails_cleanly: Check) -> None:
+    with RedisServer(bloom=False) as server:
+        outcome = run("frontier", "site", REDIS_URL=server.url)
+    fails_cleanly(outcome, "no Bloom module", "--loadmodule")
+
+
+@pytest.mark.parametrize("near", ["1.5", "0", "-0.2", "nan", "close"])
+def test_same_content_near_out_of_range(near: str, tmp_path: Path) -> None:
+    outcome = run("same-content", "--near", near, STORE_URL=f"sqlite:///{tmp_path / 's.sqlite'}")
+    assert outcome.code == 2
+    assert "Traceback" not in outcome.stderr
+    assert f"argument --near: {near!r} is not a similarity above 0 and at most 1" in outcome.stderr
+
+
+def test_canon_of_something_that_is_not_a_url() -> None:
+    outcome = run("canon", "not a url")
+    assert outcome.code == 1
+    expected = ["error: not-absolute: 'not a url' (no scheme)"]
+    assert outcome.stderr.splitlines() == expected, outcome.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
 from pathlib import Path
 
 from bloom_frontier.canonical import dedupe_key
@@ -20,7 +21,7 @@ from bloom_frontier.pipelines.records import (
 )
 from bloom_frontier.pipelines.writer import StoreWriter
 from tests.record_builders import A, B, C, chain, hop
-from tests.redirect_server import command_rows, scrapy
+from tests.redirect_server import ROOT, SCRAPY, command_rows, scrapy
 
 
 def write(store_url: str, *chains: Chain) -> None:
@@ -230,3 +231,27 @@ def test_commands_refuse_a_missing_store(tmp_path: Path) -> None:
         assert result.returncode != 0
         assert "no record store" in result.stderr
     assert not (tmp_path / "none.sqlite").exists()
+
+
+def test_an_export_whose_reader_goes_away_ends_with_one_line(sqlite_url: str) -> None:
+    """``scrapy redirects | head``: the reader closes the pipe; the command says so in one
+    line and exits non-zero, without a traceback."""
+    write(sqlite_url, *(chain(str(i), FETCHED, hop(f"{A}{i}", C, 301)) for i in range(50)))
+    store = StoreWriter.from_url(sqlite_url)
+    store.add_hints([CanonicalHint(B, None, "link-element", "/b", B, dedupe_key(B), True, "self")])
+    store.close()
+    for command in (["redirects", "--format", "csv"], ["canonicals", "--format", "jsonl"]):
+        reader_gone = subprocess.Popen(
+            [*SCRAPY, *command, "-s", f"STORE_URL={sqlite_url}"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert reader_gone.stdout is not None
+        reader_gone.stdout.close()  # as `head` does once it has its lines
+        _, stderr = reader_gone.communicate(timeout=120)
+        assert stderr.splitlines() == [
+            "error: the output was closed before the command finished"
+        ], command
+        assert reader_gone.returncode == 2

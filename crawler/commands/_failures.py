@@ -14,6 +14,7 @@ as a command named after its module.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -96,6 +97,18 @@ def explain(error: BaseException) -> str | None:
     return None
 
 
+def output_closed(command: ScrapyCommand) -> None:
+    """The reader of the command's output went away (``| head``): say so in one line.
+
+    What is still buffered for stdout is dropped (stdout now writes to ``os.devnull``, as
+    Python's documentation advises for SIGPIPE), so the exit itself raises nothing more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    print("error: the output was closed before the command finished", file=sys.stderr)
+    command.exitcode = EXIT_FAILED
+
+
 def report(command: ScrapyCommand, error: BaseException) -> None:
     """Print ``error``'s line on stderr and set the command's exit status."""
     line = explain(error) or _first_line(error)
@@ -110,6 +123,9 @@ def fails_cleanly(run: Run) -> Run:
     def wrapper(command: ScrapyCommand, *args: Any, **kwargs: Any) -> None:
         try:
             run(command, *args, **kwargs)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        except BrokenPipeError:
+            output_closed(command)
         except Exception as error:
             if explain(error) is None:
                 raise

@@ -3,7 +3,8 @@
 For every URL: the fetch URL (``resolve_link`` of the URL against itself: what the crawler
 would request), the stage-1 form, the provider identity, the key, and the rules that fired,
 under the project's rules (``CANON_HOST_RULES`` included). ``--json`` prints one JSON object
-per URL instead. Exits with status 1 if any URL was invalid (its reason is printed).
+per URL instead. Each invalid URL also gets an ``error:`` line on stderr, and the command
+then exits with status 1.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from scrapy.exceptions import UsageError
 
 from bloom_frontier.canonical import InvalidURL, explain, resolve_link
 from bloom_frontier.canonical.rules import RuleSet, rules_from_settings
+from bloom_frontier.commands._failures import fails_cleanly
 
 
 def describe(url: str, rules: RuleSet) -> dict[str, Any]:
@@ -85,6 +87,7 @@ class Command(ScrapyCommand):
             "--json", action="store_true", help="one JSON object per URL, for machines"
         )
 
+    @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if not args:
             raise UsageError("give at least one URL")
@@ -101,5 +104,8 @@ class Command(ScrapyCommand):
                 print(json.dumps(report, ensure_ascii=False))
         else:
             print("\n\n".join(as_text(report) for report in reports))
-        if any(report["error"] is not None for report in reports):
+        invalid = [report for report in reports if report["error"] is not None]
+        for report in invalid:
+            print(f"error: {report['error']['message']}", file=sys.stderr)
+        if invalid:
             self.exitcode = 1

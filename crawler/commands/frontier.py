@@ -25,7 +25,7 @@ from bloom_frontier.frontier.redis.layout import FrontierKeys
 from bloom_frontier.frontier.redis.partitions import partition_keys
 from bloom_frontier.frontier.reset import CrawlStillRunning, crawl_keys, reset_crawl
 from bloom_frontier.frontier.status import read_status
-from bloom_frontier.redis_client import Client, command_client
+from bloom_frontier.redis_client import Client, command_client, require_bloom
 
 #: ANSI: cursor home, clear screen - --watch redraws in place.
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -103,6 +103,7 @@ class Command(ScrapyCommand):
             if opts.quarantine or opts.requeue_quarantined or opts.drop_quarantined:
                 self.quarantine(client, FrontierKeys.for_prefix(prefix), opts)
                 return
+            require_bloom(client, f"{prefix}:bloom-probe")  # the status reads BF.INFO
             while True:
                 status = read_status(client, prefix, error_rate, limits)
                 if opts.json:

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, TextIO
 from datasketch import MinHashLSH
 from scrapy.commands import ScrapyCommand
 
+from bloom_frontier.commands._failures import fails_cleanly
 from bloom_frontier.commands._records import add_format_option, reading_store
 from bloom_frontier.content.fingerprint import (
     NEAR_DUPLICATE,
@@ -125,6 +126,21 @@ def write_text(found: list[dict[str, Any]], out: TextIO) -> None:
         out.writelines(f"  {url}\n" for url in group["urls"])
 
 
+def near_option(text: str) -> float:
+    """``--near``'s value: a MinHash similarity, above 0 and at most 1.
+
+    >>> near_option("0.8")
+    0.8
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a similarity above 0 and at most 1")
+    return value
+
+
 class Command(ScrapyCommand):
     requires_project = True
     requires_crawler_process = False
@@ -141,7 +157,7 @@ class Command(ScrapyCommand):
         add_format_option(parser, ("text", "jsonl"))
         parser.add_argument(
             "--near",
-            type=float,
+            type=near_option,
             default=NEAR_DUPLICATE,
             help=f"MinHash similarity for near-equal content (default {NEAR_DUPLICATE})",
         )
@@ -150,6 +166,7 @@ class Command(ScrapyCommand):
             "--all-kinds", action="store_true", help="include errors, empty pages, soft-404s"
         )
 
+    @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         with reading_store(self.settings) as store:
