@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 URL ?= https://example.com/
+# Handed to the recipe through the environment, so that no character of it (&, ;, quotes,
+# spaces) is read by the shell.
+export URL
 # The oldest Scrapy pyproject.toml accepts, and a second virtualenv that has exactly it.
 SCRAPY_MIN := $(shell sed -n 's/^ *"scrapy>=\([0-9.]*\)".*/\1/p' pyproject.toml)
 MIN_BIN := .venv-scrapy-min/bin
@@ -28,7 +31,7 @@ $(MIN_BIN)/.installed: pyproject.toml
 venv: $(BIN)/.installed
 
 crawl: $(BIN)/.installed
-	$(BIN)/scrapy crawl site -a start_url=$(URL)
+	$(BIN)/scrapy crawl site -a start_url="$$URL"
 
 test: $(BIN)/.installed
 	$(BIN)/python -m tests.services ensure
