@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
+from scrapy.utils.project import inside_project
 
 from bloom_frontier.defaults import with_defaults
 
@@ -65,6 +66,17 @@ class LazyCommand:
     def unavailable(self, error: ImportError) -> ScrapyCommand:
         """What stands for the command when its module cannot be imported."""
         return Unavailable(self.target, error)
+
+    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        """Outside a project, a project-only command stops here, as Scrapy's own do: one
+        usage error, before Scrapy builds a crawler process (and starts logging)."""
+        command = self._load()
+        if command.requires_project and not inside_project():
+            raise UsageError(
+                "this command works only inside a Scrapy project (a folder with scrapy.cfg)",
+                print_help=False,
+            )
+        command.process_options(args, opts)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._load(), name)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -211,3 +213,23 @@ def test_canon_of_something_that_is_not_a_url() -> None:
     assert outcome.code == 1
     expected = ["error: not-absolute: 'not a url' (no scheme)"]
     assert outcome.stderr.splitlines() == expected, outcome.stderr
+
+
+@pytest.mark.parametrize("command", [["crawl", "site"], ["redirects"], ["seed", "site", "x"]])
+def test_project_commands_outside_a_project(command: list[str], tmp_path: Path) -> None:
+    """As Scrapy's own project-only commands: one usage error, no crawler process, no log."""
+    environment = {k: v for k, v in os.environ.items() if k != "SCRAPY_SETTINGS_MODULE"}
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("scrapy")), *command],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        "scrapy: error: this command works only inside a Scrapy project (a folder with scrapy.cfg)"
+    )
+    assert " INFO: " not in done.stderr and " DEBUG: " not in done.stderr, done.stderr
