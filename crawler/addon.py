@@ -29,7 +29,10 @@ it must call ``SSRFGuardResolver`` itself (see README, "Use it in your own Scrap
 
 A project setting that would defeat the frontier (its own ``SCHEDULER`` or
 ``DUPEFILTER_CLASS``, Scrapy's redirect middlewares enabled again) stops the crawl before it
-starts with :class:`FrontierConflict`, whose message names the setting.
+starts with :class:`FrontierConflict`, whose message names the setting. So does, under
+``scrapy crawl`` (:func:`check_fingerprinter`, which needs the crawler), a
+``REQUEST_FINGERPRINTER_CLASS`` that tells apart requests for the same URL: the frontier
+keys requests on their URL (and a non-GET's method and body), so it would merge them.
 
 New components register here: add them to the tables below, with the order and why.
 """
@@ -39,6 +42,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from scrapy import Request
+from scrapy.http import Headers
 from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import load_object
 
@@ -47,6 +52,7 @@ from bloom_frontier.shorteners import shorteners_from_settings
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings, Settings
+    from scrapy.utils.request import RequestFingerprinterProtocol
 
 logger = logging.getLogger(__name__)
 
@@ -289,6 +295,78 @@ def conflicts(settings: BaseSettings, shared: bool) -> list[str]:
                 "every hop"
             )
     return problems
+
+
+#: What :func:`check_fingerprinter` varies on one request: each would give a request the
+#: frontier keys like the plain one.
+_FINGERPRINT_PROBES: dict[str, dict[str, object]] = {
+    **{
+        f"its {name} header": {"headers": {name: "bloom-frontier-probe"}}
+        for name in (
+            "Accept",
+            "Accept-Language",
+            "Accept-Encoding",
+            "Authorization",
+            "Cookie",
+            "Referer",
+            "User-Agent",
+            "X-Requested-With",
+            "X-Bloom-Frontier-Probe",
+        )
+    },
+    "its cookies": {"cookies": {"bloom-frontier-probe": "1"}},
+    "its meta": {"meta": {"bloom_frontier_probe": 1}},
+}
+_PROBE_URL = "https://bloom-frontier.invalid/probe?q=1"
+_PROBE_VALUE = b"bloom-frontier-probe"
+
+
+class _EveryHeader(Headers):
+    """Headers that hold every name, with one value: a fingerprinter that reads a header
+    (by any name: Scrapy's ``include_headers``, say) reads it here."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: object) -> bytes:
+        return _PROBE_VALUE
+
+    def get(self, key: object, def_val: object = None) -> bytes:
+        return _PROBE_VALUE
+
+    def getlist(self, key: object, def_val: object = None) -> list[bytes]:
+        return [_PROBE_VALUE]
+
+
+def _with_every_header() -> Request:
+    request = Request(_PROBE_URL)
+    request.headers = _EveryHeader()
+    return request
+
+
+def check_fingerprinter(fingerprinter: RequestFingerprinterProtocol, path: object) -> None:
+    """:class:`FrontierConflict` if ``fingerprinter`` (the crawl's, built from
+    ``REQUEST_FINGERPRINTER_CLASS`` = ``path``) tells apart two requests for the same URL
+    that differ only in a header, cookies or meta: the frontier would merge what the project
+    means as two requests, without a word."""
+    plain = fingerprinter.fingerprint(Request(_PROBE_URL))
+    told_apart = [
+        what
+        for what, change in _FINGERPRINT_PROBES.items()
+        if fingerprinter.fingerprint(Request(_PROBE_URL, **change)) != plain  # type: ignore[arg-type]
+    ]
+    if not told_apart and fingerprinter.fingerprint(_with_every_header()) != plain:
+        told_apart.append("a header")
+    if told_apart:
+        raise FrontierConflict(
+            conflict_message(
+                [
+                    f"REQUEST_FINGERPRINTER_CLASS = {path!r} tells apart requests for the same "
+                    f"URL by {', '.join(told_apart)}; the frontier deduplicates on URL keys "
+                    "(and the method and body of non-GET requests), so it would merge them"
+                ]
+            )
+        )
 
 
 def conflict_message(problems: list[str]) -> str:

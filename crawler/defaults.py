@@ -168,8 +168,9 @@ STORE_FLUSH_INTERVAL = 5.0
 
 # --- Redirects ---------------------------------------------------------------------------
 # Hops per redirect chain: the hop that reaches the cap is recorded, its target not fetched
-# (the chain ends as "too-many-hops"). Replaces Scrapy's REDIRECT_MAX_TIMES (its
-# RedirectMiddleware is replaced by bloom_frontier.middlewares.redirects.RedirectChainMiddleware).
+# (the chain ends as "too-many-hops"). Scrapy's REDIRECT_MAX_TIMES, when the project sets it,
+# keeps its meaning (redirects followed): the cap is then at most REDIRECT_MAX_TIMES + 1 hops
+# (bloom_frontier.middlewares.redirects.hop_cap; Scrapy's RedirectMiddleware is replaced).
 REDIRECT_MAX_HOPS = 10
 
 # --- SSRF guard --------------------------------------------------------------------------

@@ -16,7 +16,9 @@ Each hop (source, status, ``Location`` as sent, the target resolved with
   with the same key as its source (``http`` -> ``https``, a tracking parameter stripped) is
   followed without that check;
 * ``loop``: the target has the key of an earlier URL of the chain (or is that very URL);
-* ``too-many-hops``: ``REDIRECT_MAX_HOPS`` hops recorded, the last target is not fetched;
+* ``too-many-hops``: the hop cap reached (:func:`hop_cap`: ``REDIRECT_MAX_HOPS`` hops
+  recorded, or ``REDIRECT_MAX_TIMES`` redirects followed when the project sets it, as
+  Scrapy's ``RedirectMiddleware`` counts them); the last target is not fetched;
 * ``blocked``: the SSRF guard refused the target;
 * ``error``: a junk ``Location``, a target that cannot be keyed, or a failed download
   (recorded by :class:`ChainFailureMiddleware`).
@@ -40,6 +42,7 @@ from scrapy.downloadermiddlewares.redirect import BaseRedirectMiddleware, Redire
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import HtmlResponse
 from scrapy.http.request import NO_CALLBACK
+from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.response import get_meta_refresh
 
@@ -88,6 +91,22 @@ REFRESH_HEADER = re.compile(
 )
 
 
+def hop_cap(settings: BaseSettings) -> int:
+    """Hops a chain may record: ``REDIRECT_MAX_HOPS``, or fewer when the project sets
+    Scrapy's ``REDIRECT_MAX_TIMES`` (redirects followed: the hop after the last one followed
+    is recorded, so ``REDIRECT_MAX_TIMES + 1`` hops). Scrapy's own default of the latter
+    (20) leaves ``REDIRECT_MAX_HOPS`` alone.
+
+    >>> from scrapy.settings import Settings
+    >>> hop_cap(Settings({"REDIRECT_MAX_HOPS": 10, "REDIRECT_MAX_TIMES": 1}))
+    2
+    """
+    hops = settings.getint("REDIRECT_MAX_HOPS")
+    if (settings.getpriority("REDIRECT_MAX_TIMES") or 0) > SETTINGS_PRIORITIES["default"]:
+        return min(hops, settings.getint("REDIRECT_MAX_TIMES") + 1)
+    return hops
+
+
 def key_or_error(
     url: str, rules: RuleSet = DEFAULT_RULES, request: Request | None = None
 ) -> tuple[str | None, str | None]:
@@ -114,7 +133,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
 
     def __init__(self, settings: BaseSettings) -> None:
         super().__init__(settings)
-        self.max_hops = settings.getint("REDIRECT_MAX_HOPS")
+        self.max_hops = hop_cap(settings)
         # The frontier's rules (CANON_HOST_RULES included): loops and "seen" use its keys.
         self.rules = rules_from_settings(settings)
         self.follow_refresh = settings.getbool("METAREFRESH_ENABLED")
@@ -272,11 +291,12 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         change for 303 and POST redirects, cookie, authorization and proxy handling,
         Referer) through its public ``process_response``, from the response as if it had
         redirected to ``target`` (a refresh as a 303: Scrapy follows refreshes with GET).
-        None when Scrapy would not follow it (e.g. ``REDIRECT_MAX_TIMES``)."""
+        None when Scrapy would not follow it (its hop counters are left out: the chain's
+        cap, :func:`hop_cap`, applies)."""
         status = announcement.status if announcement.via == VIA_LOCATION else 303
         headers = response.headers.copy()
         headers["Location"] = target
-        # Without the hop counters: the chain's own cap (REDIRECT_MAX_HOPS) applies.
+        # Without the hop counters: the chain's own cap (hop_cap) applies.
         meta = {
             k: v for k, v in request.meta.items() if k not in ("redirect_times", "redirect_ttl")
         }

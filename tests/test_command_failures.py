@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.httpserver import TestServer, html
 from tests.redirect_server import scrapy
 from tests.servers import RedisServer, free_port
 
@@ -233,3 +234,57 @@ def test_project_commands_outside_a_project(command: list[str], tmp_path: Path) 
         "scrapy: error: this command works only inside a Scrapy project (a folder with scrapy.cfg)"
     )
     assert " INFO: " not in done.stderr and " DEBUG: " not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ([], "start_url is required"),
+        (["-a", "start_url=notaurl"], "start_url='notaurl' is not an absolute http:// or https://"),
+        (["-a", "start_url=ftp://e.com/"], "is not an absolute http:// or https:// URL"),
+    ],
+)
+def test_crawl_site_without_a_usable_start_url(
+    arguments: list[str], problem: str, tmp_path: Path, fails_cleanly: Check
+) -> None:
+    store = tmp_path / "store.sqlite"
+    outcome = run("crawl", "site", *arguments, "-s", f"STORE_URL=sqlite:///{store}")
+    fails_cleanly(outcome, "spider argument: ", problem, "-a start_url=https://example.com/")
+    assert not store.exists()  # refused before anything was opened
+
+
+@pytest.mark.parametrize("change", ["CANON_HOST_RULES", "rules version"])
+def test_resuming_a_jobdir_under_other_rules(
+    change: str, tmp_path: Path, fails_cleanly: Check
+) -> None:
+    """The refusal alone: before, Scrapy's ``RuntimeError: Engine slot not assigned``
+    followed it (the scheduler failed to build while the engine was opening the spider)."""
+    jobdir = tmp_path / "job"
+    with TestServer({"/": html("/p?sid=1"), "/p?sid=1": html()}) as server:
+        options = ["-a", f"start_url={server.url}/", "-s", f"JOBDIR={jobdir}"]
+        options += ["-s", f"STORE_URL=sqlite:///{tmp_path / 'store.sqlite'}"]
+        first = run("crawl", "site", *options)
+        assert first.code == 0, first.stderr[-3000:]
+        hits = len(server.paths())
+        if change == "CANON_HOST_RULES":
+            options += ["-s", 'CANON_HOST_RULES={"127.0.0.1": {"strip": ["sid"]}}']
+        else:  # a filter filled by an older version of the built-in rules
+            rules = jobdir / "seen" / "rules.json"
+            rules.write_text(rules.read_text().replace('"version": "r', '"version": "r0'))
+        outcome = run("crawl", "site", *options)
+        assert len(server.paths()) == hits  # nothing fetched
+    fails_cleanly(outcome, "the seen filter at", "was filled under rules", "rebuild-filter")
+
+
+def test_a_shared_crawl_under_other_rules_than_its_filter(
+    redis_url: str, fails_cleanly: Check
+) -> None:
+    """The seed recorded the crawl's rules beside its filter; a worker with other rules
+    refuses to start, in one line."""
+    seeded = run("seed", "site", "https://e.com/", "-s", f"REDIS_URL={redis_url}")
+    assert seeded.code == 0, seeded.stderr
+    rules = 'CANON_HOST_RULES={"e.com": {"strip": ["sid"]}}'
+    outcome = run(
+        "crawl", "site", "-a", "start_url=https://e.com/", "-s", rules, REDIS_URL=redis_url
+    )
+    fails_cleanly(outcome, "the seen filter at", "was filled under rules", "rebuild-filter")

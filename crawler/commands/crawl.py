@@ -5,28 +5,46 @@ gets these checks too; a project without the add-on gets Scrapy's command unchan
 
 A crawl that cannot work (unknown spider, Redis down or refusing the password, a
 ``REDIS_URL`` or ``STORE_URL`` that is not one, a proxy the SSRF guard cannot vouch for, a
-``JOBDIR`` another crawl or a ``rebuild-filter`` is using)
+``JOBDIR`` another crawl or a ``rebuild-filter`` is using, a seen filter (``JOBDIR`` or Redis)
+filled under other rules, a spider argument the spider refuses, a ``REQUEST_FINGERPRINTER_CLASS``
+that tells apart requests the frontier would merge)
 stops before the engine starts, with one line saying what is wrong and what to do
 (:mod:`bloom_frontier.commands._failures`), instead of a traceback from inside the running engine.
+
+A spider checks its ``-a`` arguments here when it has a ``check_arguments(**arguments)``
+class method raising :class:`~bloom_frontier.spiders.site.SpiderArgumentError` (as the
+``site`` spider does).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from scrapy import Spider
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
-from scrapy.crawler import AsyncCrawlerProcess, CrawlerProcess
+from scrapy.crawler import AsyncCrawlerProcess, Crawler, CrawlerProcess
 from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.job import job_dir
-from scrapy.utils.misc import load_object
+from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.request import RequestFingerprinter
 
-from bloom_frontier.addon import BloomFrontierAddon
-from bloom_frontier.commands._failures import fails_cleanly
+from bloom_frontier.addon import BloomFrontierAddon, check_fingerprinter
+from bloom_frontier.canonical.rules import rules_from_settings
+from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
 from bloom_frontier.compat import asyncio_reactor_path
 from bloom_frontier.pipelines.database import make_engine, store_url_from
 from bloom_frontier.pipelines.schema import upgrade_schema
 from bloom_frontier.redis_client import command_client, require_bloom
 from bloom_frontier.seen.joblock import JobdirLock
+from bloom_frontier.seen.layers import (
+    RulesMismatch,
+    check_rules,
+    read_manifest,
+    read_rules_file,
+    settings_rules_record,
+)
+from bloom_frontier.spiders.site import SpiderArgumentError
 from bloom_frontier.ssrf import check_proxy_setup
 
 if TYPE_CHECKING:
@@ -35,25 +53,71 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings, Settings
 
 
-def check_crawl_setup(settings: BaseSettings, spider_name: str) -> None:
-    """Raise the error a user can fix if the crawl of ``spider_name`` cannot work; each
-    server is given the command timeouts, so this takes seconds when one does not answer.
-    ``settings`` are the project's: the add-on's are applied to a copy first (its
-    :class:`~bloom_frontier.addon.FrontierConflict` when a setting defeats the frontier)."""
-    get_spider_loader(settings).load(spider_name)
+def check_spider_arguments(spidercls: type[Spider], arguments: dict[str, Any]) -> None:
+    """:class:`CommandFailed` when the spider's ``check_arguments`` refuses ``arguments``
+    (its ``-a`` options)."""
+    check = getattr(spidercls, "check_arguments", None)
+    if check is None:
+        return
+    try:
+        check(**arguments)
+    except SpiderArgumentError as error:
+        raise CommandFailed(f"spider argument: {error}") from None
+
+
+def refuse_other_rules(settings: BaseSettings, recorded: dict[str, Any] | None, where: str) -> None:
+    """:class:`CommandFailed` when the seen filter at ``where`` was filled under other rules
+    (``recorded``; None: a first start, the crawl records its own) than the crawl's. Refused
+    later, while Scrapy builds the scheduler, the refusal is followed by Scrapy's own
+    ``RuntimeError: Engine slot not assigned``: the engine closes a spider it had not
+    finished opening."""
+    if recorded is None:
+        return
+    record = settings_rules_record(settings, rules_from_settings(settings))
+    try:
+        check_rules(recorded, record, where)
+    except RulesMismatch as error:
+        raise CommandFailed(str(error)) from None
+
+
+def check_request_fingerprinter(settings: BaseSettings, spidercls: type[Spider]) -> None:
+    """:class:`~bloom_frontier.addon.FrontierConflict` when the project's
+    ``REQUEST_FINGERPRINTER_CLASS`` tells apart requests the frontier would merge
+    (:func:`~bloom_frontier.addon.check_fingerprinter`); Scrapy's own is not built."""
+    path = settings["REQUEST_FINGERPRINTER_CLASS"]
+    fingerprinter_cls = load_object(path)
+    if fingerprinter_cls is not RequestFingerprinter:
+        crawler = Crawler(spidercls, settings)
+        check_fingerprinter(build_from_crawler(fingerprinter_cls, crawler), path)
+
+
+def check_crawl_setup(settings: BaseSettings, spider_name: str, arguments: dict[str, Any]) -> None:
+    """Raise the error a user can fix if the crawl of ``spider_name`` with the spider
+    ``arguments`` cannot work; each server is given the command timeouts, so this takes
+    seconds when one does not answer. ``settings`` are the project's: the add-on's are
+    applied to a copy first (its :class:`~bloom_frontier.addon.FrontierConflict` when a
+    setting, the request fingerprinter among them, defeats the frontier)."""
+    spidercls = get_spider_loader(settings).load(spider_name)
+    check_spider_arguments(spidercls, arguments)
     settings = settings.copy()
     BloomFrontierAddon.claim(settings)
     check_proxy_setup(settings)
+    check_request_fingerprinter(settings, spidercls)
     if settings.get("REDIS_URL"):
         client = command_client(settings["REDIS_URL"])
         prefix = settings["FRONTIER_KEY_PREFIX"] % {"spider": spider_name}
         try:
             require_bloom(client, f"{prefix}:bloom-probe")
+            if manifest := read_manifest(client, prefix):
+                current = manifest["current"]
+                refuse_other_rules(settings, current["rules"], current["key"])
         finally:
             client.close()
     elif jobdir := job_dir(settings):
         with JobdirLock(jobdir) as lock:  # taken for good by the crawl's frontier
             lock.acquire("scrapy crawl")
+        seen_dir = Path(jobdir, "seen")
+        refuse_other_rules(settings, read_rules_file(seen_dir), str(seen_dir))
     engine = make_engine(store_url_from(settings))
     try:
         upgrade_schema(engine)  # here, not at the crawl's first write on the loop
@@ -99,6 +163,6 @@ class Command(ScrapyCrawlCommand):
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         if len(args) == 1 and uses_addon(self.settings):
-            check_crawl_setup(self.settings, args[0])
+            check_crawl_setup(self.settings, args[0], opts.spargs)
         self.crawler_process = crawler_process(self.settings)
         super().run(args, opts)

@@ -97,6 +97,11 @@ def _authority_host(authority: str) -> str:
     return (urlsplit(f"//{authority}").hostname or "").rstrip(".")
 
 
+class SpiderArgumentError(ValueError):
+    """A spider argument (``-a``) is missing or not one the spider can use; the message
+    names it and what is allowed."""
+
+
 class SiteSpider(Spider):
     """Crawl everything reachable from ``start_url`` on its host.
 
@@ -108,13 +113,26 @@ class SiteSpider(Spider):
 
     name = "site"
 
+    @classmethod
+    def check_arguments(cls, start_url: str | None = None, **arguments: str) -> None:
+        """:class:`SpiderArgumentError` naming what is wrong with the spider's ``-a``
+        arguments; ``scrapy crawl`` calls it before the engine starts (a spider's
+        ``__init__`` fails inside the running crawl, with a traceback)."""
+        if not start_url:
+            problem = "start_url is required"
+        elif resolve_link(start_url, start_url) is None:
+            problem = f"start_url={start_url!r} is not an absolute http:// or https:// URL"
+        else:
+            return
+        raise SpiderArgumentError(
+            f"{problem} (usage: scrapy crawl {cls.name} -a start_url=https://example.com/ "
+            "[-a hosts=other.example.com,...])"
+        )
+
     def __init__(self, start_url: str | None = None, hosts: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not start_url or resolve_link(start_url, start_url) is None:
-            raise ValueError(
-                "usage: scrapy crawl site -a start_url=https://example.com/ "
-                f"[-a hosts=other.example.com,...] (got start_url={start_url!r})"
-            )
+        self.check_arguments(start_url=start_url)
+        assert start_url is not None
         self.start_url = start_url
         extra = {host.strip().lower() for host in hosts.split(",") if host.strip()}
         self.allowed_hosts = frozenset({host_of(start_url), *extra})
