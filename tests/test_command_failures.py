@@ -37,6 +37,7 @@ class Outcome:
     code: int
     stderr: str
     elapsed: float
+    stdout: str = ""
 
 
 def run(*args: str, **env: str) -> Outcome:
@@ -46,7 +47,7 @@ def run(*args: str, **env: str) -> Outcome:
             environment.pop(name, None)
     started = time.monotonic()
     done = scrapy(*args, env=environment)
-    return Outcome(done.returncode, done.stderr, time.monotonic() - started)
+    return Outcome(done.returncode, done.stderr, time.monotonic() - started, done.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -274,6 +275,30 @@ def test_resuming_a_jobdir_under_other_rules(
         outcome = run("crawl", "site", *options)
         assert len(server.paths()) == hits  # nothing fetched
     fails_cleanly(outcome, "the seen filter at", "was filled under rules", "rebuild-filter")
+
+
+def test_seed_outside_the_spiders_allowed_domains(redis_url: str) -> None:
+    outcome = run(
+        "seed",
+        "docs",
+        "https://docs.example.com/a",
+        "http://other.example/",
+        "https://docs.example.com.evil.example/",
+        "-s",
+        "SPIDER_MODULES=tests.spiders",
+        "-s",
+        f"REDIS_URL={redis_url}",
+    )
+    assert outcome.code == 0, outcome.stderr
+    assert outcome.stdout.splitlines() == [
+        "1 queued, 0 already seen, 0 invalid, 2 outside allowed_domains (docs.example.com)"
+    ]
+    skipped = [line for line in outcome.stderr.splitlines() if line.startswith("skipped")]
+    assert skipped == [
+        "skipped 'http://other.example/': outside the spider's allowed_domains (docs.example.com)",
+        "skipped 'https://docs.example.com.evil.example/': outside the spider's "
+        "allowed_domains (docs.example.com)",
+    ]
 
 
 def test_a_shared_crawl_under_other_rules_than_its_filter(

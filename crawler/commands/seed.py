@@ -3,6 +3,9 @@
 Seeds go through the same path as every link (dedupe key, RedisBloom, queue, in one atomic
 step), so seeding a URL twice, or seeding one a worker already found, queues it once.
 Workers started with ``scrapy crawl SPIDER -s REDIS_URL=...`` lease them.
+
+A URL outside the spider's ``allowed_domains`` is refused here, counted and said why (a
+worker would lease it only to fail it as offsite).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils.url import url_is_from_any_domain
 
 from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
 from bloom_frontier.frontier.redis import RedisFrontier
@@ -82,13 +86,27 @@ class Command(ScrapyCommand):
         )
 
     @staticmethod
-    def requests(urls: Iterable[str], stats: MemoryStatsCollector) -> Iterator[Request]:
+    def requests(
+        urls: Iterable[str], stats: MemoryStatsCollector, allowed_domains: list[str]
+    ) -> Iterator[Request]:
+        """A request per URL; URLs that are not one, or (when ``allowed_domains`` is not
+        empty) whose host is outside those domains, are skipped with a line saying why."""
         for url in urls:
             try:
-                yield Request(url)
+                request = Request(url)
             except ValueError as exc:  # no scheme, not a string...
                 stats.inc_value("dupefilter/invalid/not-a-url")
                 print(f"skipped {url!r}: {exc}", file=sys.stderr)
+                continue
+            if allowed_domains and not url_is_from_any_domain(request.url, allowed_domains):
+                stats.inc_value("seed/offsite")
+                print(
+                    f"skipped {url!r}: outside the spider's allowed_domains "
+                    f"({', '.join(allowed_domains)})",
+                    file=sys.stderr,
+                )
+                continue
+            yield request
 
     @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -106,11 +124,12 @@ class Command(ScrapyCommand):
         settings = self.settings.copy()
         spidercls.update_settings(settings)  # the spider's custom_settings, as a crawl sees them
         stats = MemoryStatsCollector(Crawler(spidercls, settings))
+        allowed_domains = [d for d in getattr(spidercls, "allowed_domains", None) or [] if d]
         client = command_client(settings["REDIS_URL"])
         frontier = RedisFrontier.from_settings(settings, name, stats, client=client)
         try:
             for batch in batches(urls, BATCH):
-                frontier.admit(None, list(self.requests(batch, stats)))
+                frontier.admit(None, list(self.requests(batch, stats, allowed_domains)))
             if not frontier.flush():
                 self.exitcode = 1
                 print("Redis became unavailable: not every URL was seeded", file=sys.stderr)
@@ -123,7 +142,14 @@ class Command(ScrapyCommand):
             if name.startswith("dupefilter/invalid/")
         }
         reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(invalid.items()))
+        offsite = values.get("seed/offsite", 0)
         print(
             f"{values.get('seen/new', 0)} queued, {values.get('seen/duplicate', 0)} already "
-            f"seen, {sum(invalid.values())} invalid" + (f" ({reasons})" if reasons else "")
+            f"seen, {sum(invalid.values())} invalid"
+            + (f" ({reasons})" if reasons else "")
+            + (
+                f", {offsite} outside allowed_domains ({', '.join(allowed_domains)})"
+                if offsite
+                else ""
+            )
         )
