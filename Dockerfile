@@ -8,11 +8,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 # What `pip install .` builds from, then the project file that makes /app a Scrapy project.
+# The workers write to PostgreSQL (the postgres extra) through a shared Redis (hiredis).
 COPY pyproject.toml README.md ./
 COPY crawler/ crawler/
 COPY middlewares/ middlewares/
 COPY pipelines/ pipelines/
-RUN pip install . \
+RUN pip install '.[postgres,hiredis]' \
     && useradd --create-home --uid 10001 crawler \
     && chown crawler /app
 COPY scrapy.cfg ./

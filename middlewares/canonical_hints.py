@@ -23,6 +23,7 @@ spider follows; the canonical page goes to the callback of the page that named i
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
     from bloom_frontier.services import CrawlServices
+
+logger = logging.getLogger(__name__)
 
 SOURCE_ELEMENT = "link-element"
 SOURCE_HEADER = "link-header"
@@ -192,29 +195,54 @@ class CanonicalHintsMiddleware:
     Installed far from the engine (high order) so that the canonical request it adds goes
     through Scrapy's depth/referer middlewares and the page's link batch like any link.
     Stats: ``canonical/valid/<reason>``, ``canonical/invalid/<reason>``, ``canonical/followed``,
-    ``canonical/not_followed/no_callback``.
+    ``canonical/not_followed/no_callback``, ``canonical/failed/<exception>`` for a page whose
+    hints could not be judged (logged at ERROR once per cause): its links still go through.
     """
 
     def __init__(self, crawler: Crawler, services: CrawlServices) -> None:
         self.crawler = crawler
         self.services = services
         self.rules = rules_from_settings(crawler.settings)
+        self._logged_failures: set[tuple[str, str]] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler, services_of(crawler))
 
     def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterator[Any]:
-        yield from self.canonical_requests(response)
+        yield from self.safe_canonical_requests(response)
         yield from result
 
     async def process_spider_output_async(
         self, response: Response, result: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
-        for request in self.canonical_requests(response):
+        for request in self.safe_canonical_requests(response):
             yield request
         async for output in result:
             yield output
+
+    def safe_canonical_requests(self, response: Response) -> list[Request]:
+        """:meth:`canonical_requests`, or none when judging the hints raised (a library's
+        error): counted and logged, so that the page's own links are not lost with them."""
+        try:
+            return self.canonical_requests(response)
+        except Exception as exc:
+            name = type(exc).__name__
+            assert self.crawler.stats is not None
+            self.crawler.stats.inc_value(f"canonical/failed/{name}")
+            cause = (name, str(exc))
+            if cause not in self._logged_failures:
+                self._logged_failures.add(cause)
+                logger.error(
+                    "Cannot judge the canonical hints of %s (counted as canonical/failed/%s; "
+                    "further pages failing the same way are not logged): %s: %s",
+                    response.url,
+                    name,
+                    name,
+                    exc,
+                    exc_info=exc,
+                )
+            return []
 
     def canonical_requests(self, response: Response) -> list[Request]:
         """Record the page's hints; the request for a valid canonical to follow, if any."""

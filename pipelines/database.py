@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
 
+from bloom_frontier.extras import require_extra
 from bloom_frontier.pipelines.schema import upgrade_schema
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ class StoreMissing(RuntimeError):
 
 def normalize_store_url(url: str | None) -> str:
     """SQLAlchemy URL for ``STORE_URL``: the SQLite default when unset, ``postgresql://``
-    (and ``postgres://``) mapped to the psycopg 3 driver the project installs."""
+    (and ``postgres://``) mapped to the psycopg 3 driver (the ``postgres`` extra)."""
     if not url:
         return DEFAULT_STORE_URL
     for prefix in ("postgresql://", "postgres://"):
@@ -46,9 +47,13 @@ def store_url_from(settings: BaseSettings) -> str:
 
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite files get WAL and a busy timeout so that several
-    processes (workers, a command reading during a crawl) can share one file."""
+    processes (workers, a command reading during a crawl) can share one file. Raises
+    :class:`~bloom_frontier.extras.MissingExtra` for a PostgreSQL store without psycopg."""
     url = normalize_store_url(url)
-    if make_url(url).get_backend_name() != "sqlite":
+    parsed = make_url(url)
+    if parsed.get_driver_name() == "psycopg":
+        require_extra("psycopg", "postgres", "a PostgreSQL record store (STORE_URL)")
+    if parsed.get_backend_name() != "sqlite":
         # A server that does not answer is reported in seconds (libpq's connect_timeout).
         return create_engine(
             url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT}

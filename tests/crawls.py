@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRAPY = str(ROOT / ".venv" / "bin" / "scrapy")
+#: The virtualenv's running the tests (``make test-min`` runs them in another).
+SCRAPY = str(Path(sys.executable).parent / "scrapy")
 
 
 def site_crawl_command(start_url: str, store: Path, *args: str) -> list[str]:

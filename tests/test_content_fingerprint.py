@@ -28,7 +28,6 @@ from bloom_frontier.content.fingerprint import (
     normalize_markup,
     shingle_hashes,
     signature_bytes,
-    signature_of,
     similarity,
     visible_words,
 )
@@ -168,8 +167,6 @@ def test_signatures_are_datasketchs_minhash_of_the_shingles(text: str, norm: str
     sketch.update_batch(shingles.tolist())
     stored = fingerprint(text.encode(), text, norm=norm).minhash
     assert stored == signature_bytes(sketch.hashvalues)
-    assert stored is not None
-    assert signature_of(stored).jaccard(sketch) == 1.0
 
 
 @pytest.mark.parametrize(

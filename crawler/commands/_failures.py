@@ -24,6 +24,7 @@ import redis
 from sqlalchemy import exc as sql_errors
 
 from bloom_frontier.addon import FrontierConflict
+from bloom_frontier.extras import MissingExtra
 from bloom_frontier.pipelines.schema import SchemaError
 from bloom_frontier.redis_client import RedisSetupError
 from bloom_frontier.seen.joblock import JobdirBusy
@@ -62,7 +63,15 @@ def explain(error: BaseException) -> str | None:
     """The line to print for ``error``, or None if it is not one a user can cause."""
     if isinstance(
         error,
-        (CommandFailed, FrontierConflict, RedisSetupError, ProxyWithGuard, JobdirBusy, SchemaError),
+        (
+            CommandFailed,
+            FrontierConflict,
+            RedisSetupError,
+            ProxyWithGuard,
+            JobdirBusy,
+            SchemaError,
+            MissingExtra,
+        ),
     ):
         return _first_line(error)
     if isinstance(error, redis.AuthenticationError) or (

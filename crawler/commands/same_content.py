@@ -2,8 +2,9 @@
 
 Each group is a set of pages whose content fingerprints, made under the same normalization
 (``n1``, ``n2``), are equal (``exact``) or whose MinHash signatures agree on at least
-``--near`` of their values (``near``, found with datasketch's LSH index), and whose dedupe
-keys differ: the URLs the key did not merge though they show the same thing.
+``--near`` of their values (``near``, candidates found by LSH banding,
+:mod:`bloom_frontier.content.lsh`), and whose dedupe keys differ: the URLs the key did not
+merge though they show the same thing.
 ``separated_by`` names what tells their keys apart: the query parameters not shared by all
 of them (``name``), and ``path`` when the paths differ too.
 Only ``ok`` pages count (no errors, empty pages or soft-404s) unless ``--all-kinds``.
@@ -18,18 +19,16 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any, ClassVar, TextIO
 
-from datasketch import MinHashLSH
 from scrapy.commands import ScrapyCommand
 
 from bloom_frontier.commands._failures import fails_cleanly
 from bloom_frontier.commands._records import add_format_option, reading_store
 from bloom_frontier.content.fingerprint import (
     NEAR_DUPLICATE,
-    NUM_PERM,
     OK,
-    signature_of,
     similarity,
 )
+from bloom_frontier.content.lsh import BandIndex
 from bloom_frontier.learning.evidence import split_key
 from bloom_frontier.pipelines.records import write_rows
 
@@ -71,23 +70,22 @@ def groups(
 
     best: dict[Content, float] = {}
     if near is not None:
-        indexes: dict[str, MinHashLSH] = {}  # one per normalization: never compared across
+        indexes: dict[str, BandIndex[Content]] = {}  # one per normalization: never compared
         signatures: dict[Content, bytes] = {}
         for content, members in by_hash.items():
             signature = members[0]["content_minhash"]
             if signature is None:
                 continue
             signatures[content] = signature
-            sketch = signature_of(signature)
             lsh = indexes.get(content[0])
             if lsh is None:
-                lsh = indexes[content[0]] = MinHashLSH(threshold=near, num_perm=NUM_PERM)
-            for other in lsh.query(sketch):
+                lsh = indexes[content[0]] = BandIndex(near)
+            for other in lsh.query(signature):
                 score = similarity(signature, signatures[other])
                 if score >= near:
                     parent[root(content)] = root(other)
                     best[content] = max(best.get(content, 0.0), score)
-            lsh.insert(content, sketch)
+            lsh.insert(content, signature)
     merged: dict[Content, list[Content]] = defaultdict(list)
     for content in by_hash:
         merged[root(content)].append(content)

@@ -44,15 +44,11 @@ from __future__ import annotations
 import hashlib
 import html
 import re
-from typing import TYPE_CHECKING
 
 import numpy as np
 import xxhash
 
 from bloom_frontier.pipelines.records import ContentRecord
-
-if TYPE_CHECKING:
-    from datasketch import MinHash
 
 #: Version of :func:`normalize_markup`; fingerprints of different versions never compare.
 N1, N2 = "n1", "n2"
@@ -215,8 +211,8 @@ SEED = 1
 def _draw_permutations(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``(a, b)`` of datasketch's ``affine32`` permutations ``h -> a * h + b mod 2**32``
     for ``seed``, drawn as ``MinHash(num_perm=NUM_PERM, seed=seed, scheme="affine32")``
-    draws them (``a`` odd), without importing datasketch: it imports scipy for its LSH
-    index, a cost at every crawl's start (docs/scaling.md, "CPU per page"). Tested equal."""
+    draws them (``a`` odd), without datasketch, which is not a dependency (it pulls scipy;
+    the suite has it, to test these equal)."""
     gen = np.random.RandomState(seed)
     a = gen.randint(0, 1 << 31, NUM_PERM, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
     b = gen.randint(0, 1 << 32, NUM_PERM, dtype=np.uint32)
@@ -301,20 +297,6 @@ def minhash_of_shingles(shingles: np.ndarray) -> np.ndarray:
 def signature_bytes(values: np.ndarray) -> bytes:
     """A signature as stored: ``NUM_PERM`` little-endian uint32 values."""
     return np.asarray(values, dtype="<u4").tobytes()
-
-
-def signature_of(stored: bytes) -> MinHash:
-    """A stored signature as a datasketch MinHash again (for its LSH index)."""
-    from datasketch import MinHash
-
-    return MinHash(
-        num_perm=NUM_PERM,
-        seed=SEED,
-        scheme="affine32",
-        hashfunc=int,
-        hashvalues=np.frombuffer(stored, dtype="<u4"),
-        permutations=_PERMUTATIONS,
-    )
 
 
 def similarity(a: bytes, b: bytes) -> float:

@@ -138,6 +138,9 @@ class RequestKeyer:
     """Gives requests their dedupe keys and records the verdicts in stats and the log.
 
     Stats: ``dupefilter/invalid/<reason>`` for URLs that cannot be keyed (dropped),
+    ``dupefilter/failed/<exception>`` for requests whose keying raised anything else (a
+    library's error on one URL: dropped, logged at ERROR once per cause with its traceback,
+    so the page's other links still go through),
     ``offsite/filtered`` for links off the site (dropped, with an :attr:`offsite` filter),
     ``seen/new`` and ``seen/duplicate`` (alias ``dupefilter/filtered``, Scrapy's own name)
     for the seen filter's answers.
@@ -154,6 +157,7 @@ class RequestKeyer:
         #: The crawl's learned rules, when they may change while it runs (:meth:`use_rules`).
         self.live: LiveRules | None = None
         self._logged_reasons: set[str] = set()
+        self._logged_failures: set[tuple[str, str]] = set()
         self._logged_duplicate = False
         #: URL -> key under :attr:`_memo_rules` (keys are pure functions of the two).
         self._memo: dict[str, str] = {}
@@ -230,13 +234,14 @@ class RequestKeyer:
     def link_key(self, url: str) -> str | None:
         """The key a GET ``Request(url)`` for a link would get (its URL is w3lib's
         ``safe_url_string`` of ``url``, as Scrapy makes it), without building the request;
-        None if it cannot be keyed. Memoized per link URL (:meth:`url_key`)."""
+        None if it cannot be keyed (not counted: its batch rejects its request and counts
+        it). Memoized per link URL (:meth:`url_key`)."""
         rules = self.current_rules()
         key = self._memo.get(url) if rules is self._memo_rules else None
         if key is None:
             try:
                 key = self.url_key(safe_url_string(url), rules)
-            except InvalidURL:
+            except Exception:  # InvalidURL, or a failure :meth:`keyed` counts
                 return None
             if url not in self._memo:
                 self._remember(url, key)
@@ -250,13 +255,13 @@ class RequestKeyer:
 
     def key_of(self, request: Request) -> str | None:
         """``request``'s key, carried in its ``meta`` for its batch; None (not counted: its
-        batch rejects it and counts it) if its URL cannot be keyed."""
+        batch rejects it and counts it) if it cannot be keyed."""
         rules = self.current_rules()
         key = self._carried(request, rules)
         if key is None:
             try:
                 key = self._request_key(request, rules)
-            except InvalidURL:
+            except Exception:  # InvalidURL, or a failure :meth:`keyed` counts
                 return None
             self._carry(request, key)
         return key
@@ -287,8 +292,9 @@ class RequestKeyer:
             return True
 
     def keyed(self, requests: Sequence[Request]) -> list[tuple[Request, str]]:
-        """Pair each request with its dedupe key; requests whose URL is invalid are dropped,
-        logged with the reason and counted, as are requests off the site."""
+        """Pair each request with its dedupe key; requests whose URL is invalid or whose
+        keying fails are dropped, logged with the reason and counted, as are requests off
+        the site."""
         pairs = []
         rules = self.current_rules()
         for request in requests:
@@ -303,8 +309,31 @@ class RequestKeyer:
                 level = logging.INFO if first or self.debug else logging.DEBUG
                 logger.log(level, "Rejected %s: %s", request, exc)
                 continue
+            except Exception as exc:
+                self._failed(request, exc)
+                continue
             pairs.append((request, key))
         return pairs
+
+    def _failed(self, request: Request, exc: Exception) -> None:
+        """Count a request whose keying raised ``exc``; log it at ERROR, with the traceback,
+        the first time this cause is met (a library's error repeats on every such URL)."""
+        name = type(exc).__name__
+        self.stats.inc_value(f"dupefilter/failed/{name}")
+        cause = (name, str(exc))
+        if cause in self._logged_failures and not self.debug:
+            logger.debug("Cannot key %s: %s: %s", request, name, exc)
+            return
+        self._logged_failures.add(cause)
+        logger.error(
+            "Cannot key %s, dropped (counted as dupefilter/failed/%s; further URLs failing "
+            "the same way are logged at DEBUG): %s: %s",
+            request,
+            name,
+            name,
+            exc,
+            exc_info=exc,
+        )
 
     def verdicts(
         self, pairs: Sequence[tuple[Request, str]], fresh: Sequence[bool]
