@@ -24,6 +24,7 @@ import pytest
 from bloom_frontier.canonical import dedupe_key
 from bloom_frontier.pipelines.records import FETCHED, PageRecord
 from bloom_frontier.pipelines.writer import StoreWriter
+from bloom_frontier.redirectmap.matching import dropped_param_pattern
 from tests.awkward_site import EXPECTED, NOT_ENTRIES, VARIANTS, awkward_site
 from tests.conftest import serve
 from tests.httpserver import TestServer
@@ -140,6 +141,36 @@ def test_nginx_serves_every_source_straight_to_its_target(site: Site, nginx: Ngi
     assert "# 20 string keys, 4 regex entries (cap 1000;" in text
 
 
+#: The ``server {}`` lines docs/redirect-maps.md tells a user to paste.
+DOCUMENTED_SERVER_BLOCK = re.findall(
+    r"^    # server: (if .*})$",
+    (Path(__file__).parents[1] / "docs" / "redirect-maps.md").read_text(encoding="utf-8"),
+    re.MULTILINE,
+)
+
+
+def bulk_statuses(store_url: str, *options: str) -> set[int]:
+    rows = list(csv.DictReader(io.StringIO(export(store_url, "bulk", *options))))
+    return {int(row["status"]) for row in rows}
+
+
+@pytest.mark.parametrize("options", [(), ("--permanent-only",)])
+def test_nginx_documented_server_block_works_without_every_status(
+    two_hosts: str, nginx: NginxServer, options: tuple[str, ...]
+) -> None:
+    """The same server {} lines, pasted once, pass ``nginx -t`` with an export lacking some
+    statuses (no 307; permanent only: no 302 either) and still redirect its sources."""
+    assert len(DOCUMENTED_SERVER_BLOCK) == 4
+    missing = {301, 302, 307, 308} - bulk_statuses(two_hosts, *options)
+    assert missing >= ({302, 307} if options else {307})
+    text = export(two_hosts, "nginx", *options)
+    assert header_lines(text, "server") == DOCUMENTED_SERVER_BLOCK
+    nginx.load(text)
+    for (host, path), (status, target) in TWO_HOSTS_EXPECTED.items():
+        if status not in missing:
+            assert_redirects(nginx, host, {path: (status, target)}, [])
+
+
 def test_nginx_regex_cap_reports_what_it_leaves_out(site: Site) -> None:
     result = scrapy(
         "redirects", "-s", f"STORE_URL={site.store_url}", "--format", "nginx", "--max-regex", "1"
@@ -161,6 +192,7 @@ def test_apache_serves_every_source_straight_to_its_target(
     assert "# 1 sources have %2F in their path" in text
     assert "AllowEncodedSlashes On" in text
     assert "[R=301,NE,QSD,UnsafeAllow3F,L]" in text  # targets with a query
+    assert text.count(dropped_param_pattern()) == 1  # stated once, not per rule
     apache.load(text)
     checked = assert_redirects(apache, site.host, site_expectations(site), NOT_ENTRIES)
     assert checked == len(EXPECTED) + len(VARIANTS) + len(NOT_ENTRIES)

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import io
 
 import pytest
 
 from bloom_frontier.canonical import dedupe_key
 from bloom_frontier.pipelines.reader import StoredChain, StoredHop
 from bloom_frontier.pipelines.records import FETCHED, SEEN
-from bloom_frontier.redirectmap.matching import server_entries
+from bloom_frontier.redirectmap.apache import write_apache
+from bloom_frontier.redirectmap.matching import (
+    Entry,
+    dropped_param_pattern,
+    request_key,
+    server_entries,
+)
 from bloom_frontier.redirectmap.semantics import MapOptions, SourceRow, redirect_sources
 from tests.record_builders import chain, hop
 
@@ -139,3 +146,23 @@ def test_sources_no_server_can_match_are_left_out_and_said() -> None:
         "left out https://e.org/a%0Ab: decoded path holds control characters",
         "left out https://e.org/%FF: decoded path is not UTF-8",
     ]
+
+
+def apache_file(count: int) -> str:
+    entries = []
+    for number in range(count):
+        source = f"https://old.example/section/{number}.html" + ("?id=7" if number % 2 else "")
+        target = f"https://new.example/articles/{number}"
+        entries.append(Entry(request_key(source), target, 301, source))
+    out = io.StringIO()
+    assert write_apache(entries, out) == count
+    return out.getvalue()
+
+
+def test_apache_file_states_the_tracking_pattern_once_and_grows_by_a_rule_per_entry() -> None:
+    small, large = apache_file(100), apache_file(200)
+    assert small.count(dropped_param_pattern()) == large.count(dropped_param_pattern()) == 1
+    # Each rule: a comment, three conditions and the rule, about 300 bytes for these URLs
+    # (each rule repeated the ~2 KB pattern before).
+    per_rule = (len(large) - len(small)) / 100
+    assert 200 < per_rule < 400, per_rule
