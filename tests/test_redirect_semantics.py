@@ -20,6 +20,7 @@ from bloom_frontier.redirectmap.matching import (
     server_entries,
 )
 from bloom_frontier.redirectmap.semantics import MapOptions, SourceRow, redirect_sources
+from bloom_frontier.shorteners import Shorteners
 from tests.record_builders import chain, hop
 
 MODULES = ["semantics", "matching", "nginx", "apache"]
@@ -89,6 +90,25 @@ def test_old_host_that_only_redirects_is_an_own_host_but_other_hosts_are_not() -
     assert rows["https://cdn.other/x"].skip == "other-host"
     extra = rows_by_source(chains, [page("https://new.example/b")], hosts=frozenset({"cdn.other"}))
     assert extra["https://cdn.other/x"].entry
+
+
+def test_every_host_of_the_crawls_shortener_list_is_never_an_entry() -> None:
+    """The list the crawl resolves short links with (hosts.txt and ``SHORTENER_HOSTS``),
+    not a list of its own: ``j.mp``, ``v.gd``, ``wp.me`` and a user's host are no entries."""
+    hosts = ["j.mp", "v.gd", "wp.me", "www.bit.ly", "go.example"]
+    chains = [
+        stored(str(number), FETCHED, (f"http://{host}/s1", "https://e.org/target", 301))
+        for number, host in enumerate(hosts, 1)
+    ]
+    chains.append(stored("9", FETCHED, ("https://e.org/old", "https://e.org/target", 301)))
+    pages = [page("https://e.org/target")]
+    rows = rows_by_source(chains, pages, shorteners=Shorteners(["go.example"]))
+    assert {rows[f"http://{host}/s1"].skip for host in hosts} == {"shortener"}
+    assert rows["https://e.org/old"].entry
+    entries, _ = server_entries(list(rows.values()))
+    assert [entry.source for entry in entries] == ["https://e.org/old"]
+    # Without the setting, go.example is one of the crawl's hosts like any other.
+    assert rows_by_source(chains, pages)["http://go.example/s1"].entry
 
 
 def test_unknown_end_is_no_entry() -> None:

@@ -37,6 +37,7 @@ from bloom_frontier.redirectmap.matching import Unmatchable, request_key, server
 from bloom_frontier.redirectmap.nginx import DEFAULT_MAX_REGEX, write_nginx
 from bloom_frontier.redirectmap.report import canonical_judge, write_report
 from bloom_frontier.redirectmap.semantics import COLUMNS, MapOptions, redirect_sources
+from bloom_frontier.shorteners import shorteners_from_settings
 
 FORMATS = ("jsonl", "csv", "bulk", "nginx", "apache", "html", "hops")
 HOP_COLUMNS = ("from", "to", "status", "permanent", "via")
@@ -114,6 +115,7 @@ class Command(ScrapyCommand):
             keep_tracking=opts.keep_tracking,
             hosts=frozenset(opts.host),
             rules=rules,
+            shorteners=shorteners_from_settings(self.settings),
         )
         with reading_store(self.settings) as store:
             chains = store.chains()
