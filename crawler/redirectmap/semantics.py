@@ -56,6 +56,8 @@ class SourceRow:
     entry: bool
     skip: str | None
     reason: str | None = None
+    #: The source, then each hop's target in order (the audit report shows them).
+    urls: tuple[str, ...] = ()
 
     @property
     def host(self) -> str:
@@ -293,6 +295,7 @@ def _row(graph: _Graph, first: StoredHop, hosts: frozenset[str], options: MapOpt
         entry=skip is None,
         skip=skip,
         reason=reason,
+        urls=(first.source_url, *(hop.target_url or hop.location for hop in path)),
     )
 
 
