@@ -17,7 +17,9 @@ The answer is a redirect hop like any other
 (:class:`bloom_frontier.middlewares.redirects.RedirectChainMiddleware`
 records it): a target at a private address is blocked and recorded; a target on the crawl's
 hosts is admitted under its own key through the frontier, so one already seen is not fetched
-again. A target elsewhere is recorded (chain outcome ``offsite``), not fetched.
+again; a target that is itself a short link (``t.co`` -> ``bit.ly``) is followed as one more
+resolution request of the same chain, within ``REDIRECT_MAX_HOPS``. A target elsewhere is
+recorded (chain outcome ``offsite``), not fetched.
 """
 
 from __future__ import annotations
@@ -121,19 +123,35 @@ class ShortenerResolveMiddleware:
     error or timeout).
     """
 
-    def __init__(self, crawler: Crawler, services: CrawlServices, cache_ttl: float) -> None:
+    def __init__(
+        self,
+        crawler: Crawler,
+        services: CrawlServices,
+        cache_ttl: float,
+        shorteners: Shorteners,
+        timeout: float,
+    ) -> None:
         self.crawler = crawler
         self.services = services
         self.cache_ttl = cache_ttl
+        self.shorteners = shorteners
+        self.timeout = timeout
         settings = crawler.settings
         self.rules = rules_from_settings(settings)
         self.ssrf_enabled = settings.getbool("SSRF_GUARD_ENABLED")
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        if not crawler.settings.getbool("SHORTENERS_ENABLED"):
+        settings = crawler.settings
+        if not settings.getbool("SHORTENERS_ENABLED"):
             raise NotConfigured
-        return cls(crawler, services_of(crawler), crawler.settings.getfloat("SHORTENER_CACHE_TTL"))
+        return cls(
+            crawler,
+            services_of(crawler),
+            settings.getfloat("SHORTENER_CACHE_TTL"),
+            shorteners_from_settings(settings),
+            settings.getfloat("SHORTENER_TIMEOUT"),
+        )
 
     @property
     def stats(self) -> Any:
@@ -169,16 +187,21 @@ class ShortenerResolveMiddleware:
         target = resolve_link(request.url, location_text) if location_text else None
         if response.status not in REDIRECT_STATUSES or target is None:
             self.stats.inc_value("shortener/unresolved")
-            chain = Chain.begin(request.url, self._key(request.url))
+            chain = self._chain(request)
             self._settle(request, response, chain, ERROR, f"shortener-answered-{response.status}")
         assert location_text is not None
         target_host = (urlsplit(target).hostname or "").rstrip(".")
         blocked = self.ssrf_enabled and self.services.ssrf_policy.refusal(target) is not None
         if blocked or target_host in crawl_hosts(self.crawler.spider):
             return response  # the redirect middleware records the hop, blocks or admits
+        if self.shorteners.host_of(target) is not None:
+            # Another short link: the redirect middleware records the hop and follows it
+            # (or stops the chain at its hop cap or a loop), as one more resolution request.
+            request.meta.update(resolution_meta(target, self.timeout))
+            return response
         self.stats.inc_value("shortener/offsite")
         short_key, target_key = self._key(request.url), self._key(target)
-        chain = Chain.begin(request.url, short_key).add(
+        chain = self._chain(request).add(
             Hop(request.url, short_key, response.status, location_text, target, target_key)
         )
         if short_key and target_key:
@@ -195,11 +218,16 @@ class ShortenerResolveMiddleware:
         self.stats.inc_value("shortener/failed")
         reason = f"{type(exception).__name__}: {exception}"[:500]
         logger.info("Shortener link %s not resolved: %s", request.url, reason)
-        chain = Chain.begin(request.url, self._key(request.url))
+        chain = self._chain(request)
         self._settle(request, None, chain, ERROR, reason)
 
     def _key(self, url: str) -> str | None:
         return key_or_error(url, self.rules)[0]
+
+    def _chain(self, request: Request) -> Chain:
+        """The chain this resolution continues (a short link reached from another one), or
+        a new one from it."""
+        return Chain.from_meta(request.meta) or Chain.begin(request.url, self._key(request.url))
 
     def _settle(
         self,

@@ -10,6 +10,7 @@ report is rendered in headless Chromium.
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import re
@@ -24,6 +25,7 @@ import pytest
 from bloom_frontier.canonical import dedupe_key
 from bloom_frontier.pipelines.records import FETCHED, PageRecord
 from bloom_frontier.pipelines.writer import StoreWriter
+from bloom_frontier.redirectmap.matching import dropped_param_pattern
 from tests.awkward_site import EXPECTED, NOT_ENTRIES, VARIANTS, awkward_site
 from tests.conftest import serve
 from tests.httpserver import TestServer
@@ -140,6 +142,36 @@ def test_nginx_serves_every_source_straight_to_its_target(site: Site, nginx: Ngi
     assert "# 20 string keys, 4 regex entries (cap 1000;" in text
 
 
+#: The ``server {}`` lines docs/redirect-maps.md tells a user to paste.
+DOCUMENTED_SERVER_BLOCK = re.findall(
+    r"^    # server: (if .*})$",
+    (Path(__file__).parents[1] / "docs" / "redirect-maps.md").read_text(encoding="utf-8"),
+    re.MULTILINE,
+)
+
+
+def bulk_statuses(store_url: str, *options: str) -> set[int]:
+    rows = list(csv.DictReader(io.StringIO(export(store_url, "bulk", *options))))
+    return {int(row["status"]) for row in rows}
+
+
+@pytest.mark.parametrize("options", [(), ("--permanent-only",)])
+def test_nginx_documented_server_block_works_without_every_status(
+    two_hosts: str, nginx: NginxServer, options: tuple[str, ...]
+) -> None:
+    """The same server {} lines, pasted once, pass ``nginx -t`` with an export lacking some
+    statuses (no 307; permanent only: no 302 either) and still redirect its sources."""
+    assert len(DOCUMENTED_SERVER_BLOCK) == 4
+    missing = {301, 302, 307, 308} - bulk_statuses(two_hosts, *options)
+    assert missing >= ({302, 307} if options else {307})
+    text = export(two_hosts, "nginx", *options)
+    assert header_lines(text, "server") == DOCUMENTED_SERVER_BLOCK
+    nginx.load(text)
+    for (host, path), (status, target) in TWO_HOSTS_EXPECTED.items():
+        if status not in missing:
+            assert_redirects(nginx, host, {path: (status, target)}, [])
+
+
 def test_nginx_regex_cap_reports_what_it_leaves_out(site: Site) -> None:
     result = scrapy(
         "redirects", "-s", f"STORE_URL={site.store_url}", "--format", "nginx", "--max-regex", "1"
@@ -161,6 +193,7 @@ def test_apache_serves_every_source_straight_to_its_target(
     assert "# 1 sources have %2F in their path" in text
     assert "AllowEncodedSlashes On" in text
     assert "[R=301,NE,QSD,UnsafeAllow3F,L]" in text  # targets with a query
+    assert text.count(dropped_param_pattern()) == 1  # stated once, not per rule
     apache.load(text)
     checked = assert_redirects(apache, site.host, site_expectations(site), NOT_ENTRIES)
     assert checked == len(EXPECTED) + len(VARIANTS) + len(NOT_ENTRIES)
@@ -314,3 +347,56 @@ def test_audit_report_renders_offline_with_the_export_counts(site: Site, tmp_pat
     shot = chromium("--screenshot=" + str(tmp_path / "report.png"), "--window-size=1200,1800",
                     page.as_uri(), tmp=tmp_path)  # fmt: skip
     assert shot.returncode == 0 and (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_audit_report_names_hops_reasons_and_fixes(site: Site) -> None:
+    """Each listed row says where it goes or why nowhere, with its hops' URLs; the header
+    names the site and dates; a canonical pointing at a redirect names the URL to use."""
+    report = export(site.store_url, "html")
+    assert "<h1>Redirect audit: 127.0.0.1</h1>" in report
+    assert re.search(r"recorded \d{4}-\d\d-\d\d \d\d:\d\d UTC .*report written", report)
+    assert not re.search(r"<tr><td class=\"url\">[^<]*</td><td class=\"url\"></td>", report)
+    rows = {row["source"]: row for row in jsonl(site.store_url)}
+    loop = rows[site.origin + "/loop/x"]
+    assert f"loop: comes back to {html.escape(site.origin)}/loop/" in report
+    assert loop["target"] is None
+    mix = rows[site.origin + "/mix/1"]
+    assert f"308 \u2192 {html.escape(site.origin)}/mix/3" in report, mix
+    canonicals = scrapy("canonicals", "-s", f"STORE_URL={site.store_url}").stdout
+    hints = [json.loads(line) for line in canonicals.splitlines()]
+    (hint,) = [hint for hint in hints if hint["problem"] == "redirects"]
+    use = rows[hint["canonical"]]["target"]
+    canonical_section = report.split('id="canonical"')[1]
+    assert f'<td class="url">{html.escape(use)}</td>' in canonical_section
+    assert "<summary>1 row</summary>" in report and "1 rows" not in report
+
+
+#: Appended to a copy of the report: sorts the chains-to-flatten table by status twice
+#: (descending), then filters every table on "mix/1", and writes down what it saw.
+SORT_FILTER_PROBE = """<script>addEventListener('load', () => {
+  const table = document.querySelector('#multi-hop table');
+  const status = table.tHead.rows[0].cells[2];
+  status.click(); status.click();
+  const seen = document.documentElement.dataset;
+  seen.statuses = Array.from(table.tBodies[0].rows, row => row.cells[2].textContent).join(' ');
+  const filter = document.getElementById('filter');
+  filter.value = 'MIX/1';
+  filter.dispatchEvent(new Event('input'));
+  const shown = Array.from(document.querySelectorAll('tbody tr')).filter(row => !row.hidden);
+  seen.shown = shown.length + ' of ' + document.querySelectorAll('tbody tr').length;
+  seen.allMatch = String(shown.every(row => row.textContent.includes('mix/1')));
+});</script>"""
+
+
+def test_audit_report_sorts_and_filters_offline(site: Site, tmp_path: Path) -> None:
+    report = export(site.store_url, "html")
+    page = tmp_path / "report.html"
+    page.write_text(report.replace("</body>", SORT_FILTER_PROBE + "</body>"), encoding="utf-8")
+    result = chromium("--dump-dom", page.as_uri(), tmp=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    statuses = [int(s) for s in re.search(r'data-statuses="([\d ]+)"', result.stdout)[1].split()]
+    assert len(statuses) >= 5 and statuses == sorted(statuses, reverse=True)
+    assert len(set(statuses)) > 1
+    shown, total = map(int, re.search(r'data-shown="(\d+) of (\d+)"', result.stdout).groups())
+    assert 0 < shown < total
+    assert 'data-all-match="true"' in result.stdout

@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import io
 
 import pytest
 
 from bloom_frontier.canonical import dedupe_key
 from bloom_frontier.pipelines.reader import StoredChain, StoredHop
 from bloom_frontier.pipelines.records import FETCHED, SEEN
-from bloom_frontier.redirectmap.matching import server_entries
+from bloom_frontier.redirectmap.apache import write_apache
+from bloom_frontier.redirectmap.matching import (
+    Entry,
+    dropped_param_pattern,
+    request_key,
+    server_entries,
+)
 from bloom_frontier.redirectmap.semantics import MapOptions, SourceRow, redirect_sources
+from bloom_frontier.shorteners import Shorteners
 from tests.record_builders import chain, hop
 
 MODULES = ["semantics", "matching", "nginx", "apache"]
@@ -84,6 +92,25 @@ def test_old_host_that_only_redirects_is_an_own_host_but_other_hosts_are_not() -
     assert extra["https://cdn.other/x"].entry
 
 
+def test_every_host_of_the_crawls_shortener_list_is_never_an_entry() -> None:
+    """The list the crawl resolves short links with (hosts.txt and ``SHORTENER_HOSTS``),
+    not a list of its own: ``j.mp``, ``v.gd``, ``wp.me`` and a user's host are no entries."""
+    hosts = ["j.mp", "v.gd", "wp.me", "www.bit.ly", "go.example"]
+    chains = [
+        stored(str(number), FETCHED, (f"http://{host}/s1", "https://e.org/target", 301))
+        for number, host in enumerate(hosts, 1)
+    ]
+    chains.append(stored("9", FETCHED, ("https://e.org/old", "https://e.org/target", 301)))
+    pages = [page("https://e.org/target")]
+    rows = rows_by_source(chains, pages, shorteners=Shorteners(["go.example"]))
+    assert {rows[f"http://{host}/s1"].skip for host in hosts} == {"shortener"}
+    assert rows["https://e.org/old"].entry
+    entries, _ = server_entries(list(rows.values()))
+    assert [entry.source for entry in entries] == ["https://e.org/old"]
+    # Without the setting, go.example is one of the crawl's hosts like any other.
+    assert rows_by_source(chains, pages)["http://go.example/s1"].entry
+
+
 def test_unknown_end_is_no_entry() -> None:
     rows = rows_by_source([stored("1", SEEN, ("https://e.org/a", "https://e.org/b", 301))], [])
     assert (rows["https://e.org/a"].outcome, rows["https://e.org/a"].entry) == ("unresolved", False)
@@ -139,3 +166,23 @@ def test_sources_no_server_can_match_are_left_out_and_said() -> None:
         "left out https://e.org/a%0Ab: decoded path holds control characters",
         "left out https://e.org/%FF: decoded path is not UTF-8",
     ]
+
+
+def apache_file(count: int) -> str:
+    entries = []
+    for number in range(count):
+        source = f"https://old.example/section/{number}.html" + ("?id=7" if number % 2 else "")
+        target = f"https://new.example/articles/{number}"
+        entries.append(Entry(request_key(source), target, 301, source))
+    out = io.StringIO()
+    assert write_apache(entries, out) == count
+    return out.getvalue()
+
+
+def test_apache_file_states_the_tracking_pattern_once_and_grows_by_a_rule_per_entry() -> None:
+    small, large = apache_file(100), apache_file(200)
+    assert small.count(dropped_param_pattern()) == large.count(dropped_param_pattern()) == 1
+    # Each rule: a comment, three conditions and the rule, about 300 bytes for these URLs
+    # (each rule repeated the ~2 KB pattern before).
+    per_rule = (len(large) - len(small)) / 100
+    assert 200 < per_rule < 400, per_rule

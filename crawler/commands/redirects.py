@@ -22,7 +22,9 @@ import argparse
 import contextlib
 import csv
 import sys
+import time
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
@@ -36,7 +38,13 @@ from bloom_frontier.redirectmap.apache import write_apache
 from bloom_frontier.redirectmap.matching import Unmatchable, request_key, server_entries
 from bloom_frontier.redirectmap.nginx import DEFAULT_MAX_REGEX, write_nginx
 from bloom_frontier.redirectmap.report import canonical_judge, write_report
-from bloom_frontier.redirectmap.semantics import COLUMNS, MapOptions, redirect_sources
+from bloom_frontier.redirectmap.semantics import (
+    COLUMNS,
+    MapOptions,
+    own_hosts,
+    redirect_sources,
+)
+from bloom_frontier.shorteners import shorteners_from_settings
 
 FORMATS = ("jsonl", "csv", "bulk", "nginx", "apache", "html", "hops")
 HOP_COLUMNS = ("from", "to", "status", "permanent", "via")
@@ -57,6 +65,17 @@ def hop_rows(chains: Iterable[StoredChain]) -> Iterator[dict[str, Any]]:
             if (identity := (hop.source_url, hop.status, row["to"])) not in written:
                 written.add(identity)
                 yield row
+
+
+def dated(chains: Iterable[StoredChain]) -> str:
+    """When the redirects were recorded and the report written (UTC), for its header."""
+    times = [chain.recorded_at for chain in chains]
+
+    def day(at: float) -> str:
+        return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+    crawled = f"redirects recorded {day(min(times))} to {day(max(times))}; " if times else ""
+    return f"{crawled}report written {day(time.time())}"
 
 
 class Command(ScrapyCommand):
@@ -114,6 +133,7 @@ class Command(ScrapyCommand):
             keep_tracking=opts.keep_tracking,
             hosts=frozenset(opts.host),
             rules=rules,
+            shorteners=shorteners_from_settings(self.settings),
         )
         with reading_store(self.settings) as store:
             chains = store.chains()
@@ -128,7 +148,8 @@ class Command(ScrapyCommand):
             write_rows((row.as_dict() for row in rows), opts.format, COLUMNS, out)
             return
         if opts.format == "html":
-            write_report(rows, hints, canonical_judge(chains, pages), out)
+            site = ", ".join(sorted(own_hosts(chains, pages, options.hosts, options.shorteners)))
+            write_report(rows, hints, canonical_judge(chains, pages), out, site, dated(chains))
             return
         entries, problems = server_entries(rows, rules)
         if opts.format == "bulk":

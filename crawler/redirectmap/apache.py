@@ -1,16 +1,19 @@
 """The Apache 2.4 export: mod_rewrite rules to ``Include`` inside the old site's
 ``<VirtualHost>``.
 
-One rule per entry, with conditions on the scheme (``%{HTTPS}``), the host (``%{HTTP_HOST}``,
-any port) and the query (empty or tracking parameters only for a source without a query; its
-parameters in any order, with tracking parameters, for one with a query). The rule's pattern
-is the decoded URL-path, matched case-sensitively. Flags: ``R=<status>``, ``NE`` (else
-``%C3%A9`` in a target is sent as ``%25C3%25A9``), ``QSD`` (else the request's query string is
-appended), ``UnsafeAllow3F`` when the target has a ``?`` (Apache 2.4.60+ refuses with 403 a
-substitution holding ``?`` for a request whose path held ``%3F``, unless the rule allows it;
-2.4.71 was not seen to do so for these VirtualHost-context redirects, the flag keeps other
-versions from it), ``L``. ``$`` and ``%`` in targets are escaped (``\\$``,
-``\\%``): mod_rewrite reads them as back-references.
+The query is judged once per request: the file's first rules copy it into the environment
+variable ``REDIRECTMAP_QUERY`` as ``&name=value&...&`` and remove, one per round (``[N]``),
+each parameter every key drops (tracking, session ids) and each empty one, so the dropped
+parameters' pattern is written once, not once per rule. Then one rule per entry, with
+conditions on the scheme (``%{HTTPS}``), the host (``%{HTTP_HOST}``, any port) and that
+variable (``&`` alone for a source without a query; the source's parameters in any order for
+one with a query). The rule's pattern is the decoded URL-path, matched case-sensitively.
+Flags: ``R=<status>``, ``NE`` (else ``%C3%A9`` in a target is sent as ``%25C3%25A9``), ``QSD``
+(else the request's query string is appended), ``UnsafeAllow3F`` when the target has a ``?``
+(Apache 2.4.60+ refuses with 403 a substitution holding ``?`` for a request whose path held
+``%3F``, unless the rule allows it; 2.4.71 was not seen to do so for these VirtualHost-context
+redirects, the flag keeps other versions from it), ``L``. ``$`` and ``%`` in targets are
+escaped (``\\$``, ``\\%``): mod_rewrite reads them as back-references.
 """
 
 from __future__ import annotations
@@ -18,12 +21,10 @@ from __future__ import annotations
 from typing import TextIO
 
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
-from bloom_frontier.redirectmap.matching import (
-    Entry,
-    pcre_escape,
-    query_pattern,
-    tracking_only_pattern,
-)
+from bloom_frontier.redirectmap.matching import Entry, dropped_param_pattern, pcre_escape
+
+#: The request's query without dropped or empty parameters, between ``&`` signs.
+QUERY_ENV = "REDIRECTMAP_QUERY"
 
 
 def substitution(target: str) -> str:
@@ -35,12 +36,37 @@ def substitution(target: str) -> str:
     return target.replace("\\", "\\\\").replace("$", "\\$").replace("%", "\\%")
 
 
-def rule(entry: Entry, rules: RuleSet = DEFAULT_RULES) -> str:
-    """The conditions and rule of one entry."""
-    key = entry.key
-    query = (
-        "^" + query_pattern(key.params, rules) + "$" if key.params else tracking_only_pattern(rules)
+def query_rules(rules: RuleSet = DEFAULT_RULES) -> str:
+    """The rules that set :data:`QUERY_ENV` once per request: the query between ``&``
+    signs, then one dropped or empty parameter removed per round until none is left."""
+    env = f"%{{ENV:{QUERY_ENV}}}"
+    return (
+        f"RewriteCond {env} ^$\n"
+        f"RewriteRule ^ - [E={QUERY_ENV}:&%{{QUERY_STRING}}&]\n"
+        f"RewriteCond {env} ^(.*&)(?:{dropped_param_pattern(rules)})?&(.*)$\n"
+        f"RewriteRule ^ - [E={QUERY_ENV}:%1%2,N]\n"
     )
+
+
+def kept_query_pattern(params: tuple[str, ...]) -> str:
+    """A condition on :data:`QUERY_ENV` for a query holding exactly ``params`` (any order,
+    repeats allowed), once dropped and empty parameters are gone.
+
+    >>> kept_query_pattern(())
+    '=&'
+    >>> kept_query_pattern(("a=1", "b"))
+    '^&(?=(?:[^&]*&)*a\\\\x3D1&)(?=(?:[^&]*&)*b&)(?:(?:a\\\\x3D1|b)&)+$'
+    """
+    if not params:
+        return "=&"
+    escaped = [pcre_escape(param) for param in dict.fromkeys(params)]
+    required = "".join(f"(?=(?:[^&]*&)*{param}&)" for param in escaped)
+    return f"^&{required}(?:(?:{'|'.join(escaped)})&)+$"
+
+
+def rule(entry: Entry) -> str:
+    """The conditions and rule of one entry (after :func:`query_rules`)."""
+    key = entry.key
     flags = [f"R={entry.status}", "NE", "QSD"]
     if "?" in entry.target:
         flags.append("UnsafeAllow3F")
@@ -50,7 +76,7 @@ def rule(entry: Entry, rules: RuleSet = DEFAULT_RULES) -> str:
         f"# {comment.replace(chr(10), ' ')}\n"
         f"RewriteCond %{{HTTPS}} {'=on' if key.scheme == 'https' else '!=on'}\n"
         f"RewriteCond %{{HTTP_HOST}} ^{pcre_escape(key.host)}(?:\\x3A[0-9]+)?\\x2E?$ [NC]\n"
-        f"RewriteCond %{{QUERY_STRING}} {query}\n"
+        f"RewriteCond %{{ENV:{QUERY_ENV}}} {kept_query_pattern(key.params)}\n"
         f"RewriteRule ^{pcre_escape(key.path)}$ {substitution(entry.target)} [{','.join(flags)}]\n"
     )
 
@@ -63,14 +89,15 @@ def write_apache(entries: list[Entry], out: TextIO, rules: RuleSet = DEFAULT_RUL
         "# Include this file inside the old site's <VirtualHost> (a2enmod rewrite).\n"
         "# Each source is matched on scheme, host (any port), its decoded URL-path\n"
         "# (case-sensitive) and its query: none or tracking parameters only, or the\n"
-        "# source's own parameters in any order plus tracking parameters.\n"
+        "# source's own parameters in any order plus tracking parameters. The first rules\n"
+        f"# set {QUERY_ENV} once: the query without tracking or empty parameters.\n"
         f"# {encoded_slash} sources have %2F in their path: Apache answers them 404 before\n"
         "# any rule unless the VirtualHost says `AllowEncodedSlashes On`.\n"
         "# Rules rather than a RewriteMap txt: file, whose keys are matched against the\n"
         "# decoded path, cannot hold spaces, and carry neither status nor query rules.\n"
         f"# {len(entries)} rules, tried in order.\n"
-        "RewriteEngine On\n"
+        "RewriteEngine On\n" + query_rules(rules)
     )
     for entry in entries:
-        out.write(rule(entry, rules))
+        out.write(rule(entry))
     return len(entries)

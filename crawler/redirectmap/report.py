@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TextIO
 
 from bloom_frontier.pipelines.reader import StoredChain
-from bloom_frontier.pipelines.records import BLOCKED, FETCHED, LOOP
-from bloom_frontier.redirectmap.semantics import DEAD_ENDS, SourceRow
+from bloom_frontier.pipelines.records import BLOCKED, ERROR, FETCHED, LOOP, TOO_MANY_HOPS
+from bloom_frontier.redirectmap.semantics import DEAD_ENDS, UNRESOLVED, SourceRow
 
 #: Rows listed per category on the page (the count is always the full count).
 MAX_LISTED = 500
@@ -81,6 +81,32 @@ CATEGORIES: tuple[tuple[str, str, str, Callable[[Row], bool]], ...] = (
 )
 
 
+def why_no_target(row: Row) -> str:
+    """What the "target (or why none)" column says of a row without a target."""
+    reason = row.get("reason")
+    outcome = row["outcome"]
+    if outcome == LOOP:
+        return f"loop: comes back to {row['urls'][-1]}" if row.get("urls") else "loop"
+    if outcome == BLOCKED:
+        return f"blocked: {reason or 'private address'}"
+    if outcome == ERROR:
+        return f"error: {reason or 'download failed'}"
+    if outcome == TOO_MANY_HOPS:
+        return "more hops than REDIRECT_MAX_HOPS: the end was never fetched"
+    if outcome == UNRESOLVED:
+        return "unresolved: the crawl never fetched where it ends"
+    return reason or outcome
+
+
+def hop_list(row: Row) -> str:
+    """Each hop as ``status -> URL`` on its own line (the URLs the chain passed)."""
+    urls = row.get("urls") or ()
+    statuses = str(row["hop_statuses"]).split()
+    return "\n".join(
+        f"{status} \u2192 {url}" for status, url in zip(statuses, urls[1:], strict=False)
+    )
+
+
 def variant_groups(rows: Iterable[Row]) -> list[list[Row]]:
     """Sources that are variants of one page (one dedupe key, several URLs)."""
     groups: dict[str, list[Row]] = {}
@@ -113,6 +139,18 @@ def canonical_judge(
     return lambda hint: canonical_problem(hint, redirect_keys, page_status)
 
 
+def use_instead(hint: Row, problem: str, rows: Iterable[SourceRow]) -> str:
+    """The URL a canonical hint should name: where its redirect ends, when it does."""
+    if problem != "redirects":
+        return "a URL that answers 200"
+    for row in rows:
+        if row.source_key == hint.get("canonical_key") or row.source == hint.get("canonical_url"):
+            if row.target:
+                return row.target
+            return f"none: its redirect ends as {row.skip or row.outcome}"
+    return "where its redirect ends"
+
+
 def canonical_problems(
     hints: Iterable[Row], judge: Callable[[Row], str | None]
 ) -> list[tuple[Row, str]]:
@@ -140,8 +178,45 @@ summary{cursor:pointer;color:#3b6fd8;margin:.3rem 0}
 figcaption{font-weight:600;margin-bottom:.3rem}
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:left;padding:.25rem .5rem;border-bottom:1px solid #e5e9ef;vertical-align:top}
-td.url{word-break:break-all;font-family:ui-monospace,monospace} th{background:#f4f6f9}
+td.url{word-break:break-all;font-family:ui-monospace,monospace;white-space:pre-line}
+th{background:#f4f6f9}
 p.more{color:#566;font-style:italic}
+th[data-sort]{cursor:pointer} th[data-sort="asc"]::after{content:" \\25B2"}
+th[data-sort="desc"]::after{content:" \\25BC"}
+input#filter{font:inherit;width:100%;max-width:32rem;padding:.3rem .5rem}
+"""
+
+#: Sorting (click a column's header; numbers as numbers) and filtering (rows holding the
+#: typed text) in the page itself: nothing is loaded.
+SCRIPT = """
+document.querySelectorAll("table").forEach(function (table) {
+  var heads = table.tHead.rows[0].cells;
+  Array.prototype.forEach.call(heads, function (th, column) {
+    th.dataset.sort = "";
+    th.title = "sort by this column";
+    th.addEventListener("click", function () {
+      var up = th.dataset.sort !== "asc";
+      Array.prototype.forEach.call(heads, function (h) { h.dataset.sort = ""; });
+      th.dataset.sort = up ? "asc" : "desc";
+      var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+      rows.sort(function (a, b) {
+        var x = a.cells[column].textContent, y = b.cells[column].textContent;
+        var numbers = x !== "" && y !== "" && !isNaN(x) && !isNaN(y);
+        var order = numbers ? x - y : x.localeCompare(y);
+        return up ? order : -order;
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+});
+var filter = document.getElementById("filter");
+filter.addEventListener("input", function () {
+  var text = filter.value.toLowerCase();
+  document.querySelectorAll("tbody tr").forEach(function (row) {
+    row.hidden = text !== "" && row.textContent.toLowerCase().indexOf(text) < 0;
+  });
+  if (text) document.querySelectorAll("details").forEach(function (d) { d.open = true; });
+});
 """
 
 
@@ -186,35 +261,46 @@ def _table(headers: list[str], body: list[list[Any]], url_columns: set[int]) -> 
     return "".join(lines)
 
 
+def _row_count(count: int) -> str:
+    """``1 row``, ``2 rows``."""
+    return f"{count} row" if count == 1 else f"{count} rows"
+
+
 def _section(ident: str, title: str, text: str, count: int, table: str) -> str:
     return (
         f'<section id="{ident}"><h2>{html.escape(title)} '
         f'(<span class="count" data-category="{ident}">{count}</span>)</h2>'
         f'<p class="lede">{html.escape(text)}</p>'
-        + (f"<details><summary>the {count} rows</summary>{table}</details>" if count else "")
+        + (f"<details><summary>{_row_count(count)}</summary>{table}</details>" if count else "")
         + "</section>"
     )
 
 
 def write_report(
-    rows: list[SourceRow], hints: Iterable[Row], judge: Callable[[Row], str | None], out: TextIO
+    rows: list[SourceRow],
+    hints: Iterable[Row],
+    judge: Callable[[Row], str | None],
+    out: TextIO,
+    site: str = "",
+    dated: str = "",
 ) -> dict[str, int]:
-    """Write the report page (``judge``: :func:`canonical_judge`); return each category's
-    count."""
-    data = [row.as_dict() for row in rows]
+    """Write the report page (``judge``: :func:`canonical_judge`; ``site`` and ``dated`` for
+    its header); return each category's count."""
+    data = [{**row.as_dict(), "urls": row.urls} for row in rows]
     counts: dict[str, int] = {}
     sections = []
-    headers = ["source", "target (or why none)", "status", "hops", "hop statuses", "outcome"]
-    headers += ["final", "flag"]
+    headers = ["source", "target (or why none)", "status", "hops (status \u2192 URL)"]
+    headers += ["outcome", "final", "flag"]
     for ident, title, text, member in CATEGORIES:
         members = [row for row in data if member(row)]
         counts[ident] = len(members)
         body = [
-            [r["source"], r["target"] or r["reason"] or "", r["status"], r["hops"],
-             r["hop_statuses"], r["outcome"], r["final_status"], r["flag"]]
+            [r["source"], r["target"] or why_no_target(r), r["status"], hop_list(r),
+             r["outcome"], r["final_status"], r["flag"]]
             for r in members
         ]  # fmt: skip
-        sections.append(_section(ident, title, text, len(members), _table(headers, body, {0, 1})))
+        table = _table(headers, body, {0, 1, 3})
+        sections.append(_section(ident, title, text, len(members), table))
     groups = variant_groups(data)
     counts["variants"] = len(groups)
     body = [
@@ -233,7 +319,10 @@ def write_report(
     )
     problems = canonical_problems(hints, judge)
     counts["canonical"] = len(problems)
-    body = [[hint["page_url"], hint["canonical_url"], problem] for hint, problem in problems]
+    body = [
+        [hint["page_url"], hint["canonical_url"], problem, use_instead(hint, problem, rows)]
+        for hint, problem in problems
+    ]
     sections.append(
         _section(
             "canonical",
@@ -241,7 +330,7 @@ def write_report(
             "The page names as canonical a URL that redirects or does not answer 200: "
             "point it at the final URL.",
             len(problems),
-            _table(["page", "canonical", "problem"], body, {0, 1}),
+            _table(["page", "canonical", "problem", "use instead"], body, {0, 1, 3}),
         )
     )
     entries = sum(1 for row in rows if row.entry)
@@ -261,17 +350,21 @@ def write_report(
         f"{html.escape(title)}</a>"
         for kind, ident, title, count in cards
     )
+    title = f"Redirect audit: {site}" if site else "Redirect audit"
     out.write(
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>Redirect audit</title><style>{STYLE}</style></head><body>"
-        "<h1>Redirect audit</h1>"
-        f'<p class="lede">{len(rows)} redirect sources; {entries} are map entries '
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1>"
+        + (f'<p class="lede">{html.escape(dated)}</p>' if dated else "")
+        + f'<p class="lede">{len(rows)} redirect sources; {entries} are map entries '
         "(see <code>scrapy redirects --format nginx|apache|bulk</code>).</p>"
         f'<div class="summary">{summary}</div>'
+        '<p><input id="filter" type="search" placeholder="Filter the rows: any URL, status or '
+        'reason" aria-label="Filter the rows"></p>'
         '<div class="charts">'
         f"{_bar_chart('Chain length (hops from each source)', length_bars, '#3b6fd8')}"
         f"{_bar_chart('Status mix (every redirect hop)', mix_bars, '#d8893b')}"
-        "</div>" + "".join(sections) + "</body></html>\n"
+        "</div>" + "".join(sections) + f"<script>{SCRIPT}</script></body></html>\n"
     )
     return counts

@@ -11,7 +11,8 @@ is written from the :class:`SourceRow` list :func:`redirect_sources` returns.
   temporary (302/307) otherwise; 307/308 when every hop keeps the request method (all
   307/308), 301/302 when one may change it (301, 302, 303, refreshes).
 * **entry**: a row is a map entry only when its chain ends on a fetched document answering
-  below 400, its source is on one of the crawl's own hosts (and not a URL shortener), the
+  below 400, its source is on one of the crawl's own hosts (and not a URL shortener: the
+  crawl's own list, :mod:`bloom_frontier.shorteners` plus ``SHORTENER_HOSTS``), the
   target is not the source itself, and it is not flagged soft-404 (``include_flagged`` lets
   flagged ones in). Loops, blocked (private) targets, too-many-hops, errors and chains whose
   end is unknown are never entries; ``skip`` says why a row is not one.
@@ -29,18 +30,11 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
 from bloom_frontier.pipelines.reader import StoredChain, StoredHop
 from bloom_frontier.pipelines.records import BLOCKED, ERROR, FETCHED, LOOP, SEEN, TOO_MANY_HOPS
+from bloom_frontier.shorteners import Shorteners
 from bloom_frontier.soft404 import soft_404_flag
 
 #: The end of a chain is not known: its last target was seen elsewhere and never resolved.
 UNRESOLVED = "unresolved"
-#: Hosts whose redirects are link shorteners: their hops are never map entries.
-SHORTENER_HOSTS = frozenset(
-    {
-        "bit.ly", "bitly.com", "t.co", "goo.gl", "tinyurl.com", "ow.ly", "buff.ly", "is.gd",
-        "rebrand.ly", "lnkd.in", "fb.me", "youtu.be", "amzn.to", "tiny.cc", "shorturl.at",
-        "cutt.ly", "rb.gy", "t.ly", "s.id", "bl.ink", "dlvr.it", "trib.al", "ift.tt",
-    }
-)  # fmt: skip
 #: Characters a target keeps as they are; everything else is %-encoded (UTF-8).
 URI_SAFE = "!#$%&'()*+,/:;=?@[]~-._"
 
@@ -62,6 +56,8 @@ class SourceRow:
     entry: bool
     skip: str | None
     reason: str | None = None
+    #: The source, then each hop's target in order (the audit report shows them).
+    urls: tuple[str, ...] = ()
 
     @property
     def host(self) -> str:
@@ -99,6 +95,8 @@ class MapOptions:
     keep_tracking: bool = False
     hosts: frozenset[str] = frozenset()  # extra own hosts (an old host that only redirects)
     rules: RuleSet = field(default=DEFAULT_RULES)
+    #: Hosts whose hops are never entries: the crawl's (``SHORTENER_HOSTS`` included).
+    shorteners: Shorteners = field(default_factory=Shorteners)
 
 
 def combined_status(statuses: Iterable[int]) -> int:
@@ -222,14 +220,17 @@ class _Graph:
 
 
 def own_hosts(
-    chains: Iterable[StoredChain], pages: Iterable[Mapping[str, object]], extra: Iterable[str]
+    chains: Iterable[StoredChain],
+    pages: Iterable[Mapping[str, object]],
+    extra: Iterable[str],
+    shorteners: Shorteners,
 ) -> frozenset[str]:
     """The crawl's own hosts: those of its chain starts and fetched pages, and ``extra``;
     URL shorteners never."""
     urls = [chain.start_url for chain in chains] + [str(page["fetch_url"]) for page in pages]
     hosts = {(urlsplit(url).hostname or "").rstrip(".") for url in urls}
     hosts |= {host.lower().rstrip(".") for host in extra}
-    return frozenset(hosts - SHORTENER_HOSTS - {""})
+    return frozenset(host for host in hosts if host and not shorteners.is_host(host))
 
 
 def redirect_sources(
@@ -240,7 +241,7 @@ def redirect_sources(
     """Every redirect source of the store with its target, status and verdict, in the order
     the sources were first recorded (see the module docstring)."""
     graph = _Graph(chains, pages)
-    hosts = own_hosts(chains, pages, options.hosts)
+    hosts = own_hosts(chains, pages, options.hosts, options.shorteners)
     order = {url: index for index, url in enumerate(
         dict.fromkeys(hop.source_url for chain in chains for hop in chain.hops)
     )}  # fmt: skip
@@ -269,7 +270,7 @@ def _row(graph: _Graph, first: StoredHop, hosts: frozenset[str], options: MapOpt
         source_host = (urlsplit(first.source_url).hostname or "").rstrip(".")
         if final_status is not None and final_status >= 400:
             skip = f"final-status-{final_status}"
-        elif source_host in SHORTENER_HOSTS:
+        elif options.shorteners.is_host(source_host):
             skip = "shortener"
         elif source_host not in hosts:
             skip = "other-host"
@@ -294,6 +295,7 @@ def _row(graph: _Graph, first: StoredHop, hosts: frozenset[str], options: MapOpt
         entry=skip is None,
         skip=skip,
         reason=reason,
+        urls=(first.source_url, *(hop.target_url or hop.location for hop in path)),
     )
 
 

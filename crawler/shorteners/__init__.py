@@ -56,9 +56,19 @@ class Shorteners:
             return None
         if parts.scheme not in ("http", "https") or not parts.path.strip("/"):
             return None
-        host = (parts.hostname or "").rstrip(".")
-        host = host.removeprefix("www.")
+        host = (parts.hostname or "").rstrip(".").removeprefix("www.")
         return host if host in self.hosts else None
+
+    def is_host(self, host: str) -> bool:
+        """``host`` (any case, ``www.`` form, trailing dot) is a shortener host: its
+        redirects are short links, never a site's own.
+
+        >>> Shorteners().is_host("J.MP"), Shorteners().is_host("www.wp.me.")
+        (True, True)
+        >>> Shorteners().is_host("go.example"), Shorteners(["go.example"]).is_host("go.example")
+        (False, True)
+        """
+        return host.lower().rstrip(".").removeprefix("www.") in self.hosts
 
 
 def shorteners_from_settings(settings: BaseSettings) -> Shorteners:
