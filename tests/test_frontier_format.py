@@ -51,7 +51,7 @@ def test_queued_requests_take_at_most_160_bytes_each(worker: RedisFrontier) -> N
     ]
     assert {len(url) for url in urls} == {76}
     for batch in batches(urls, BATCH):
-        worker.admit(None, list(Command.requests(batch, worker.stats)))
+        worker.admit(None, list(Command.requests(batch, worker.stats, allowed_domains=[])))
     assert worker.counts()["queued"] == len(urls)
     client = worker.client
     held = [
