@@ -51,6 +51,8 @@ from scrapy import signals
 
 
 class CountingMiddleware:
+    STAT = "test/past_scrapy_middlewares"
+
     def __init__(self, crawler):
         self.crawler = crawler
 
@@ -61,7 +63,7 @@ class CountingMiddleware:
     async def process_spider_output(self, response, result):
         async for output in result:
             if isinstance(output, scrapy.Request):
-                self.crawler.stats.inc_value("test/past_scrapy_middlewares")
+                self.crawler.stats.inc_value(self.STAT)
             yield output
 """
 
@@ -242,12 +244,9 @@ NEW_LINKS = VARIANTS
 #: The project's ``site`` spider, counting the requests it builds for links; at the end the
 #: crawl's stats go to a file. Beside it a project's own spider middleware, which counts the
 #: requests it sees, and a listener of Scrapy's ``request_dropped``.
-COUNTING_SITE = """
-import json
-
-import scrapy
-from scrapy import signals
-
+COUNTING_SITE = (
+    COUNTING
+    + """
 from bloom_frontier.spiders.site import SiteSpider
 
 
@@ -273,20 +272,10 @@ class CountingSiteSpider(SiteSpider):
             json.dump(self.crawler.stats.get_stats(), out, default=str)
 
 
-class SeesRequests:
-    def __init__(self, crawler):
-        self.crawler = crawler
-
-    @classmethod
-    def from_crawler(cls, crawler):
-        return cls(crawler)
-
-    async def process_spider_output(self, response, result):
-        async for output in result:
-            if isinstance(output, scrapy.Request):
-                self.crawler.stats.inc_value("test/seen_by_project_middleware")
-            yield output
+class SeesRequests(CountingMiddleware):
+    STAT = "test/seen_by_project_middleware"
 """
+)
 
 
 def crawl_counting(
