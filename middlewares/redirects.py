@@ -214,7 +214,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             return internal
 
         chain = Chain.from_meta(request.meta) or Chain.begin(
-            request.url, key_or_error(request.url, self.rules, request)[0]
+            request, key_or_error(request.url, self.rules, request)[0]
         )
         source_key = key_or_error(response.url, self.rules, request)[0]
         target_key, key_error = key_or_error(target, self.rules) if target else (None, None)

@@ -227,7 +227,7 @@ class ShortenerResolveMiddleware:
     def _chain(self, request: Request) -> Chain:
         """The chain this resolution continues (a short link reached from another one), or
         a new one from it."""
-        return Chain.from_meta(request.meta) or Chain.begin(request.url, self._key(request.url))
+        return Chain.from_meta(request.meta) or Chain.begin(request, self._key(request.url))
 
     def _settle(
         self,

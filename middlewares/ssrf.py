@@ -112,7 +112,7 @@ class SSRFGuardMiddleware:
         if request.callback is NO_CALLBACK:
             return  # robots.txt and other engine-internal downloads are not crawl records
         chain = Chain.from_meta(request.meta) or Chain.begin(
-            request.url, request.meta.get(DEDUPE_KEY_META)
+            request, request.meta.get(DEDUPE_KEY_META)
         )
         self.services.recorder.chain(chain.finish(BLOCKED, request.url, reason))
 

@@ -13,9 +13,12 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from bloom_frontier.meta import REDIRECT_CHAIN_META
+
+if TYPE_CHECKING:
+    from scrapy import Request
 
 #: Redirect statuses that announce a permanent move.
 PERMANENT_STATUSES = frozenset({301, 308})
@@ -80,7 +83,8 @@ class Chain:
     """The redirects one fetch went through, in order, and how it ended.
 
     ``keys`` holds the dedupe key of every URL of the chain (start first) for loop detection;
-    ``outcome`` stays None while the chain is in flight.
+    ``outcome`` stays None while the chain is in flight; ``referrer`` is the page whose link
+    started it (None for a start URL, or when no ``Referer`` was sent).
     """
 
     chain_id: str
@@ -92,11 +96,21 @@ class Chain:
     final_url: str | None = None
     reason: str | None = None
     flag: str | None = None
+    referrer: str | None = None
 
     @classmethod
-    def begin(cls, url: str, key: str | None) -> Chain:
-        """A new chain for a fetch of ``url``."""
-        return cls(uuid.uuid4().hex, url, key, keys=(key,) if key else ())
+    def begin(cls, request: Request, key: str | None) -> Chain:
+        """A new chain for a fetch of ``request`` (dedupe key ``key``), with the page whose
+        link it came from: its ``Referer``, which Scrapy's ``RefererMiddleware`` sets on the
+        requests a page yields, as ``REFERRER_POLICY`` allows."""
+        referrer = request.headers.get("Referer")
+        return cls(
+            uuid.uuid4().hex,
+            request.url,
+            key,
+            keys=(key,) if key else (),
+            referrer=referrer.decode("utf-8", "replace") if referrer else None,
+        )
 
     @property
     def urls(self) -> tuple[str, ...]:

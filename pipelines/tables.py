@@ -63,6 +63,8 @@ chains = Table(
     Column("flag", Text),
     Column("hop_count", Integer, nullable=False),
     Column("recorded_at", Float, nullable=False),
+    # The page whose link started the chain (revision 0004_chain_referrer).
+    Column("referrer", Text),
 )
 
 hops = Table(

@@ -246,6 +246,7 @@ class StoreWriter:
                 "flag": chain.flag,
                 "hop_count": len(chain.hops),
                 "recorded_at": time.time(),
+                "referrer": chain.referrer,
             },
         )
 
