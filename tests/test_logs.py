@@ -169,18 +169,18 @@ def test_the_no_append_only_file_warning_once_per_shared_crawl(
     with TestServer(SITE, delay=0.05) as server:
         seed = run([*SCRAPY, "seed", "site", f"{server.url}/p/1", *shared], ROOT)
         assert warning not in seed.stderr, seed.stderr[-2000:]
-        workers = [
-            subprocess.Popen(
-                site_crawl_command(f"{server.url}/", tmp_path / f"w{i}.sqlite", *shared),
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for i in range(2)
-        ]
-        logs = [worker.communicate(timeout=180)[1] for worker in workers]
-        assert [worker.returncode for worker in workers] == [0, 0], logs[0][-2000:]
+        # Each worker logs to a file: a full pipe would stall it, and the other waits for it.
+        paths = [tmp_path / f"w{i}.log" for i in range(2)]
+        workers = []
+        for i, path in enumerate(paths):
+            with path.open("w") as stderr:
+                command = site_crawl_command(f"{server.url}/", tmp_path / f"w{i}.sqlite", *shared)
+                workers.append(
+                    subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
+                )
+        codes = [worker.wait(timeout=180) for worker in workers]
+        logs = [path.read_text() for path in paths]
+        assert codes == [0, 0], logs[0][-2000:]
         assert sorted(log.count(warning) for log in logs) == [0, 1], logs
         status = run([*SCRAPY, "frontier", "site", *shared], ROOT)
         assert warning not in status.stderr + status.stdout
@@ -214,3 +214,5 @@ def test_a_crawl_on_the_templates_politeness_says_at_start_how_slow_it_is(
     assert log.index(line) < log.index("Crawl summary")
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     assert len(times) == 3 and min(gaps) >= 0.5, times  # Scrapy randomizes: 0.5 to 1.5 s
+    mode = "shared" if shared else "embedded"
+    print(f"seconds between pages ({mode}): {', '.join(f'{gap:.2f}' for gap in gaps)}")
