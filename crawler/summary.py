@@ -106,7 +106,8 @@ def where_next(settings: BaseSettings, spider: str) -> list[str]:
         (["scrapy", "redirects", "--format", "html", *store], "redirects.html", "audit report"),
     ]
     if settings.get("REDIS_URL"):
-        frontier = ["scrapy", "frontier", spider, *_given(settings, "REDIS_URL")]
+        given = [*_given(settings, "REDIS_URL"), *_given(settings, "FRONTIER_KEY_PREFIX")]
+        frontier = ["scrapy", "frontier", spider, *given]
         commands.append((frontier, "", "queue, leases, failures of the shared crawl"))
     lines = [_line("records in", without_password(settings.get("STORE_URL") or DEFAULT_STORE_URL))]
     for index, (command, output, what) in enumerate(commands):

@@ -187,6 +187,8 @@ def test_the_no_append_only_file_warning_once_per_shared_crawl(
         other = site_crawl_command(f"{server.url}/", tmp_path / "other.sqlite", *shared)
         again = run([*other, "-s", "FRONTIER_KEY_PREFIX={other-%(spider)s}"], ROOT)
     assert again.stderr.count(warning) == 1, again.stderr[-2000:]
+    # The summary's frontier command names the other crawl's prefix too.
+    assert "-s 'FRONTIER_KEY_PREFIX={other-%(spider)s}'  # queue" in again.stderr
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["embedded", "shared"])
