@@ -104,13 +104,16 @@ SCRIPTS = (
 POLITENESS_SCRIPTS = ("turn", "pause", "paused", "waiting")
 
 
-def _warn_about_setup(client: redis.Redis) -> None:
-    """Warn about settings that would lose the crawl."""
+def _warn_about_setup(client: Client, keys: FrontierKeys) -> None:
+    """Warn about a Redis set-up that would lose the crawl: once per crawl, by its first
+    worker (the one that sets the ``setup_warned`` marker, :mod:`.layout`); commands and
+    later workers stay quiet."""
     try:
-        persistence = client.info("persistence")
+        unsafe = client.info("persistence").get("aof_enabled") == 0
+        first = unsafe and client.set(keys.setup_warned, 1, nx=True)
     except redis.RedisError:
-        return  # INFO may be disabled (managed Redis): nothing to check
-    if persistence.get("aof_enabled") == 0:
+        return  # INFO may be disabled (managed Redis), the marker refused: nothing to say
+    if first:
         logger.warning(
             "Redis at %s has no append-only file: a Redis restart loses what changed since "
             "its last snapshot (queued requests, leases, seen keys). Turn on appendonly.",
@@ -288,7 +291,6 @@ class RedisFrontier:
         except BaseException:
             client.close()
             raise
-        _warn_about_setup(client)
         logger.info(
             "Shared frontier %s at %s (worker %s, leases of %ss)",
             prefix,
@@ -306,6 +308,7 @@ class RedisFrontier:
             crawler.settings, crawler.spidercls.name, crawler.stats, crawler.spider
         )
         frontier.keyer.for_crawler(crawler)
+        _warn_about_setup(frontier.client, frontier.keys)
         return frontier
 
     # --- admission -------------------------------------------------------------------

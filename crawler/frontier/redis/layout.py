@@ -90,6 +90,9 @@ Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
 - ``<prefix>:learned`` STRING: the crawl's learned parameter rules (JSON), of the version in
   ``learned_version``, so every worker keys with the same rules
   (:mod:`bloom_frontier.learning.state`).
+- ``<prefix>:setup_warned`` STRING: set (``SET NX``) by the first worker of the crawl that
+  found Redis without an append-only file, which warns about it; later workers find it and
+  stay quiet (:mod:`bloom_frontier.frontier.redis`).
 
 Partitions (``FRONTIER_PARTITIONS`` = N, :mod:`bloom_frontier.frontier.redis.partitions`): with N =
 1
@@ -248,6 +251,11 @@ class FrontierKeys:
     def worker(self, owner: str) -> str:
         """One worker's latest status record."""
         return f"{self.prefix}:worker:{owner}"
+
+    @property
+    def setup_warned(self) -> str:
+        """Marks the crawl's warning about the Redis set-up as given."""
+        return f"{self.prefix}:setup_warned"
 
     @property
     def limits(self) -> str:
