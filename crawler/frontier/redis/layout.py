@@ -84,6 +84,10 @@ Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
   fetching it now (:mod:`bloom_frontier.frontier.redis.politeness`).
 - ``<prefix>:workers`` SET of worker ids, ``<prefix>:worker:<id>`` STRING (expiring): the
   workers' published status records (:mod:`bloom_frontier.frontier.status`).
+- ``<prefix>:progress`` HASH: the crawl's progress as its workers report it, kept after they
+  exit: ``started`` and ``updated`` (ms on Redis' clock: the first report, the last),
+  ``pages:<id>``, ``items:<id>``, ``bytes:<id>`` (each worker's totals so far)
+  (:mod:`bloom_frontier.frontier.status`).
 - ``<prefix>:limits`` HASH: the crawl-wide counts behind ``CLOSESPIDER_*`` (``pages``,
   ``items``) and the crawl's first start (``started``, ms on Redis' clock)
   (:mod:`bloom_frontier.frontier.limits`).
@@ -248,6 +252,11 @@ class FrontierKeys:
     def worker(self, owner: str) -> str:
         """One worker's latest status record."""
         return f"{self.prefix}:worker:{owner}"
+
+    @property
+    def progress(self) -> str:
+        """The crawl's start, last report and each worker's totals."""
+        return f"{self.prefix}:progress"
 
     @property
     def limits(self) -> str:
