@@ -134,18 +134,19 @@ def test_watch_screen_reads_right_then_says_finished(
                 worker.kill()
         fetched = len(server.hits)
         ran = time.monotonic() - began
-    # Every screen of the running crawl: both workers from the start, their leases now adding
+    # Every screen of the running crawl: each worker from its start, their leases now adding
     # up to the total, one header with the clock, no hash-tag braces, no raw exponents.
     running = [frame for frame in frames if "crawl site: running" in frame]
     assert running, frames[-1]
     for frame in running:
         rows = worker_rows(frame)
         total = re.search(r"^  leased:   ([\d,]+)$", frame, re.M)
-        assert len(rows) == 2 and total, frame
+        assert rows and total, frame
         assert sum(number(row["leased"]) for row in rows) == number(total[1]), frame
         assert re.match(r"crawl site: running   \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\n", frame)
         assert "{" not in frame and "e+" not in frame and "e-" not in frame, frame
         assert re.search(r"in 1 shard, expected error now (< )?[\d.]+%$", frame, re.M), frame
+    assert any(len(worker_rows(frame)) == 2 for frame in running)
     assert any(number(row["leased"]) > 0 for frame in running for row in worker_rows(frame))
     # Mid-crawl: pages and bytes in human units, the rate now and overall, the elapsed time.
     busy = re.compile(
@@ -174,7 +175,8 @@ def test_watch_screen_reads_right_then_says_finished(
     # The elapsed time stopped with the crawl: from the first worker's start to the last's end.
     elapsed = int(done[3]) * 60 + int(done[4])
     assert 1 <= elapsed <= ran
-    assert float(done[5]) == pytest.approx(number(done[1]) / elapsed, abs=0.05 + 1 / elapsed)
+    # pages / elapsed, the elapsed time shown in whole seconds (cut, not rounded)
+    assert number(done[1]) / (elapsed + 1) - 0.05 <= float(done[5]) <= number(done[1]) / elapsed
     # Every worker's responses, the exited ones' too: what the site served, and robots.txt
     # answered from Redis to the worker that did not fetch it (a response to Scrapy).
     assert fetched <= int(done[1].replace(",", "")) <= fetched + 1
