@@ -431,17 +431,17 @@ class WorkerStatusReporter:
         self._loop.start(self.interval, now=True)
 
     def spider_closed(self, spider: Spider) -> Deferred[None]:
-        """Write this worker's last totals and remove its record, in one transaction (a
-        reader never sees the worker gone with its last pages missing). Handed to the
-        frontier's thread after any report in flight; the frontier waits for it before
-        closing its connection."""
+        """Write this worker's last totals, then remove its record (in that order, on the
+        node holding the crawl's keys: a reader never sees the worker gone with its last
+        pages missing). Handed to the frontier's thread after any report in flight; the
+        frontier waits for it before closing its connection."""
         if self._loop.running:
             self._loop.stop()
         frontier = self.frontier
         totals = self.totals()
 
         def write() -> None:
-            with frontier.client.pipeline(transaction=True) as pipe:
+            with frontier.client.pipeline(transaction=False) as pipe:
                 self._write_totals(pipe, totals)
                 pipe.delete(frontier.keys.worker(frontier.owner))
                 pipe.srem(frontier.keys.workers, frontier.owner)
@@ -506,7 +506,7 @@ class WorkerStatusReporter:
         ttl = max(1, math.ceil(self.interval * STALE_AFTER_INTERVALS))
 
         def write() -> None:
-            with frontier.client.pipeline(transaction=True) as pipe:
+            with frontier.client.pipeline(transaction=False) as pipe:
                 self._write_totals(pipe, totals)
                 assert self.clock_offset is not None
                 now = time.time() + self.clock_offset
