@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 import redis
 from scrapy import Request
 
+import bloom_frontier.frontier.status as status_module
 from bloom_frontier.frontier.politeness import HostLimits
 from bloom_frontier.frontier.redis.protocol import Holders, MalformedReply
 from bloom_frontier.frontier.status import expected_error_rate, read_status
@@ -132,3 +134,10 @@ def test_holders_reply_must_add_up_to_the_leases() -> None:
     for bad in ([b"4", b"3", b"0", b"w1", b"2"], [b"4", b"3", b"0", b"w1"], [b"1", b"2"]):
         with pytest.raises(MalformedReply, match="malformed holders reply"):
             Holders.from_reply(bad)
+
+
+def test_units_read_as_a_person_reads_them() -> None:
+    """Bytes in KiB/MiB, percentages without exponents, H:MM:SS, the crawl's name without
+    hash-tag braces (the examples in the status module, run)."""
+    results = doctest.testmod(status_module)
+    assert results.attempted >= 4 and results.failed == 0
