@@ -131,8 +131,9 @@ FRONTIER_POLITENESS_SCAN = 500
 # no request for that long (without: 2 s, doubled at each further one), from any worker of a
 # shared frontier. No pause is longer than this many seconds.
 HOST_BACKOFF_MAX = 300.0
-# Seconds between a worker's status reports (read by `scrapy frontier SPIDER`).
-FRONTIER_STATUS_INTERVAL = 10.0
+# Seconds between a worker's status reports (read by `scrapy frontier SPIDER`; its
+# "pages/s now" is each worker's rate over its last interval).
+FRONTIER_STATUS_INTERVAL = 2.0
 # Largest stored request (bytes of JSON). A larger one is refused when queued (counted under
 # frontier/unserializable) and, written by someone else, quarantined when leased, so no stored
 # message can hold a worker for seconds or gigabytes (bloom_frontier.frontier.decode).

@@ -84,6 +84,10 @@ Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
   fetching it now (:mod:`bloom_frontier.frontier.redis.politeness`).
 - ``<prefix>:workers`` SET of worker ids, ``<prefix>:worker:<id>`` STRING (expiring): the
   workers' published status records (:mod:`bloom_frontier.frontier.status`).
+- ``<prefix>:progress`` HASH: the crawl's progress as its workers report it, kept after they
+  exit: ``started`` and ``updated`` (ms on Redis' clock: the first report, the last),
+  ``pages:<id>``, ``items:<id>``, ``bytes:<id>`` (each worker's totals so far)
+  (:mod:`bloom_frontier.frontier.status`).
 - ``<prefix>:limits`` HASH: the crawl-wide counts behind ``CLOSESPIDER_*`` (``pages``,
   ``items``) and the crawl's first start (``started``, ms on Redis' clock)
   (:mod:`bloom_frontier.frontier.limits`).
@@ -256,6 +260,11 @@ class FrontierKeys:
     def setup_warned(self) -> str:
         """Marks the crawl's warning about the Redis set-up as given."""
         return f"{self.prefix}:setup_warned"
+
+    @property
+    def progress(self) -> str:
+        """The crawl's start, last report and each worker's totals."""
+        return f"{self.prefix}:progress"
 
     @property
     def limits(self) -> str:
