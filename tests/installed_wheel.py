@@ -63,6 +63,13 @@ class Installed:
     venv: Path
     #: The environment of every command: the virtualenv's scripts first, no PYTHONPATH.
     env: dict[str, str]
+    #: The extras installed with it.
+    extras: str = EXTRAS
+
+    @staticmethod
+    def build_wheel(source: Path, dist: Path) -> Path:
+        """A wheel built from ``source`` as this one was (:func:`build_wheel`)."""
+        return build_wheel(source, dist)
 
     @property
     def python(self) -> str:
