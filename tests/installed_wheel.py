@@ -159,9 +159,10 @@ def base_venv(constraints: str) -> Path:
 
 
 @contextmanager
-def locked(path: Path, mode: int) -> Iterator[None]:
-    with open(f"{path}.lock", "w") as lock:
-        fcntl.flock(lock, mode)
+def locked(base: Path) -> Iterator[None]:
+    """``base`` for this session alone (made, checked, copied), not for a pruning one."""
+    with open(f"{base}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
 
@@ -243,10 +244,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     wheel = build_wheel(work / "source", work / "dist")
     constraints = running_versions()
     base = base_venv(constraints)
-    with locked(base, fcntl.LOCK_EX):
+    with locked(base):
         ensure_base(base, wheel, constraints)
-    with locked(base, fcntl.LOCK_SH):  # no other session remakes it while it is copied
-        (base / ".dependencies-installed").touch()
+        (base / ".dependencies-installed").touch()  # used now: not stale
         clone(base, work / "venv")
     venv = work / "venv"
     pip(venv / "bin" / "python", "install", "--no-deps", str(wheel))
