@@ -45,7 +45,6 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.httpobj import urlparse_cached
 
-from bloom_frontier.frontier.keys import carried_key
 from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.pipelines.records import BLOCKED, Chain
 from bloom_frontier.services import services_of
@@ -90,7 +89,9 @@ class SSRFGuardMiddleware:
         return self.services.ssrf_policy
 
     def process_request(self, request: Request) -> None:
-        reason = self.policy.refusal(request.url, carried_key(request))
+        # The URL that will be fetched, never the dedupe key its meta carries (stored
+        # requests are untrusted: a key naming a start host proves nothing about the URL).
+        reason = self.policy.refusal(request.url)
         if reason is None and request.meta.get("proxy") and not self.policy.allow_proxy:
             reason = "proxy"
         if reason is not None:

@@ -1,0 +1,85 @@
+"""Stored requests are untrusted: whatever a writer to the crawl's Redis keys puts in a
+request's ``meta``, the SSRF guard judges the URL that will be fetched, and the keys that
+change how a request is fetched count only as far as the crawl's settings allow.
+
+Real crawls (``scrapy crawl site`` on a shared frontier in RedisBloom) with the download
+handler behind a spy (:mod:`tests.handler_spies`) that logs every host it is asked to reach
+and refuses all but the crawl's own, before any socket exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import redis
+
+from bloom_frontier.canonical.rules import dedupe_key
+from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.pipelines.reader import StoreReader
+from tests.handler_spies import HANDLERS, SPY_ALLOW_ENV
+from tests.httpserver import TestServer, html
+from tests.redirect_server import SPY_LOG_ENV, scrapy, spy_hosts
+from tests.test_quarantine import inject
+
+#: The private literals a stored request aimed at (issue 24, item 3): every one reached
+#: its address through the aiohttp handler when the guard trusted the carried key.
+PRIVATE_LITERALS = (
+    "[::1]",
+    "169.254.169.254",
+    "10.0.0.1",
+    "127.0.0.1",
+    "[fd00::1]",
+    "0.0.0.0",
+    "[::ffff:127.0.0.1]",
+)
+KEYS = FrontierKeys.for_prefix("{site}")
+
+
+def shared_crawl(
+    start_url: str, redis_url: str, tmp: Path, handler: str, *options: str
+) -> tuple[str, list[str]]:
+    """``scrapy crawl site`` on the shared frontier with the ``handler`` spy; its log and
+    the hosts the spy was asked for. It must end cleanly: exit 0, no traceback."""
+    spy_log = tmp / f"spy-{handler}.log"
+    env = {key: value for key, value in os.environ.items() if key not in {"REDIS_URL"}}
+    env.update({SPY_LOG_ENV: str(spy_log), SPY_ALLOW_ENV: "localhost"})
+    result = scrapy(
+        "crawl", "site", "-a", f"start_url={start_url}",
+        "-s", f"REDIS_URL={redis_url}",
+        "-s", f"STORE_URL=sqlite:///{tmp / 'store.sqlite'}",
+        "-s", f"DOWNLOAD_HANDLERS={HANDLERS[handler]}",
+        *options,
+        env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "Traceback" not in result.stderr, result.stderr[-4000:]
+    return result.stderr, spy_hosts(spy_log)
+
+
+@pytest.mark.parametrize("handler", ["http11", "aiohttp"])
+def test_a_stored_key_naming_the_start_host_does_not_pass_a_private_url(
+    handler: str, redis_url: str, tmp_path: Path
+) -> None:
+    with TestServer({"/": html("/a")}) as site, redis.Redis.from_url(redis_url) as client:
+        start = f"http://localhost:{site.port}/"
+        for i, literal in enumerate(PRIVATE_LITERALS):
+            url = f"http://{literal}:{site.port}/secret{i}"
+            # The key and the URL it was "computed for" name the start host's page.
+            own = f"{start}page{i}"
+            meta = {"dedupe_key": dedupe_key(own), "dedupe_key_url": url}
+            payload = {"url": url, "callback": "parse", "meta": meta}
+            inject(client, KEYS, json.dumps(payload).encode(), score=-10)
+        _, hosts = shared_crawl(start, redis_url, tmp_path, handler)
+        hits = site.paths()
+    assert "localhost" in hosts, "the spy saw nothing: it is not installed"
+    assert set(hosts) == {"localhost"}, hosts
+    assert not [path for path in hits if path.startswith("/secret")]
+    store = StoreReader.from_url(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    blocked = {c.start_url: c.reason for c in store.chains() if c.outcome == "blocked"}
+    store.close()
+    assert len(blocked) == len(PRIVATE_LITERALS), blocked
+    reasons = {"loopback", "metadata", "private", "unique-local", "unspecified"}
+    assert set(blocked.values()) <= reasons
