@@ -45,6 +45,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.httpobj import urlparse_cached
 
+from bloom_frontier.logtext import short
 from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.pipelines.records import BLOCKED, Chain
 from bloom_frontier.services import services_of
@@ -66,7 +67,7 @@ class AddressBlocked(IgnoreRequest):
     def __init__(self, url: str, reason: str) -> None:
         self.url = url
         self.reason = reason
-        super().__init__(f"SSRF guard refused {url} ({reason})")
+        super().__init__(f"SSRF guard refused {short(url)} ({reason})")
 
 
 class SSRFGuardMiddleware:
@@ -109,7 +110,7 @@ class SSRFGuardMiddleware:
         stats = self.crawler.stats
         assert stats is not None
         stats.inc_value(f"ssrf/blocked/{reason}")
-        logger.info("SSRF guard refused %s (%s)", request.url, reason)
+        logger.info("SSRF guard refused %s (%s)", short(request.url), reason)
         if request.callback is NO_CALLBACK:
             return  # robots.txt and other engine-internal downloads are not crawl records
         chain = Chain.from_meta(request.meta) or Chain.begin(

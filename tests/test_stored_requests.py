@@ -145,3 +145,19 @@ def test_stored_meta_counts_only_as_far_as_the_settings_allow(
     for key in ("dont_obey_robotstxt", "download_maxsize", "download_warnsize"):
         assert f"'frontier/stored_meta_dropped/{key}': 1" in log
         assert log.count(f"asks for meta {key}=") == 1
+
+
+def test_a_900_kb_url_is_logged_cut_not_whole(redis_url: str, tmp_path: Path) -> None:
+    """Stored requests with URLs of 900 KB (under FRONTIER_MAX_REQUEST_BYTES): the guard
+    refuses them and says so, each line carrying the start of the URL and how much was cut
+    (they were logged whole, twice each: by the guard and as failed for good)."""
+    with TestServer({"/": html()}) as site, redis.Redis.from_url(redis_url) as client:
+        start = f"http://localhost:{site.port}/"
+        for url in (start + "a" * 900_000, "http://10.0.0.1/" + "b" * 900_000):
+            payload = {"url": url, "callback": "parse"}
+            inject(client, KEYS, json.dumps(payload).encode(), score=-10)
+        log, _ = shared_crawl(start, redis_url, tmp_path, "http11")
+    longest = max(log.splitlines(), key=len)
+    assert len(longest) < 2000, longest[:300]
+    cut = [line for line in log.splitlines() if "... (+" in line and "SSRF guard refused" in line]
+    assert len(cut) >= 2, log[-3000:]
