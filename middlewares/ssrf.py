@@ -15,8 +15,13 @@ Two layers, both on by default (``SSRF_GUARD_ENABLED``), judged by the crawler's
   themselves and only get the middleware's checks.
 
 Whatever the request's origin (a link, a redirect hop, a stored request, a canonical hint, a
-seed) only allowed schemes reach the downloader. The ``file``, ``data``, ``s3`` and ``ftp``
-download handlers are switched off as well (by the add-on, ``crawler/addon.py``).
+seed, the robots.txt Scrapy fetches for a new host, a redirect target's too) the middleware
+judges the URL that will be fetched, never the dedupe key the request carries in its meta
+(a stored request's meta is its writer's), and only allowed schemes reach the downloader.
+The ``file``, ``data``, ``s3`` and ``ftp`` download handlers are switched off as well (by
+the add-on, ``crawler/addon.py``). What a library would fetch on its own is off: the Public
+Suffix List of Scrapy's cookie handling is tldextract's bundled snapshot
+(:func:`bloom_frontier.compat.offline_cookie_domains`).
 
 A proxy hides where a connection really goes (the proxy resolves the name, the resolver
 never sees it), so by default the guard refuses to run with one: a crawl started with
@@ -45,6 +50,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.httpobj import urlparse_cached
 
+from bloom_frontier.compat import offline_cookie_domains
 from bloom_frontier.logtext import short
 from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.pipelines.records import BLOCKED, Chain
@@ -80,6 +86,8 @@ class SSRFGuardMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
+        # What a library fetches on its own passes no guard: off, whatever the settings.
+        offline_cookie_domains()
         if not crawler.settings.getbool("SSRF_GUARD_ENABLED"):
             raise NotConfigured
         check_proxy_setup(crawler.settings)
