@@ -5,6 +5,7 @@ exception out."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any, ClassVar
 
@@ -408,6 +409,7 @@ def project_decoder(**overrides: Any) -> tuple[RequestDecoder, Any]:
 def test_fetch_meta_beyond_the_settings_is_dropped_counted_and_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, "bloom_frontier.frontier.storedmeta")
     decoder, stats = project_decoder()
     spider = ShopSpider()
     text = stored(

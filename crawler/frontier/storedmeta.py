@@ -14,6 +14,7 @@ pass through unchanged.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 from collections.abc import Callable, Mapping
@@ -175,6 +176,8 @@ class StoredMeta:
     bind_address: Any = None
     #: The slots ``DOWNLOAD_SLOTS`` names.
     slots: frozenset[str] = frozenset()
+    #: ``CONCURRENT_REQUESTS_PER_IP`` is set: Scrapy names slots by address.
+    slots_by_address: bool = False
     #: Shortener hosts whose resolution requests skip robots.txt and the offsite filter
     #: (``SHORTENERS_ENABLED``, ``SHORTENER_HOSTS``); None when off.
     shorteners: Shorteners | None = field(default_factory=Shorteners)
@@ -196,6 +199,7 @@ class StoredMeta:
             proxies=not guard or settings.getbool("SSRF_ALLOW_PROXY"),
             bind_address=settings.get("DOWNLOAD_BIND_ADDRESS"),
             slots=frozenset(settings.getdict("DOWNLOAD_SLOTS")),
+            slots_by_address=settings.getint("CONCURRENT_REQUESTS_PER_IP") > 0,
             shorteners=shorteners_from_settings(settings) if enabled else None,
             stats=stats,
         )
@@ -228,7 +232,11 @@ class StoredMeta:
         if name in ("proxy", "_auth_proxy"):
             return not value or self.proxies
         if name == DOWNLOAD_SLOT_META:
-            return value in self.slots or value == _host(url)
+            return (
+                value in self.slots
+                or value == _host(url)
+                or (self.slots_by_address and _is_address(value))
+            )
         if name == "bindaddress":
             return _bind_pair(value) == _bind_pair(self.bind_address)
         if name == "max_retry_times":
@@ -262,7 +270,10 @@ class StoredMeta:
             self.stats.inc_value(f"{DROPPED_STAT}/{name}")
         if name not in self._logged:
             self._logged.add(name)
-            logger.warning(
+            # Scrapy sets every downloaded request's slot and a redirect to another host
+            # keeps it: the crawl's own requests drop it too (they go by their own host).
+            log = logger.info if name == DOWNLOAD_SLOT_META else logger.warning
+            log(
                 "A stored request asks for meta %s=%s, which the crawl's settings do not "
                 "allow (%s): dropped; counted under %s/%s, logged once",
                 name,
@@ -282,6 +293,14 @@ def _host(url: str) -> str:
         return urlsplit(url).hostname or ""
     except ValueError:
         return ""
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _bind_pair(value: Any) -> tuple[str, int] | None:
