@@ -4,10 +4,10 @@ A stored request is untrusted input (see :mod:`bloom_frontier.frontier.decode`),
 ``meta`` keys change how Scrapy fetches a request: skip robots.txt, lift the size limits,
 go through a proxy, bind to a source address, pick another download slot. Each such key is
 honoured from a stored request only as far as the crawl's settings allow it for any request
-(:data:`POLICY`, documented in ``docs/security.md``); beyond that it is dropped, counted
-under ``frontier/stored_meta_dropped/<key>`` and logged once per key. A value of the wrong
-type (a list ``bindaddress``, ``redirect_chain: 1``) is what no worker writes: the request
-is refused (:class:`~bloom_frontier.frontier.decode.RequestNotLoadable`, quarantined with the
+(:meth:`StoredMeta.honoured`, documented in ``docs/security.md``); beyond that it is
+dropped, counted under ``frontier/stored_meta_dropped/<key>`` and logged once per key. A
+value of the wrong type (a list ``bindaddress``, ``redirect_chain: 1``) is what no worker
+writes: the request is refused (the decoder's ``RequestNotLoadable``, quarantined with the
 reason) instead of failing later with a traceback. The users' own keys, and ``cb_kwargs``,
 pass through unchanged.
 """
@@ -109,7 +109,7 @@ def _mapping(value: Any) -> bool:
 #: Every key of Scrapy's or the frontier's whose value a stored request carries, with the
 #: check its value must pass (else the request is refused) and what that check expects.
 TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    # Scrapy's keys that change how a request is fetched (see POLICY).
+    # Scrapy's keys that change how a request is fetched (see StoredMeta.honoured).
     "dont_obey_robotstxt": (_flag, "true/false"),
     "allow_offsite": (_flag, "true/false"),
     "download_maxsize": (_count, "a byte count"),
@@ -149,6 +149,10 @@ TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+class StoredMetaRefused(ValueError):
+    """A stored request's meta holds a value of the wrong type for its key."""
+
+
 def _within(value: int, limit: int) -> bool:
     """A size limit ``value`` is no looser than ``limit`` (0: no limit)."""
     return limit == 0 or 0 < value <= limit
@@ -157,7 +161,7 @@ def _within(value: int, limit: int) -> bool:
 @dataclass
 class StoredMeta:
     """The crawl's settings a stored request's fetch-changing ``meta`` is judged by
-    (:data:`POLICY`), and the count of what was dropped."""
+    (:meth:`honoured`), and the count of what was dropped."""
 
     #: ``ROBOTSTXT_OBEY``.
     robots_obey: bool = True
@@ -245,8 +249,8 @@ class StoredMeta:
 
     def vet(self, meta: dict[str, Any], url: str) -> dict[str, Any]:
         """``meta`` of a stored request for ``url`` without what the crawl's settings do not
-        allow; raises ``refuse(reason)`` (the decoder's error) for a value of the wrong
-        type."""
+        allow (the same dict when nothing is dropped); :class:`StoredMetaRefused` for a value
+        of the wrong type."""
         dropped = []
         for name, value in meta.items():
             check = TYPES.get(name)
@@ -282,10 +286,6 @@ class StoredMeta:
                 DROPPED_STAT,
                 name,
             )
-
-
-class StoredMetaRefused(ValueError):
-    """A stored request's meta holds a value of the wrong type for its key."""
 
 
 def _host(url: str) -> str:
