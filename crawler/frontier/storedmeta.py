@@ -14,7 +14,6 @@ pass through unchanged.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import math
 from collections.abc import Callable, Mapping
@@ -24,7 +23,6 @@ from urllib.parse import urlsplit
 
 from scrapy.settings import default_settings
 
-from bloom_frontier import defaults
 from bloom_frontier.logtext import short
 from bloom_frontier.meta import (
     CANONICAL_OF_META,
@@ -180,8 +178,6 @@ class StoredMeta:
     bind_address: Any = None
     #: The slots ``DOWNLOAD_SLOTS`` names.
     slots: frozenset[str] = frozenset()
-    #: ``CONCURRENT_REQUESTS_PER_IP`` is set: Scrapy names slots by address.
-    slots_by_address: bool = False
     #: Shortener hosts whose resolution requests skip robots.txt and the offsite filter
     #: (``SHORTENERS_ENABLED``, ``SHORTENER_HOSTS``); None when off.
     shorteners: Shorteners | None = field(default_factory=Shorteners)
@@ -191,8 +187,8 @@ class StoredMeta:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, stats: StatsCollector | None = None) -> Self:
-        guard = settings.getbool("SSRF_GUARD_ENABLED", defaults.SSRF_GUARD_ENABLED)
-        enabled = settings.getbool("SHORTENERS_ENABLED", defaults.SHORTENERS_ENABLED)
+        guard = settings.getbool("SSRF_GUARD_ENABLED")
+        enabled = settings.getbool("SHORTENERS_ENABLED")
         return cls(
             robots_obey=settings.getbool("ROBOTSTXT_OBEY"),
             max_size=settings.getint("DOWNLOAD_MAXSIZE"),
@@ -203,7 +199,6 @@ class StoredMeta:
             proxies=not guard or settings.getbool("SSRF_ALLOW_PROXY"),
             bind_address=settings.get("DOWNLOAD_BIND_ADDRESS"),
             slots=frozenset(settings.getdict("DOWNLOAD_SLOTS")),
-            slots_by_address=settings.getint("CONCURRENT_REQUESTS_PER_IP") > 0,
             shorteners=shorteners_from_settings(settings) if enabled else None,
             stats=stats,
         )
@@ -236,11 +231,7 @@ class StoredMeta:
         if name in ("proxy", "_auth_proxy"):
             return not value or self.proxies
         if name == DOWNLOAD_SLOT_META:
-            return (
-                value in self.slots
-                or value == _host(url)
-                or (self.slots_by_address and _is_address(value))
-            )
+            return value in self.slots or value == _host(url)
         if name == "bindaddress":
             return _bind_pair(value) == _bind_pair(self.bind_address)
         if name == "max_retry_times":
@@ -293,14 +284,6 @@ def _host(url: str) -> str:
         return urlsplit(url).hostname or ""
     except ValueError:
         return ""
-
-
-def _is_address(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _bind_pair(value: Any) -> tuple[str, int] | None:
