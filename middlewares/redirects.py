@@ -241,9 +241,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             end = ERROR, "unfollowable-location"
         elif target_key is None:
             end = ERROR, f"invalid-target:{key_error}"
-        elif self.ssrf_enabled and (
-            refusal := self.services.ssrf_policy.refusal(target, target_key)
-        ):
+        elif self.ssrf_enabled and (refusal := self.services.ssrf_policy.refusal(target)):
             end = BLOCKED, refusal
             stats.inc_value(f"ssrf/blocked/{refusal}")
         elif target in earlier_urls or (target_key in earlier_keys and target_key != source_key):

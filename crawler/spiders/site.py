@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Iterator
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from lxml import etree
@@ -112,6 +112,9 @@ class SiteSpider(Spider):
     """
 
     name = "site"
+    #: The only methods a stored request may name as its callback or errback
+    #: (``bloom_frontier.frontier.decode.spider_method``): not ``is_short_link`` & co.
+    stored_callbacks: ClassVar[frozenset[str]] = frozenset({"parse"})
 
     @classmethod
     def check_arguments(cls, start_url: str | None = None, **arguments: str) -> None:

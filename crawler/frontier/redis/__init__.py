@@ -283,7 +283,7 @@ class RedisFrontier:
                 max_expiries=settings.getint("FRONTIER_MAX_EXPIRIES"),
                 spider=spider,
                 limits=HostLimits.from_settings(settings),
-                decoder=RequestDecoder.from_settings(settings),
+                decoder=RequestDecoder.from_settings(settings, stats),
                 quarantine_cap=settings.getint("FRONTIER_QUARANTINE_MAX"),
                 older=older,
                 partitions=settings.getint("FRONTIER_PARTITIONS"),

@@ -60,6 +60,7 @@ from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestDecoder, Requ
 from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Answer
 from bloom_frontier.frontier.redis.protocol import LeaseReply
 from bloom_frontier.frontier.serialize import RequestNotSerializable, request_to_json
+from bloom_frontier.logtext import short
 from bloom_frontier.meta import FRONTIER_LEASE_META, FRONTIER_TURN_META
 from bloom_frontier.redis_client import text
 
@@ -394,7 +395,9 @@ class Leases:
             url = self._held[lease]
             self.take_id(lease)
             self.stats.inc_value("frontier/unanswered")
-            logger.warning("Request %s (lease %s) was dropped after its download", url, lease)
+            logger.warning(
+                "Request %s (lease %s) was dropped after its download", short(url), lease
+            )
             reason = "dropped after its download (no response, no replacement, no error)"
             self.fail_lease(lease, reason, url=url, request_json=None)
         return len(dropped)
@@ -526,7 +529,7 @@ class Leases:
 
         def counted(_: int) -> None:
             self.stats.inc_value("frontier/failed")
-            logger.info("Request %s failed for good: %s", url or lease, reason)
+            logger.info("Request %s failed for good: %s", short(url or lease), short(reason))
 
         on_reply = self.reply_handler(lease, refused=none_done, accepted=counted)
 
