@@ -32,6 +32,16 @@ SITE = {
 SLOW_LINE = re.compile(r"INFO: Slow crawl: .*")
 
 
+def warning_lines(log: str) -> list[str]:
+    """The log's WARNING lines, but for the loop-stall watch's: a loaded test machine (the
+    suite beside other work) can stall any crawl's loop, which that warning rightly says."""
+    return [
+        line
+        for line in re.findall(r".* WARNING: .*", log)
+        if "Twisted's loop was blocked" not in line
+    ]
+
+
 def run(command: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """``command`` run to its end; it must succeed."""
     result = subprocess.run(
@@ -97,7 +107,7 @@ def test_items_in_the_progress_line_and_the_summary_and_scrapys_stats_dump(
     summary = summary_of(log)
     assert log.index("Dumping Scrapy stats") < log.index(summary)
     assert summary_value(summary, "items scraped") == str(PAGES)
-    assert " WARNING: " not in log, re.findall(r".* WARNING: .*", log)
+    assert not warning_lines(log), warning_lines(log)
     assert not SLOW_LINE.search(log)
 
 
@@ -120,7 +130,7 @@ def test_an_embedded_crawl_warns_of_nothing_and_its_summary_says_where_and_what_
     store = tmp_path / "records.sqlite"
     with TestServer(SITE) as server:
         log = run(site_crawl_command(f"{server.url}/", store), ROOT).stderr
-    assert " WARNING: " not in log, re.findall(r".* WARNING: .*", log)
+    assert not warning_lines(log), warning_lines(log)
     summary = summary_of(log)
     assert summary_value(summary, "records in") == f"sqlite:///{store}"
     commands = next_commands(summary)
