@@ -14,6 +14,7 @@ from scrapy.http import Response, TextResponse
 
 from bloom_frontier.canonical import resolve_link
 from bloom_frontier.canonical.resolve import RESOLVED_LINKS, LinkResolver
+from bloom_frontier.frontier.bounded import over_page_cap
 from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.services import CrawlServices
 from bloom_frontier.shorteners import Shorteners, shorteners_from_settings
@@ -22,12 +23,11 @@ if TYPE_CHECKING:
     from bloom_frontier.services import SeenLinks
 
 #: Elements whose ``href`` is a link to follow.
+LINK_TAGS = ("a", "area")
 LINK_XPATH = "//a/@href | //area/@href"
 BASE_XPATH = "//base[@href][1]/@href"
-_LINK_HREFS = etree.XPath(LINK_XPATH, smart_strings=False)
-#: :data:`LINK_XPATH` on a page without ``<area>`` (most): one pass over the tree, not two
-#: and a merge in document order.
-_A_HREFS = etree.XPath("//a/@href", smart_strings=False)
+#: How many links a page has (counted only past ``PAGE_MAX_LINKS``, in C).
+_COUNT_LINKS = etree.XPath("count(//a[@href] | //area[@href])")
 
 
 def page_tree(response: TextResponse) -> Any:
@@ -38,16 +38,27 @@ def page_tree(response: TextResponse) -> Any:
     return selector.root
 
 
-def page_links(response: TextResponse) -> list[str]:
-    """The ``href`` values of the page's ``<a>`` and ``<area>`` elements, in document order:
-    what ``response.xpath(LINK_XPATH).getall()`` gives, read off the lxml tree Scrapy parsed
-    without a parsel ``Selector`` per value (a page of the Python docs has ~290 links)."""
+def page_links(response: TextResponse, limit: int = 0) -> tuple[list[str], int]:
+    """The ``href`` values of the page's ``<a>`` and ``<area>`` elements, in document order
+    (what ``response.xpath(LINK_XPATH).getall()`` gives), the first ``limit`` of them (0:
+    all), and how many more the page has. Read off the lxml tree Scrapy parsed, element by
+    element, without a parsel ``Selector`` per value and without reading past ``limit``: a
+    page of a million links costs what its first ``limit`` cost, and one count."""
     root = page_tree(response)
     if root is None:
-        return response.xpath(LINK_XPATH).getall()
-    # lxml answers at once for a tag name the document never uses.
-    query = _A_HREFS if next(root.iter("area"), None) is None else _LINK_HREFS
-    return query(root)  # type: ignore[no-any-return]
+        hrefs = response.xpath(LINK_XPATH).getall()
+        if limit and len(hrefs) > limit:
+            return hrefs[:limit], len(hrefs) - limit
+        return hrefs, 0
+    hrefs = []
+    for element in root.iter(*LINK_TAGS):
+        href = element.get("href")
+        if href is None:
+            continue
+        if len(hrefs) == limit and limit:
+            return hrefs, int(_COUNT_LINKS(root)) - limit
+        hrefs.append(href)
+    return hrefs, 0
 
 
 def _base_href(response: TextResponse) -> str | None:
@@ -193,13 +204,16 @@ class SiteSpider(Spider):
 
     def followed_urls(self, response: TextResponse) -> Iterator[str]:
         """The URLs of the page's links that stay on the allowed hosts (counted:
-        ``links/extracted``, ``links/junk``, ``links/offsite``). Resolved and judged once
-        per link, not once per page that has it (:class:`~bloom_frontier.canonical.resolve.
-        LinkResolver`, :meth:`follows`)."""
+        ``links/extracted``, ``links/junk``, ``links/offsite``), among its first
+        ``PAGE_MAX_LINKS`` links (the others unread, :func:`over_page_cap`). Resolved and
+        judged once per link, not once per page that has it
+        (:class:`~bloom_frontier.canonical.resolve.LinkResolver`, :meth:`follows`)."""
         base = page_base(response)
         stats = self.crawler.stats
-        hrefs = page_links(response)
+        hrefs, unread = page_links(response, self.settings.getint("PAGE_MAX_LINKS"))
         stats.inc_value("links/extracted", len(hrefs))
+        if unread:
+            over_page_cap(stats, response, len(hrefs), unread)
         junk = offsite = 0
         verdicts = self._verdicts_now()
         try:
