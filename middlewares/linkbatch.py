@@ -1,6 +1,7 @@
 """Spider middlewares that deduplicate a page's links: :class:`SeenLinksMiddleware` drops
 those certainly seen as the spider yields them, :class:`BatchDedupeMiddleware` checks the
-rest against the seen filter in one batch."""
+rest against the seen filter in one batch; and the downloader middleware that parses a large
+page off Twisted's loop before its links are read (:class:`LargePageParser`)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,20 @@ from typing import TYPE_CHECKING, Any
 from weakref import WeakSet
 
 from scrapy import Request, signals
-from scrapy.http import Response
+from scrapy.http import HtmlResponse, Response, XmlResponse
 from scrapy.utils.conf import build_component_list
+from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.misc import load_object
+from twisted.internet.threads import deferToThread
 
 from bloom_frontier.frontier import failure_reason, handle_page
-from bloom_frontier.frontier.bounded import ADMIT_CHUNK, LOOP_SLICE, loop_turn, over_page_cap
+from bloom_frontier.frontier.bounded import (
+    ADMIT_CHUNK,
+    LOOP_SLICE,
+    PARSE_IN_THREAD_BYTES,
+    loop_turn,
+    over_page_cap,
+)
 from bloom_frontier.frontier.keys import carry_key, send_request_dropped, was_checked
 from bloom_frontier.learning.recheck import LearnedRuleRecheck
 from bloom_frontier.meta import LEARN_RECHECK_META
@@ -347,3 +356,18 @@ class SeenLinksMiddleware:
         if dropped:
             self.services.frontier.keyer.duplicates(dropped)
             send_request_dropped(self.crawler, [request for request, _ in dropped])
+
+
+class LargePageParser:
+    """Downloader middleware, next to the engine: an HTML or XML response of at least
+    :data:`~bloom_frontier.frontier.bounded.PARSE_IN_THREAD_BYTES` gets its selector (the
+    lxml tree the spider and the canonical hints read) built in a thread, where lxml lets
+    Twisted's loop run meanwhile; a page of tens of megabytes held the loop a second or more.
+    Nothing else touches the response until it is returned."""
+
+    async def process_response(self, request: Request, response: Response) -> Response:
+        if isinstance(response, (HtmlResponse, XmlResponse)) and (
+            len(response.body) >= PARSE_IN_THREAD_BYTES
+        ):
+            await maybe_deferred_to_future(deferToThread(lambda: response.selector))
+        return response

@@ -8,15 +8,12 @@ stalls of a page of a million links are in ``tests/test_loop_stalls.py``."""
 from __future__ import annotations
 
 import gzip
-import os
-import re
-import subprocess
-from dataclasses import dataclass
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.crawls import ROOT, site_crawl_command
+from tests.bounded_pages import crawl, links_page, start_crawl
 from tests.httpserver import Page, TestServer, html
 from tests.servers import RedisServer
 
@@ -28,38 +25,10 @@ BOMB_BYTES = 400 * 1024 * 1024
 MAX_PEAK_RSS_MB = 400
 
 
-@dataclass
-class Crawl:
-    """A finished crawl: its exit code, log and peak resident memory (MiB)."""
-
-    returncode: int
-    log: str
-    peak_rss_mb: int
-
-    def stat(self, name: str) -> int | None:
-        """The value of the stat ``name`` in Scrapy's stats dump (``STATS_DUMP``)."""
-        match = re.search(rf"'{re.escape(name)}': (\d+)", self.log)
-        return int(match[1]) if match else None
-
-
-def crawl(start_url: str, tmp_path: Path, *settings: str) -> Crawl:
-    """``scrapy crawl site`` from ``start_url`` with ``settings`` (``NAME=VALUE``), its stats
-    dumped; waited for with ``wait4``, which gives that process's own peak memory."""
-    options = [item for setting in ("STATS_DUMP=True", *settings) for item in ("-s", setting)]
-    command = site_crawl_command(start_url, tmp_path / "store.sqlite", *options)
-    log_path = tmp_path / "crawl.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            _, status, usage = os.wait4(process.pid, 0)
-        finally:
-            process.returncode = -1  # reaped above: Popen must not wait for it again
-    return Crawl(os.waitstatus_to_exitcode(status), log_path.read_text(), usage.ru_maxrss // 1024)
-
-
-def links_page(count: int) -> Page:
-    """A page of ``count`` links to distinct pages of its site (``/l/<i>``)."""
-    return Page("<html><body>" + "".join(f'<a href="/l/{i}">l</a>' for i in range(count)))
+def slow_page(_path: str) -> Page:
+    """A page without links, served in half a second."""
+    time.sleep(0.5)
+    return html()
 
 
 def test_a_gzip_bomb_is_refused_before_it_fills_the_memory(tmp_path: Path) -> None:
@@ -110,25 +79,33 @@ def test_a_page_of_many_links_gives_page_max_links_of_them(tmp_path: Path) -> No
 
 def test_a_shared_page_handled_longer_than_its_lease_is_fetched_once(tmp_path: Path) -> None:
     """A page of 60,000 links, every one admitted (no cap), on leases of 2 s: its handling
-    takes several times that, its lease is kept alive meanwhile and its answer accepted,
-    and no worker fetches it again. The crawl stops after the page (CLOSESPIDER_PAGECOUNT:
-    robots.txt and the page), its links left queued."""
+    takes several times that; its lease is kept alive meanwhile, so a second worker, started
+    while the page is handled, never takes it over: the page is fetched once and its answer
+    accepted. Its links are served slowly, and the crawl stops after a few hundred of them
+    (CLOSESPIDER_PAGECOUNT, crawl-wide), the others left queued: both workers are still
+    leasing while the page is handled."""
     links = 60_000
-    site = {"/": links_page(links), "/*": lambda path: html()}
+    site = {"/": links_page(links), "/*": slow_page}
     with RedisServer(bloom=True) as redis_server, TestServer(site) as server:
-        done = crawl(
-            f"{server.url}/", tmp_path,
+        settings = (
             f"REDIS_URL={redis_server.url}", "FRONTIER_LEASE_TTL=2", "PAGE_MAX_LINKS=0",
-            "CLOSESPIDER_PAGECOUNT=2", "LOG_LEVEL=DEBUG",
+            "CLOSESPIDER_PAGECOUNT=300",
         )  # fmt: skip
+        first = start_crawl(f"{server.url}/", tmp_path, *settings, name="first")
+        deadline = time.monotonic() + 60
+        while "/" not in server.paths() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = start_crawl(f"{server.url}/", tmp_path, *settings, name="second")
+        done, other = first.wait(), second.wait()
         with redis_server.client() as client:
             queued = int(client.get("{site}:queued") or 0)
         fetched = server.paths().count("/")
         children = sum(path.startswith("/l/") for path in server.paths())
-    assert done.returncode == 0, done.log[-3000:]
-    assert fetched == 1, done.log[-3000:]
-    assert "refused" not in done.log, done.log[-3000:]
-    assert done.stat("frontier/lease_lost") is None, done.log[-3000:]
-    assert done.stat("frontier/acked") == 1, done.log[-3000:]
+    for crawled in (done, other):
+        assert crawled.returncode == 0, crawled.log[-3000:]
+        assert "refused" not in crawled.log, crawled.log[-3000:]
+        assert crawled.stat("frontier/lease_lost") is None, crawled.log[-3000:]
+    assert fetched == 1, (done.log[-3000:], other.log[-3000:])
+    assert done.stat("frontier/ack_refused") is None, done.log[-3000:]
     assert done.stat("frontier/enqueued") == links + 1  # and the start URL
     assert queued + children == links, (queued, children)

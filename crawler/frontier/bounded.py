@@ -9,6 +9,9 @@
   (:func:`loop_turn`) every :data:`LOOP_SLICE` seconds: downloads, timers, heartbeats and
   other pages go on while a page of many links is handled
   (:class:`bloom_frontier.middlewares.linkbatch.BatchDedupeMiddleware`).
+- A large HTML or XML page (:data:`PARSE_IN_THREAD_BYTES`) is parsed in a thread before
+  it reaches the spider (:class:`bloom_frontier.middlewares.linkbatch.LargePageParser`):
+  lxml lets the loop run while it parses, a second or more for tens of megabytes.
 - The download size limits (``DOWNLOAD_MAXSIZE``, ``DOWNLOAD_WARNSIZE``, decompression
   included) are Scrapy's own, with defaults for HTML crawls (:mod:`bloom_frontier.defaults`).
 """
@@ -34,6 +37,9 @@ OVER_PAGE_CAP = "links/over_page_cap"
 ADMIT_CHUNK = 1000
 #: Seconds a page's handling may keep Twisted's loop before giving it a turn.
 LOOP_SLICE = 0.05
+#: Bodies from this many bytes on are parsed in a thread (a smaller one parses in a few
+#: milliseconds, less than the hand-over to a thread costs).
+PARSE_IN_THREAD_BYTES = 1024 * 1024
 
 
 def over_page_cap(stats: StatsCollector, response: Response, taken: int, left: int) -> None:
