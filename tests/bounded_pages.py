@@ -28,11 +28,17 @@ class Crawl:
         return int(match[1]) if match else None
 
 
-def start_crawl(start_url: str, tmp_path: Path, *settings: str, name: str = "crawl") -> Worker:
-    """``scrapy crawl site`` from ``start_url`` with ``settings`` (``NAME=VALUE``), its stats
-    dumped, logging to ``<name>.log``."""
+def start_crawl(
+    start_url: str, tmp_path: Path, *settings: str, name: str = "crawl", spider: str = "site"
+) -> Worker:
+    """``scrapy crawl site`` (or another ``spider`` of ``tests.user_spiders``) from
+    ``start_url`` with ``settings`` (``NAME=VALUE``), its stats dumped, logging to
+    ``<name>.log``."""
+    if spider != "site":
+        settings = ("SPIDER_MODULES=tests.user_spiders", *settings)
     options = [item for setting in ("STATS_DUMP=True", *settings) for item in ("-s", setting)]
     command = site_crawl_command(start_url, tmp_path / "store.sqlite", *options)
+    command[command.index("site")] = spider
     log_path = tmp_path / f"{name}.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -57,9 +63,9 @@ class Worker:
         return Crawl(code, self.log_path.read_text(), usage.ru_maxrss // 1024)
 
 
-def crawl(start_url: str, tmp_path: Path, *settings: str) -> Crawl:
+def crawl(start_url: str, tmp_path: Path, *settings: str, spider: str = "site") -> Crawl:
     """A crawl as :func:`start_crawl` starts it, finished."""
-    return start_crawl(start_url, tmp_path, *settings).wait()
+    return start_crawl(start_url, tmp_path, *settings, spider=spider).wait()
 
 
 def links_page(count: int) -> Page:
