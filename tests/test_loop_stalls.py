@@ -61,12 +61,15 @@ def test_a_page_of_a_million_links_never_holds_the_loop(tmp_path: Path) -> None:
     3.1 GB): parsed in a thread, its first PAGE_MAX_LINKS (20,000) links taken and admitted
     in chunks with turns of the loop between them, the rest counted off the loop. The crawl
     stops after the page (CLOSESPIDER_PAGECOUNT: robots.txt and the page), once its links
-    are admitted."""
+    are admitted. Without content fingerprints: their normalization of a 24 MB page, in a
+    thread, holds the interpreter in single regular-expression calls for up to a second
+    under load (a separate finding, bloom_frontier.content), which this test is not about."""
     site = {"/": links_page(1_000_000), "/*": lambda path: html()}
     with TestServer(site) as server:
         done = crawl(
             f"{server.url}/", tmp_path,
             f"EXTENSIONS={json.dumps(EXTENSIONS)}", "CLOSESPIDER_PAGECOUNT=2",
+            "CONTENT_FINGERPRINTS_ENABLED=False",
         )  # fmt: skip
     assert done.returncode == 0, done.log[-3000:]
     stall = longest_stall_ms(done.log)
