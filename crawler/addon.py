@@ -94,6 +94,8 @@ DOWNLOADER_MIDDLEWARES = {
     "bloom_frontier.middlewares.politeness.HostBackoffMiddleware": 560,
     # Just above it: shortener answers cached, recorded, off-site targets settled (SHORTENER_*).
     "bloom_frontier.middlewares.shorteners.ShortenerResolveMiddleware": 585,
+    # Next to the engine, after decompression: a large page parsed off the loop.
+    "bloom_frontier.middlewares.linkbatch.LargePageParser": 5,
 }
 #: Scrapy's middlewares the frontier replaces (a project enabling them again is refused).
 REPLACED_DOWNLOADER_MIDDLEWARES = (

@@ -8,8 +8,10 @@ see add-ons; they read this same table through :func:`with_defaults`. The settin
 read by :func:`with_defaults` when Scrapy builds the settings, never at import.
 
 New settings register here: one upper-case name per setting, with a comment saying what it
-does, its unit and its default. Scrapy's own settings are not repeated here; the few the
-add-on changes (scheduler, dupefilter, disk queues, middlewares, DNS resolver) are set in
+does, its unit and its default. Scrapy's own settings are not repeated here, except those
+whose Scrapy default does not suit a crawl of HTML pages ("Bounded pages": the download size
+limits), which the add-on gives another default the same way; the components the add-on
+changes (scheduler, dupefilter, disk queues, middlewares, DNS resolver) are set in
 :mod:`bloom_frontier.addon`.
 """
 
@@ -146,6 +148,22 @@ FRONTIER_QUARANTINE_MAX = 10_000
 # Request classes a stored request may name besides Scrapy's own (Request, FormRequest,
 # JsonRequest, XmlRpcRequest), as dotted paths. Checked as text before anything is imported.
 FRONTIER_REQUEST_CLASSES: list[str] = []
+
+# --- Bounded pages -----------------------------------------------------------------------
+# Scrapy's own download size limits, in bytes, with defaults for HTML crawls instead of
+# Scrapy's 1 GiB and 32 MiB: a response larger than DOWNLOAD_MAXSIZE is refused (Scrapy
+# cancels its download; counted under downloader/exception_type_count), one larger than
+# DOWNLOAD_WARNSIZE is logged. Both bound the body after decompression too (Scrapy's
+# HttpCompressionMiddleware stops inflating at DOWNLOAD_MAXSIZE): a gzip bomb costs at most
+# about twice this much memory, not gigabytes. 0 switches a limit off.
+DOWNLOAD_MAXSIZE = 32 * 1024 * 1024
+DOWNLOAD_WARNSIZE = 8 * 1024 * 1024
+# Links taken from one page: the `site` spider reads at most this many <a>/<area> links of a
+# page (in document order) and leaves the rest unread; with any spider, at most this many of
+# a page's requests reach its dedup batch. The others are counted under links/over_page_cap
+# and logged once per page. Bounds what one page costs in time, memory and queue entries
+# (a page of a million links took minutes and gigabytes). 0: no cap.
+PAGE_MAX_LINKS = 20_000
 
 # --- Process ------------------------------------------------------------------------------
 # When the spider opens, the objects start-up made (modules, classes, settings) are frozen out

@@ -331,12 +331,11 @@ class RedisFrontier:
         verdict is not known yet (sent in the background, or Redis away) every request is
         returned, and ``on_late_duplicates`` gets the duplicates once it is.
         """
-        return self.admission.admit(
-            self.leases.take(parent),
-            children,
-            after=after,
-            on_late_duplicates=on_late_duplicates,
-        )
+        lease = self.leases.take(parent)
+        with self.leases.keeping(lease):  # extended while the batch is keyed
+            return self.admission.admit(
+                lease, children, after=after, on_late_duplicates=on_late_duplicates
+            )
 
     def enqueue(self, request: Request) -> bool:
         """Admit a request the engine scheduled directly (start requests, ``dont_filter``
