@@ -77,6 +77,24 @@ def storable(value: str) -> str:
     return _UNSTORABLE.sub(_percent_encoded, value)
 
 
+def _unstorable(value: object) -> bool:
+    """True if ``value`` is text :func:`storable` changes (ASCII without NUL, nearly every
+    URL, is told apart without a search)."""
+    return (
+        isinstance(value, str)
+        and not (value.isascii() and "\x00" not in value)
+        and _UNSTORABLE.search(value) is not None
+    )
+
+
+def storable_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with each text value :func:`storable` (the same dict when none needs it, the
+    common case: the writer calls this for every record)."""
+    if not any(_unstorable(value) for value in row.values()):
+        return row
+    return {column: storable(v) if isinstance(v, str) else v for column, v in row.items()}
+
+
 def rules_version_of(key: str) -> str:
     """The rule version a dedupe key was made under (keys read ``<version>|...``)."""
     return key.partition("|")[0]

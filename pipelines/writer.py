@@ -16,6 +16,17 @@ were not). On a shared frontier a page's records are committed before its lease 
 a group commit): while the database stays away, those pages wait, their leases held, and are
 released once it is back; a worker killed meanwhile loses nothing (the pages are fetched
 again). Throughput figures: ``docs/scaling.md``.
+
+What a write can meet, and what follows (:func:`failure_kind`): every text value is made
+storable before it is buffered (:func:`~bloom_frontier.pipelines.records.storable`); a
+locked SQLite file or a PostgreSQL server away or busy is waited for (above); a batch
+with a row the database refuses (a constraint, a value its driver cannot encode) is
+written again row by row, each refused row kept in ``refused_rows`` with its reason,
+logged and counted (``store/refused/<reason>``), so it never holds the others; anything
+else (a full disk, an I/O error, a read-only or corrupt file, the SQLite file deleted or
+replaced: :meth:`Database.check_file`) raises :class:`StoreFailed`: the writer stops
+flushing, tells :attr:`StoreWriter.on_failure` (the recorder stops the crawl), and the
+pages waiting for a commit are never answered (their leases expire).
 """
 
 from __future__ import annotations
@@ -55,7 +66,7 @@ from bloom_frontier.pipelines.records import (
     ParamRule,
     ShortenerAnswer,
     UrlAlias,
-    storable,
+    storable_row,
 )
 from bloom_frontier.pipelines.tables import (
     canonical_hints,
@@ -307,12 +318,9 @@ class StoreWriter:
 
     def _buffer(self, name: str, row: dict[str, Any]) -> None:
         """Keep ``row`` for the next flush, every text value made storable first
-        (:func:`~bloom_frontier.pipelines.records.storable`); flush when due."""
+        (:func:`~bloom_frontier.pipelines.records.storable_row`); flush when due."""
         spec = _UPSERTS[name]
-        row = {
-            column: storable(value) if isinstance(value, str) else value
-            for column, value in row.items()
-        }
+        row = storable_row(row)
         # One row per conflict key and batch: PostgreSQL refuses to upsert a row twice in
         # one statement, and the newest state is the one to keep anyway.
         self._buffers[name][tuple(row[column] for column in spec.conflict)] = row

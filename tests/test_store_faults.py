@@ -76,27 +76,33 @@ def test_a_location_of_undecodable_bytes_is_stored_losslessly(store_url: str) ->
     assert rows(store_url, refused_rows) == []
 
 
-@pytest.fixture
-def poisoned_pg_store(pg_url: str) -> Iterator[str]:
-    """``pg_url``'s store, whose ``pages`` refuse (a trigger raising) every URL with
-    ``poison`` in it: a row the database refuses."""
+def raise_on_pages(pg_url: str, pattern: str, errcode: str, message: str) -> str:
+    """``pg_url``'s store, whose ``pages`` answer every row with a URL ``LIKE pattern`` with
+    the error ``errcode`` (a trigger raising it): what the server says of a bad row, or of
+    a full disk."""
     from bloom_frontier.pipelines.writer import StoreWriter
 
     StoreWriter.from_url(pg_url).close()
     schema = pg_url.rsplit("%3D", 1)[1]
     with psycopg.connect(PG_DSN, autocommit=True) as connection:
         connection.execute(f"""
-            CREATE FUNCTION "{schema}".refuse_poison() RETURNS trigger AS $$
+            CREATE FUNCTION "{schema}".refuse() RETURNS trigger AS $$
             BEGIN
-                IF NEW.fetch_url LIKE '%poison%' THEN
-                    RAISE EXCEPTION USING ERRCODE = 'check_violation', MESSAGE = 'poisoned';
+                IF NEW.fetch_url LIKE '{pattern}' THEN
+                    RAISE EXCEPTION USING ERRCODE = '{errcode}', MESSAGE = '{message}';
                 END IF;
                 RETURN NEW;
             END $$ LANGUAGE plpgsql;
-            CREATE TRIGGER refuse_poison BEFORE INSERT ON "{schema}".pages
-                FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse_poison();
+            CREATE TRIGGER refuse BEFORE INSERT ON "{schema}".pages
+                FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse();
         """)  # fmt: skip
-    yield pg_url
+    return pg_url
+
+
+@pytest.fixture
+def poisoned_pg_store(pg_url: str) -> str:
+    """A PostgreSQL store refusing (a check violation) every page with ``poison`` in it."""
+    return raise_on_pages(pg_url, "%poison%", "check_violation", "poisoned")
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["embedded", "shared"])
@@ -207,3 +213,19 @@ def test_a_store_that_cannot_be_written_stops_the_crawl_with_one_line(
         # The page whose records were not committed keeps its lease, to expire: fetched again.
         client = redis.Redis.from_url(redis_url)
         assert client.zcard("{site}:leases") >= 1
+
+
+def test_a_postgresql_store_out_of_disk_stops_a_shared_crawl(pg_url: str, redis_url: str) -> None:
+    # PostgreSQL's "disk full" (SQLSTATE 53100) was retried as "Record store busy" forever,
+    # the pages waiting with their leases held and SIGTERM ignored.
+    store_url = raise_on_pages(pg_url, "%/p5", "disk_full", "could not extend file: No space")
+    with TestServer(site()) as server:
+        done = crawl(f"{server.url}/", store_url, "-s", f"REDIS_URL={redis_url}",
+                     "-s", "CONCURRENT_REQUESTS=1")  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "error: the record store cannot be written (could not extend file: No space)"
+    ), done.stderr[-3000:]
+    assert "Record store busy" not in done.stderr
+    assert redis.Redis.from_url(redis_url).zcard("{site}:leases") >= 1
