@@ -622,11 +622,17 @@ class StoreWriter:
                     refused.append(refusal.row_of(name, row[key]))
         if not refused:
             return
-        self._transaction(
-            lambda connection: connection.execute(
-                _upsert_statement(connection.dialect.name, _REFUSED), refused
+        try:
+            self._transaction(
+                lambda connection: connection.execute(
+                    _upsert_statement(connection.dialect.name, _REFUSED), refused
+                )
             )
-        )
+        except Refused as refusal:
+            raise StoreFailed(
+                f"the record store refuses even the record of a refused row ({refusal})"
+            ) from refusal
+        # Counted from this thread: only the writer counts these stats.
         for row in refused:
             logger.error(
                 "Record store refused a row of %s (%s); kept in refused_rows",
