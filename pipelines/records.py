@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -46,6 +47,55 @@ ERROR = "error"
 #: A shortener link's target is not on the crawl's hosts: recorded, not fetched.
 OFFSITE = "offsite"
 OUTCOMES = (FETCHED, SEEN, LOOP, TOO_MANY_HOPS, BLOCKED, ERROR, OFFSITE)
+
+
+#: What neither SQLite's nor PostgreSQL's driver can store in a text column: lone surrogates
+#: (the bytes of a header decoded with ``surrogateescape`` that were not UTF-8) and NUL.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _percent_encoded(match: re.Match[str]) -> str:
+    """``%XX`` for each byte the unstorable character stands for: a surrogate-escaped byte
+    (U+DC80-U+DCFF) is that byte again; any other lone surrogate, its UTF-8 form."""
+    char = match.group()
+    raw = char.encode(
+        "utf-8", "surrogateescape" if "\udc80" <= char <= "\udcff" else "surrogatepass"
+    )
+    return "".join(f"%{byte:02X}" for byte in raw)
+
+
+def storable(value: str) -> str:
+    """``value`` as every store can keep it: each byte a header held that was not UTF-8
+    (decoded with ``surrogateescape``, as redirects decode ``Location``) percent-encoded,
+    NUL too; anything else unchanged.
+
+    Lossless for a URL: ``%FF`` is how RFC 3986 writes the byte 0xFF, what a browser
+    sends for it, and ``urllib.parse.unquote_to_bytes`` gives the byte back.
+
+    >>> storable("https://e.org/caf\udce9?a=\x00")
+    'https://e.org/caf%E9?a=%00'
+    """
+    if _UNSTORABLE.search(value) is None:
+        return value
+    return _UNSTORABLE.sub(_percent_encoded, value)
+
+
+def _unstorable(value: object) -> bool:
+    """True if ``value`` is text :func:`storable` changes (ASCII without NUL, nearly every
+    URL, is told apart without a search)."""
+    return (
+        isinstance(value, str)
+        and not (value.isascii() and "\x00" not in value)
+        and _UNSTORABLE.search(value) is not None
+    )
+
+
+def storable_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with each text value :func:`storable` (the same dict when none needs it, the
+    common case: the writer calls this for every record)."""
+    if not any(_unstorable(value) for value in row.values()):
+        return row
+    return {column: storable(v) if isinstance(v, str) else v for column, v in row.items()}
 
 
 def rules_version_of(key: str) -> str:

@@ -148,6 +148,18 @@ shortener_answers = Table(
     Column("answered_at", Float, nullable=False),
 )
 
+#: Rows the database refused (bloom_frontier.pipelines.writer): the writer's table they
+#: were for (``kind``), the database's reason, the row as JSON (revision 0005_refused_rows).
+refused_rows = Table(
+    "refused_rows",
+    metadata,
+    _id_column(),  # hash of kind, row
+    Column("kind", String(32), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("row", Text, nullable=False),
+    Column("refused_at", Float, nullable=False),
+)
+
 
 def record_id(*parts: str | None) -> str:
     """Stable primary key for a natural key of (possibly very long) URLs."""

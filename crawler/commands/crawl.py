@@ -11,6 +11,9 @@ that tells apart requests the frontier would merge)
 stops before the engine starts, with one line saying what is wrong and what to do
 (:mod:`bloom_frontier.commands._failures`), instead of a traceback from inside the running engine.
 
+A crawl that stops because its record store cannot be written (a full disk, the SQLite file
+deleted: :mod:`bloom_frontier.pipelines.recorder`) ends with that line and exit status 2.
+
 A spider checks its ``-a`` arguments here when it has a ``check_arguments(**arguments)``
 class method raising :class:`~bloom_frontier.spiders.site.SpiderArgumentError` (as the
 ``site`` spider does).
@@ -31,9 +34,10 @@ from scrapy.utils.request import RequestFingerprinter
 
 from bloom_frontier.addon import BloomFrontierAddon, check_fingerprinter
 from bloom_frontier.canonical.rules import rules_from_settings
-from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
+from bloom_frontier.commands._failures import CommandFailed, fails_cleanly, report
 from bloom_frontier.compat import asyncio_reactor_path
 from bloom_frontier.pipelines.database import make_engine, store_url_from
+from bloom_frontier.pipelines.recorder import FAILED_STAT
 from bloom_frontier.pipelines.schema import upgrade_schema
 from bloom_frontier.redis_client import command_client, require_bloom
 from bloom_frontier.seen.joblock import JobdirLock
@@ -159,6 +163,10 @@ def crawler_process(settings: Settings) -> CrawlerProcess | AsyncCrawlerProcess:
 class Command(ScrapyCrawlCommand):
     requires_crawler_process = False  # made in run(), after the checks
 
+    def _create_crawler(self, spidercls: type[Spider] | str) -> Crawler:
+        self.crawler = super()._create_crawler(spidercls)
+        return self.crawler
+
     @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
@@ -166,3 +174,7 @@ class Command(ScrapyCrawlCommand):
             check_crawl_setup(self.settings, args[0], opts.spargs)
         self.crawler_process = crawler_process(self.settings)
         super().run(args, opts)
+        # A crawl stopped because its record store could not be written ends with why.
+        stats = self.crawler.stats
+        if stats is not None and (failed := stats.get_value(FAILED_STAT)):
+            report(self, CommandFailed(failed))
