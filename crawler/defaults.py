@@ -61,6 +61,11 @@ CANON_HOST_RULES: dict[str, dict[str, list[str]]] = {}
 # such as CSRF tokens, nonces and timestamps removed) and a MinHash near-duplicate signature,
 # stored with its page record (bloom_frontier.content), computed in a thread off the reactor.
 CONTENT_FINGERPRINTS_ENABLED = True
+# A document larger than this (bytes of body) gets only an exact hash of its raw bytes, no
+# normalized fingerprint or MinHash (kind from its status, stat content/too_large): the
+# normalization's regular expressions hold the interpreter while they run, so a 24 MB page
+# would stall the crawl's loop for a second. Raw bytes never merge two different pages.
+CONTENT_FINGERPRINT_MAX_BYTES = 2 * 1024 * 1024
 # The normalization fingerprints are made under, stored with each: "n2" (visible text and link
 # targets, numpy-hashed words: cheaper than "n1", docs/scaling.md) or "n1" (the whole markup,
 # noise removed; for a crawl that must stay comparable with a store written before n2).

@@ -49,6 +49,8 @@ def summarize(stats: dict[str, object], elapsed: float, reason: str) -> str:
     rejected = prefixed("dupefilter/invalid/")
     if count("links/junk"):
         rejected["junk-scheme"] = count("links/junk")
+    if count("links/over_page_cap"):  # beyond PAGE_MAX_LINKS on one page
+        rejected["over-page-cap"] = count("links/over_page_cap")
     statuses = prefixed("downloader/response_status_count/")
     documents = statuses.get("200", 0) - count("robotstxt/response_status_count/200")
     redirects = sum(n for status, n in statuses.items() if status.startswith("3"))

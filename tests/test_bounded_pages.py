@@ -8,6 +8,7 @@ stalls of a page of a million links are in ``tests/test_loop_stalls.py``."""
 from __future__ import annotations
 
 import gzip
+import re
 import time
 from pathlib import Path
 
@@ -77,6 +78,7 @@ def test_a_page_of_many_links_gives_page_max_links_of_them(tmp_path: Path, spide
     assert done.stat("links/over_page_cap") == 4700
     assert done.log.count("more than PAGE_MAX_LINKS") == 1, done.log[-3000:]
     assert "has 5000 links, more than PAGE_MAX_LINKS: took the first 300, left 4700" in done.log
+    assert re.search(r"links rejected:\s+.*over-page-cap: 4700", done.log), done.log[-3000:]
     if spider == "site":
         assert done.stat("links/extracted") == 300
 
