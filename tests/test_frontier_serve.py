@@ -202,12 +202,18 @@ def test_served_page_shows_what_json_prints(redis_url: str, served: Served, tmp_
             assert shot.returncode == 0 and (tmp_path / "view.png").stat().st_size > 20_000
 
             gate.set()
-            # Moving: the page's reading lies between the --json readings around it.
+            # Moving: the page shows the view's reading of a moment within one refresh of
+            # the --json readings around it, figure for figure.
             before = frontier_json(redis_url)
             figures, rows, dom = page_figures(served.url, tmp_path)
             after = frontier_json(redis_url)
-            assert before["clock"] <= shown_clock(dom) <= after["clock"]
-            assert before["pages"] <= number(figures["pages"]) <= after["pages"]
+            clock = shown_clock(dom)
+            assert before["clock"] - float(INTERVAL) <= clock <= after["clock"]
+            [point] = [p for p in served.json()["live"]["history"] if p["t"] == clock]
+            shown = {key: number(figures[key]) for key in ("pages", "queued", "leased")}
+            assert shown == {key: point[key] for key in ("pages", "queued", "leased")}
+            assert number(figures["workers"]) == point["workers_alive"]
+            assert shown["pages"] <= after["pages"]
 
             deadline = time.monotonic() + 180
             while any(worker.poll() is None for worker in workers):
