@@ -85,7 +85,7 @@ class Command(ScrapyCommand):
             "--serve-address",
             default="127.0.0.1",
             metavar="ADDRESS",
-            help="the address --serve listens on (default 127.0.0.1: this machine only)",
+            help="the address --serve listens on (default 127.0.0.1, this machine only)",
         )
         parser.add_argument(
             "--failed",
