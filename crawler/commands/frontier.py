@@ -47,8 +47,7 @@ class Command(ScrapyCommand):
     def syntax(self) -> str:
         return (
             "<spider> [--watch [SECONDS]] [--json] | --serve PORT | --failed [--json] | "
-            "--quarantine | "
-            "--reset --yes  -s REDIS_URL=redis://..."
+            "--quarantine | --reset --yes  -s REDIS_URL=redis://..."
         )
 
     def short_desc(self) -> str:
