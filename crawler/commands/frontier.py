@@ -3,6 +3,9 @@ frontier (leases per worker now, totals, rates, elapsed time; ``--watch`` stops 
 finished); ``--failed``: the requests that failed for good, with their reasons;
 ``scrapy frontier SPIDER --reset --yes``: clear it so the same crawl can run again.
 
+``--serve PORT`` serves the crawl's progress over time as one web page
+(:mod:`bloom_frontier.frontier.liveview`).
+
 ``--quarantine`` lists the stored requests in quarantine (:mod:`bloom_frontier.frontier.redis.
 quarantine`); ``--requeue-quarantined ID...|all`` and ``--drop-quarantined ID...|all`` act on
 them.
@@ -20,7 +23,8 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
-from bloom_frontier.commands._failures import fails_cleanly
+from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
+from bloom_frontier.frontier import liveview
 from bloom_frontier.frontier.politeness import HostLimits
 from bloom_frontier.frontier.redis import quarantine
 from bloom_frontier.frontier.redis.layout import FrontierKeys
@@ -42,8 +46,8 @@ class Command(ScrapyCommand):
 
     def syntax(self) -> str:
         return (
-            "<spider> [--watch [SECONDS]] [--json] | --failed [--json] | --quarantine | "
-            "--reset --yes  -s REDIS_URL=redis://..."
+            "<spider> [--watch [SECONDS]] [--json] | --serve PORT | --failed [--json] | "
+            "--quarantine | --reset --yes  -s REDIS_URL=redis://..."
         )
 
     def short_desc(self) -> str:
@@ -67,6 +71,20 @@ class Command(ScrapyCommand):
             "--json",
             action="store_true",
             help="one JSON object per reading (with --failed, --quarantine: per record)",
+        )
+        parser.add_argument(
+            "--serve",
+            type=int,
+            metavar="PORT",
+            help="serve the crawl's progress over time as a web page on PORT (0: any free "
+            "port), read every FRONTIER_STATUS_INTERVAL seconds (or --watch SECONDS); Ctrl-C "
+            "stops it",
+        )
+        parser.add_argument(
+            "--serve-address",
+            default="127.0.0.1",
+            metavar="ADDRESS",
+            help="the address --serve listens on (default 127.0.0.1, this machine only)",
         )
         parser.add_argument(
             "--failed",
@@ -125,6 +143,9 @@ class Command(ScrapyCommand):
                 self.failed(client, prefix, opts.json)
                 return
             require_bloom(client, f"{prefix}:bloom-probe")  # the status reads BF.INFO
+            if opts.serve is not None:
+                self.serve(client, prefix, error_rate, limits, opts)
+                return
             while True:
                 status = read_status(client, prefix, error_rate, limits)
                 if opts.json:
@@ -143,6 +164,29 @@ class Command(ScrapyCommand):
             sys.stdout.write("\n")
         finally:
             client.close()
+
+    def serve(
+        self,
+        client: Client,
+        prefix: str,
+        error_rate: float,
+        limits: HostLimits,
+        opts: argparse.Namespace,
+    ) -> None:
+        """Serve the live view (:mod:`bloom_frontier.frontier.liveview`) until Ctrl-C."""
+        assert self.settings is not None
+        interval = opts.watch or self.settings.getfloat("FRONTIER_STATUS_INTERVAL")
+        if opts.json or interval <= 0 or not 0 <= opts.serve <= 65535:
+            raise UsageError("--serve takes a PORT (0 to 65535), a positive interval, no --json")
+        view = liveview.LiveView(
+            lambda: read_status(client, prefix, error_rate, limits),
+            lambda clock: liveview.read_hosts(client, prefix, clock),
+            interval,
+        )
+        try:
+            liveview.serve(view, opts.serve_address, opts.serve, crawl_name(prefix))
+        except liveview.ServeFailed as error:
+            raise CommandFailed(str(error)) from error
 
     @classmethod
     def quarantine(cls, client: Client, keys: FrontierKeys, opts: argparse.Namespace) -> None:
