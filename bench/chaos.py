@@ -9,26 +9,23 @@ fresh schema of the local PostgreSQL with ``--store postgresql``). At a seeded r
 for the workers to exit, restarting a worker it stopped itself. See ``docs/chaos.md``.
 
     .venv/bin/python -m bench.chaos [--runs 1] [--seed 1] [--faults kill9,flushall]
-                                   [--pages 120] [--store sqlite|postgresql] [--keep]
+                                   [--pages 300] [--store sqlite|postgresql] [--keep]
 
-Per run and fault it prints the pages expected, stored (at least one row in the store's
-``pages`` table, by fetch or final URL), lost (expected, not stored), duplicate fetches (the
-site's server answered a page more than once), and each worker's exit code(s) and last log
-line. Verdicts: ``OK`` (nothing lost, every worker exited 0), ``stopped loudly`` (a fault
-that may stop the crawl did, with a non-zero exit and an ``error:`` / ERROR line: OK),
-``SILENT LOSS`` (pages lost and a worker exited 0 or said "finished"), ``LOST`` (pages lost,
-no worker claimed success), ``DIED`` (a non-zero exit without an error line), ``HUNG``
-(workers alive but nothing fetched for ``STALL`` seconds: the harness kills them). Exit
-status 1 if any run ended ``SILENT LOSS`` or ``HUNG``, else 0.
+Per run and fault it prints the pages expected, stored once (one row in the store's
+``pages`` table, by the URL the response ended on), lost (no row), stored twice (rows beyond
+one), fetched twice (answers beyond one, from the site's log), and each worker process's exit
+code and last log line. Verdicts: ``OK`` (nothing lost, every worker exited 0), ``stopped
+loudly`` (a fault that may stop the crawl did, with a non-zero exit and an ``error:`` / ERROR
+line: OK), ``SILENT LOSS`` (pages lost and a worker exited 0 or said "finished"), ``LOST``
+(pages lost, no worker claimed success), ``DIED`` (a non-zero exit without an error line),
+``HUNG`` (a worker alive but nothing fetched for ``STALL`` seconds: the harness kills it).
+Exit status 1 if any run ended ``SILENT LOSS`` or ``HUNG``, else 0.
 
 The site is the generated one because the messy-web site of ``../shared/site`` needs
 Debian's ``python3.11-doc`` (missing here) and a crawl of its 527 documents takes minutes;
-one run of every fault here takes about three.
+one run of every fault here takes about two.
 
-Figures on main at a462017 (``--runs 1 --seed 1``, SQLite store, 120 pages, 2 shared cores
-under a load average of 5-7):
-
-(filled in below by the last run; see docs/chaos.md)
+Figures of the last runs on main, and what the workers said: ``docs/chaos.md``.
 """
 
 from __future__ import annotations
