@@ -18,7 +18,8 @@ code and last log line. Verdicts: ``OK`` (nothing lost, every worker exited 0), 
 loudly`` (a fault that may stop the crawl did, with a non-zero exit and an ``error:`` / ERROR
 line: OK), ``SILENT LOSS`` (pages lost and a worker exited 0 or said "finished"), ``LOST``
 (pages lost, no worker claimed success), ``DIED`` (a non-zero exit without an error line),
-``HUNG`` (a worker alive but nothing fetched for ``STALL`` seconds: the harness kills it).
+``HUNG`` (a worker alive but nothing fetched for ``STALL`` seconds, or one still running
+``SIGTERM_GRACE`` seconds after its second SIGTERM: the harness kills it).
 Exit status 1 if any run ended ``SILENT LOSS`` or ``HUNG``, else 0.
 
 The site is the generated one because the messy-web site of ``../shared/site`` needs
@@ -52,6 +53,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 
+from bloom_frontier.frontier.redis.layout import FrontierKeys
 from tests.httpserver import Page, TestServer, html, redirect
 from tests.servers import RedisServer
 from tests.sitegen import LinkGraph
@@ -75,6 +77,8 @@ PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
 POISON = "\xff\xfe\xc3("
 LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[[^]]+\] (\w+):")
 SUMMARY = "INFO: Crawl summary"
+#: Verdicts that make the exit status 1: nobody would notice them in time.
+FAILING = ("SILENT LOSS", "HUNG")
 
 
 def is_error(line: str) -> bool:
@@ -121,6 +125,7 @@ class Life:
     errors: int = 0
     last_error: str = ""
     note: str = ""
+    ignored_sigterm: bool = False
 
     @property
     def claims_success(self) -> bool:
@@ -393,6 +398,8 @@ class Chaos:
         ended = [life for life in lives if life.end == "exited"]
         if hung:
             return "HUNG"
+        if any(life.ignored_sigterm for life in lives):
+            return "HUNG (ignored 2 SIGTERMs)"
         if any(life.rc != 0 for life in ended):
             if any(not life.loud for life in ended if life.rc != 0):
                 return "DIED"
@@ -401,7 +408,7 @@ class Chaos:
             return "LOST (loud)" if result.lost else "FAILED (loud)"
         if result.lost:
             return "SILENT LOSS" if any(life.claims_success for life in ended) else "LOST"
-        return "OK"
+        return "not injected" if result.injected.startswith("not injected") else "OK"
 
     # The faults (each returns what it did, for the report).
 
@@ -426,6 +433,7 @@ class Chaos:
         else:
             worker.kill("stopped")
             worker.lives[-1].note = f"still running {SIGTERM_GRACE:.0f} s after 2 SIGTERMs"
+            worker.lives[-1].ignored_sigterm = True
             what = f"{worker.name} ignored them for {SIGTERM_GRACE:.0f} s: SIGKILLed"
         worker.start()
         return f"2 SIGTERMs 0.5 s apart: {what}; restarted it"
@@ -474,6 +482,22 @@ class Chaos:
         return f"deleted {', '.join(removed)}"
 
 
+def string_fault(key: str) -> Fault:
+    """``string:<key>``: the fixed key ``<prefix>:<key>`` (a field of ``FrontierKeys``)
+    replaced by a string."""
+    return Fault(
+        f"string:{key}", f"{PREFIX}:{key} set as a string", True, lambda c: c.wrong_type(key)
+    )
+
+
+def fault_named(name: str) -> Fault | None:
+    """The fault of that name: one of :data:`FAULTS`, or ``string:`` and any fixed key."""
+    kind, _, key = name.partition(":")
+    if kind == "string" and key in FrontierKeys.names():
+        return string_fault(key)
+    return FAULTS.get(name)
+
+
 FAULTS = {
     fault.name: fault
     for fault in (
@@ -487,10 +511,8 @@ FAULTS = {
         Fault("flushall", "FLUSHALL", True, Chaos.flushall),
         Fault("evict", "maxmemory-policy allkeys-lru and a maxmemory below the data", True,
               Chaos.evict),
-        Fault("host-busy-string", f"{PREFIX}:host_busy set as a string", True,
-              lambda chaos: chaos.wrong_type("host_busy")),
-        Fault("seen-string", f"{PREFIX}:seen set as a string", True,
-              lambda chaos: chaos.wrong_type("seen")),
+        string_fault("host_busy"),
+        string_fault("seen"),
         Fault("poison-location", "a redirect whose Location holds invalid UTF-8", False,
               Chaos.poison),
         Fault("store-deleted", "the SQLite store file deleted", True, Chaos.delete_store,
@@ -513,17 +535,17 @@ def report(result: Result) -> None:
 
 
 def table(results: list[Result]) -> None:
-    print(f"\n{'run':>3} {'fault':<17} {'expected':>8} {'once':>5} {'lost':>5} {'dup rows':>8} "
+    print(f"\n{'run':>3} {'fault':<20} {'expected':>8} {'once':>5} {'lost':>5} {'dup rows':>8} "
           f"{'refetched':>9}  {'exit codes':<14} verdict")  # fmt: skip
     for r in results:
         codes = ",".join(
             "/".join("hung" if life.rc is None else str(life.rc) for life in lives)
             for lives in r.workers.values()
         )
-        print(f"{r.run:>3} {r.fault:<17} {r.expected:>8} {r.stored_once:>5} {r.lost:>5} "
+        print(f"{r.run:>3} {r.fault:<20} {r.expected:>8} {r.stored_once:>5} {r.lost:>5} "
               f"{r.stored_twice:>8} {r.fetched_twice:>9}  {codes:<14} {r.verdict}")  # fmt: skip
     silent = sum(r.silent_exits for r in results)
-    hung = sum(r.verdict == "HUNG" for r in results)
+    hung = sum(r.verdict.startswith("HUNG") for r in results)
     lost = sum(r.lost for r in results)
     print(f"\npages lost: {lost} (target 0); silent exits: {silent} (target 0); hung: {hung}")
 
@@ -535,7 +557,9 @@ def main() -> None:
     parser.add_argument(
         "--faults",
         default=",".join(name for name in FAULTS if name != "none"),
-        help=f"comma-separated, of: {', '.join(FAULTS)}",
+        help="comma-separated, of: "
+        + "; ".join(f"{name} ({fault.what})" for name, fault in FAULTS.items())
+        + f"; string:<key> for any of {', '.join(FrontierKeys.names())}",
     )
     parser.add_argument("--pages", type=int, default=300)
     parser.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
@@ -543,14 +567,14 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the workers' logs")
     options = parser.parse_args()
     names = [name.strip() for name in options.faults.split(",") if name.strip()]
-    unknown = [name for name in names if name not in FAULTS]
+    unknown = [name for name in names if fault_named(name) is None]
     if unknown or not names or options.runs < 1 or options.pages < 10:
         parser.error(
-            f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}"
+            f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}, string:<key>"
             if unknown
             else "give at least one fault, --runs >= 1 and --pages >= 10"
         )
-    faults = [FAULTS[name] for name in names]
+    faults = [fault for name in names if (fault := fault_named(name))]
     if options.store != "sqlite":
         skipped = [fault.name for fault in faults if fault.needs_sqlite]
         if skipped:
@@ -578,7 +602,7 @@ def main() -> None:
     table(results)
     if options.json:
         options.json.write_text(json.dumps([result_json(r) for r in results], indent=1))
-    sys.exit(1 if any(r.verdict in ("SILENT LOSS", "HUNG") for r in results) else 0)
+    sys.exit(1 if any(r.verdict.startswith(FAILING) for r in results) else 0)
 
 
 def result_json(result: Result) -> dict[str, object]:
