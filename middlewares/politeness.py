@@ -28,6 +28,7 @@ from bloom_frontier.frontier.politeness import (
 )
 from bloom_frontier.frontier.redis import RedisFrontier
 from bloom_frontier.meta import FRONTIER_ROBOTS_CLAIM_META, FRONTIER_TURN_META
+from bloom_frontier.metrics import HostClasses
 from bloom_frontier.services import services_of
 
 if TYPE_CHECKING:
@@ -225,13 +226,15 @@ class HostBackoffMiddleware:
     like any other request.
 
     Stats: ``backoff/paused`` (pauses this worker started), ``backoff/waited`` (requests
-    held back by a pause).
+    held back by a pause), each also under ``/<host class>``
+    (:class:`bloom_frontier.metrics.HostClasses`).
     """
 
     def __init__(self, crawler: Crawler, cap: float, shared: bool) -> None:
         self.crawler = crawler
         self.cap = cap
         self.shared = shared
+        self.host_classes = HostClasses.from_settings(crawler.settings)
         #: Host -> ``time.monotonic()`` at which this worker's pause of it ends.
         self._paused: dict[str, float] = {}
         #: Hosts with a strike on record: backoff answers without Retry-After, in a row
@@ -252,9 +255,11 @@ class HostBackoffMiddleware:
             )
         return cls(crawler, cap, shared=bool(settings.get("REDIS_URL")))
 
-    def _count(self, name: str) -> None:
+    def _count(self, name: str, host: str) -> None:
+        """Count ``name``, and under ``name/<host class>`` (the metrics' label)."""
         assert self.crawler.stats is not None
         self.crawler.stats.inc_value(name)
+        self.crawler.stats.inc_value(f"{name}/{self.host_classes.of(host)}")
 
     def _frontier(self) -> RedisFrontier:
         frontier = services_of(self.crawler).frontier
@@ -277,7 +282,7 @@ class HostBackoffMiddleware:
         if wait <= 0:
             self._paused.pop(host, None)
             return
-        self._count("backoff/waited")
+        self._count("backoff/waited", host)
         while wait > 0:
             await sleep(wait)
             wait = self._paused.get(host, 0.0) - time.monotonic()
@@ -310,7 +315,7 @@ class HostBackoffMiddleware:
         self._paused[host] = max(self._paused.get(host, 0.0), time.monotonic() + seconds)
         assert self.crawler.engine is not None
         pause_slot(self.crawler.engine.downloader, host, self._paused[host] - time.monotonic())
-        self._count("backoff/paused")
+        self._count("backoff/paused", host)
         logger.info(
             "%s answered %s%s: no request to it for %.1fs%s",
             host,

@@ -193,6 +193,10 @@ class StoreWriter:
         self._committing_pages = False
         #: The thread writes and reads run in while Twisted's loop runs (:attr:`_thread`).
         self.background: BackgroundThread | None = None
+        #: Transactions committed and the seconds they took, retries included (the
+        #: workers' metrics).
+        self.commits = 0
+        self.commit_seconds = 0.0
 
     @classmethod
     def from_url(cls, url: str | None, **kwargs: Any) -> StoreWriter:
@@ -225,6 +229,16 @@ class StoreWriter:
                 self.flush()
             except OperationalError as exc:
                 self._flush_failed(exc)
+
+    @property
+    def buffered(self) -> int:
+        """Records waiting for the next transaction."""
+        return self._buffered
+
+    @property
+    def pages_waiting(self) -> int:
+        """Pages waiting for their records' commit (:meth:`commit_page`)."""
+        return len(self._page_waiters)
 
     def add_page(self, page: PageRecord) -> None:
         self._buffer("pages", _page_row(page))
@@ -437,12 +451,15 @@ class StoreWriter:
         during a crawl."""
         if not any(rows.values()):
             return
+        started = time.monotonic()
         for attempt in range(1, FLUSH_ATTEMPTS + 1):
             try:
                 with self.database.ready().begin() as connection:
                     for name, table_rows in rows.items():
                         if table_rows:
                             self._upsert(connection, _UPSERTS[name], table_rows)
+                self.commits += 1
+                self.commit_seconds += time.monotonic() - started
                 return
             except OperationalError:
                 if attempt == FLUSH_ATTEMPTS:

@@ -1,6 +1,8 @@
 """``scrapy frontier SPIDER [--watch [SECONDS]] [--json]``: live status of a shared (Redis)
 frontier (leases per worker now, totals, rates, elapsed time; ``--watch`` stops once the crawl
-finished); ``--failed``: the requests that failed for good, with their reasons;
+finished); ``--metrics``: the crawl-wide figures in Prometheus' text format
+(:mod:`bloom_frontier.metrics`); ``--failed``: the requests that failed for good, with their
+reasons;
 ``scrapy frontier SPIDER --reset --yes``: clear it so the same crawl can run again.
 
 ``--quarantine`` lists the stored requests in quarantine (:mod:`bloom_frontier.frontier.redis.
@@ -27,6 +29,7 @@ from bloom_frontier.frontier.redis.layout import FrontierKeys
 from bloom_frontier.frontier.redis.partitions import partition_keys
 from bloom_frontier.frontier.reset import CrawlStillRunning, crawl_keys, reset_crawl
 from bloom_frontier.frontier.status import crawl_name, failed_requests, read_status
+from bloom_frontier.metrics import crawl_metrics
 from bloom_frontier.redis_client import Client, command_client, require_bloom
 
 #: ANSI: cursor home, clear screen - --watch redraws in place.
@@ -42,8 +45,8 @@ class Command(ScrapyCommand):
 
     def syntax(self) -> str:
         return (
-            "<spider> [--watch [SECONDS]] [--json] | --failed [--json] | --quarantine | "
-            "--reset --yes  -s REDIS_URL=redis://..."
+            "<spider> [--watch [SECONDS]] [--json] | --metrics | --failed [--json] | "
+            "--quarantine | --reset --yes  -s REDIS_URL=redis://..."
         )
 
     def short_desc(self) -> str:
@@ -67,6 +70,12 @@ class Command(ScrapyCommand):
             "--json",
             action="store_true",
             help="one JSON object per reading (with --failed, --quarantine: per record)",
+        )
+        parser.add_argument(
+            "--metrics",
+            action="store_true",
+            help="print the crawl-wide figures once, in Prometheus' text format "
+            "(docs/metrics.md; needs the [metrics] extra)",
         )
         parser.add_argument(
             "--failed",
@@ -125,6 +134,9 @@ class Command(ScrapyCommand):
                 self.failed(client, prefix, opts.json)
                 return
             require_bloom(client, f"{prefix}:bloom-probe")  # the status reads BF.INFO
+            if opts.metrics:
+                print(crawl_metrics(client, prefix, error_rate, limits), end="", flush=True)
+                return
             while True:
                 status = read_status(client, prefix, error_rate, limits)
                 if opts.json:
