@@ -132,6 +132,12 @@ STAT_COUNTERS = (
         _one("frontier/redis_unavailable"),
     ),
     StatCounter(
+        "robotstxt_shared_copies",
+        "robots.txt answers taken from another worker's fetch, not downloaded (counted in "
+        "pages_fetched_total too).",
+        _one("robotstxt/shared_copy"),
+    ),
+    StatCounter(
         "response_bytes", "Bytes of responses received.", _one("downloader/response_bytes")
     ),
 )
