@@ -57,7 +57,8 @@ class GlobalPolitenessMiddleware:
       (``robotstxt/shared_fetch``, ``robotstxt/shared_copy``). Without a copy after the
       longest a fetch may take (``DOWNLOAD_TIMEOUT`` per attempt, retries included), a
       worker fetches it itself;
-    - a leased request takes a new turn before it is sent (``frontier/politeness_new_turns``)
+    - a leased request takes a new turn before it is sent (``frontier/politeness_new_turns``,
+      also by host class: :class:`bloom_frontier.metrics.HostClasses`)
       when its host's robots.txt was fetched for it (that fetch used the request's turn), or
       when it waited in the worker longer than ``STALE_TURN`` (its turn went by): it never
       comes right after another request to its host;
@@ -82,6 +83,7 @@ class GlobalPolitenessMiddleware:
         self.robots_fetch_time = settings.getfloat("DOWNLOAD_TIMEOUT") * attempts + 5
         #: Hosts whose robots.txt this worker fetched on a leased request's turn.
         self._turn_used: set[str] = set()
+        self.host_classes = HostClasses.from_settings(settings)
         if settings.getbool("ROBOTSTXT_OBEY"):
             crawler.signals.connect(self.robots_parsed, signal=signals.robots_parsed)
 
@@ -162,7 +164,8 @@ class GlobalPolitenessMiddleware:
         if delay <= 0 or (not turn_used and time.monotonic() - leased_at <= STALE_TURN):
             return
         await new_turn(self.frontier, request)
-        self._count("frontier/politeness_new_turns")
+        assert self.crawler.stats is not None
+        self.host_classes.count(self.crawler.stats, "frontier/politeness_new_turns", host)
 
     def robots_parsed(self, robotparser: RobotParser, request: Request) -> None:
         """A robots.txt was parsed for ``request``'s host: record its crawl delay."""
@@ -256,10 +259,8 @@ class HostBackoffMiddleware:
         return cls(crawler, cap, shared=bool(settings.get("REDIS_URL")))
 
     def _count(self, name: str, host: str) -> None:
-        """Count ``name``, and under ``name/<host class>`` (the metrics' label)."""
         assert self.crawler.stats is not None
-        self.crawler.stats.inc_value(name)
-        self.crawler.stats.inc_value(f"{name}/{self.host_classes.of(host)}")
+        self.host_classes.count(self.crawler.stats, name, host)
 
     def _frontier(self) -> RedisFrontier:
         frontier = services_of(self.crawler).frontier

@@ -27,6 +27,7 @@ from bloom_frontier.shorteners import Shorteners, shorteners_from_settings
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
 
     from bloom_frontier.frontier.politeness import HostLimits
     from bloom_frontier.redis_client import Client
@@ -115,6 +116,12 @@ class HostClasses:
         return cls(
             shorteners_from_settings(settings), frozenset(settings.getdict("DOWNLOAD_SLOTS"))
         )
+
+    def count(self, stats: StatsCollector, name: str, host: str) -> None:
+        """Count ``name`` for ``host``: under ``name`` and under ``name/<its class>`` (the
+        metrics' ``host_class`` label)."""
+        stats.inc_value(name)
+        stats.inc_value(f"{name}/{self.of(host)}")
 
     def of(self, host: str) -> str:
         """The class of ``host``.

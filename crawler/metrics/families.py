@@ -111,8 +111,10 @@ STAT_COUNTERS = (
     ),
     StatCounter(
         "politeness_new_turns",
-        "Requests that took a new turn at their host (their leased turn went by).",
-        _one("frontier/politeness_new_turns"),
+        "Requests that waited for a new turn at their host (their leased turn went by), by "
+        "host class.",
+        {name: f"frontier/politeness_new_turns/{name}" for name in HOST_CLASSES},
+        "host_class",
     ),
     StatCounter(
         "backoff_pauses",
