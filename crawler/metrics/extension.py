@@ -52,7 +52,7 @@ class WorkerMetrics:
     def from_crawler(cls, crawler: Crawler) -> Self:
         endpoint = endpoint_from_settings(crawler.settings)
         if endpoint is None:
-            raise NotConfigured("METRICS_PORT is not set")
+            raise NotConfigured  # no message: Scrapy would log it as a warning on every crawl
         require_extra(MODULE, EXTRA, "METRICS_PORT (the worker's Prometheus endpoint)")
         extension = cls(crawler, endpoint)
         crawler.signals.connect(extension.spider_opened, signal=signals.spider_opened)
