@@ -22,10 +22,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # The wheel, with its dependencies: the workers write to PostgreSQL (the postgres extra)
-# through a shared Redis (hiredis).
+# through a shared Redis (hiredis) and can serve Prometheus metrics (metrics, METRICS_PORT).
 COPY --from=build /wheels/ /wheels/
 RUN set -- /wheels/*.whl \
-    && pip install "$1[postgres,hiredis]" \
+    && pip install "$1[postgres,hiredis,metrics]" \
     && rm -r /wheels \
     && useradd --create-home --uid 10001 crawler \
     && install -d -o crawler /app
@@ -34,6 +34,7 @@ WORKDIR /app
 # Only the project file that makes /app a Scrapy project (its settings: the package's own).
 COPY scrapy.cfg ./
 
-# No listening ports: workers only connect out (Redis, PostgreSQL, the crawled sites).
+# No listening ports unless METRICS_PORT is set: workers otherwise only connect out (Redis,
+# PostgreSQL, the crawled sites).
 USER crawler
 CMD ["scrapy", "list"]

@@ -128,6 +128,8 @@ EXTENSIONS = {
     "bloom_frontier.frontier.limits.CrawlWideLimits": 540,
     # Start-up's objects out of the crawl's full garbage collections (GC_FREEZE_ENABLED).
     "bloom_frontier.gcfreeze.FreezeStartupObjects": 550,
+    # The worker's Prometheus endpoint (METRICS_PORT; off without it), after the services.
+    "bloom_frontier.metrics.extension.WorkerMetrics": 560,
 }
 
 #: Extensions of the shared frontier only (``REDIS_URL`` set): installed without it, each

@@ -180,6 +180,21 @@ GC_FREEZE_ENABLED = True
 # extension a project adds to EXTENSIONS to measure a crawl): a stall shorter than this is not seen.
 LOOP_STALL_METER_INTERVAL = 0.02
 
+# --- Metrics ------------------------------------------------------------------------------
+# Port of this worker's Prometheus endpoint, http://METRICS_ADDRESS:METRICS_PORT/metrics
+# (bloom_frontier.metrics; needs the [metrics] extra; every metric: docs/metrics.md). None: no
+# endpoint. Workers on one machine need a port each. Default: the METRICS_PORT environment
+# variable.
+METRICS_PORT: int | None = None
+# Address the endpoint listens on: loopback by default; "0.0.0.0" (all interfaces) where
+# Prometheus scrapes from another machine or container. Default: the METRICS_ADDRESS
+# environment variable, else 127.0.0.1.
+METRICS_ADDRESS = "127.0.0.1"
+# Seconds the endpoint keeps serving after the spider closed, so that Prometheus scrapes the
+# worker's last figures before the process exits (set it above the scrape interval); 0: the
+# endpoint closes with the spider.
+METRICS_LINGER = 0.0
+
 # --- Record store ------------------------------------------------------------------------
 # SQLAlchemy URL. Unset: a SQLite file in the working directory (crawl.sqlite).
 # postgresql://user@host/db (or postgres://) uses the psycopg 3 driver; many workers may share it.
@@ -238,7 +253,14 @@ SHORTENER_CACHE_TTL = 30 * 24 * 3600.0
 
 #: Settings whose default a deployment gives in the environment variable of the same name
 #: (docker-compose.yml does), when that is set and not empty; a list is comma-separated.
-environment_settings = ("REDIS_URL", "STORE_URL", "SSRF_ALLOWED_HOSTS", "SHORTENER_HOSTS")
+environment_settings = (
+    "REDIS_URL",
+    "STORE_URL",
+    "SSRF_ALLOWED_HOSTS",
+    "SHORTENER_HOSTS",
+    "METRICS_PORT",
+    "METRICS_ADDRESS",
+)
 
 
 def from_environment(settings: BaseSettings, names: Iterable[str], priority: str) -> None:

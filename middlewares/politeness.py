@@ -28,6 +28,7 @@ from bloom_frontier.frontier.politeness import (
 )
 from bloom_frontier.frontier.redis import RedisFrontier
 from bloom_frontier.meta import FRONTIER_ROBOTS_CLAIM_META, FRONTIER_TURN_META
+from bloom_frontier.metrics import HostClasses
 from bloom_frontier.services import services_of
 
 if TYPE_CHECKING:
@@ -56,7 +57,8 @@ class GlobalPolitenessMiddleware:
       (``robotstxt/shared_fetch``, ``robotstxt/shared_copy``). Without a copy after the
       longest a fetch may take (``DOWNLOAD_TIMEOUT`` per attempt, retries included), a
       worker fetches it itself;
-    - a leased request takes a new turn before it is sent (``frontier/politeness_new_turns``)
+    - a leased request takes a new turn before it is sent (``frontier/politeness_new_turns``,
+      also by host class: :class:`bloom_frontier.metrics.HostClasses`)
       when its host's robots.txt was fetched for it (that fetch used the request's turn), or
       when it waited in the worker longer than ``STALE_TURN`` (its turn went by): it never
       comes right after another request to its host;
@@ -81,6 +83,7 @@ class GlobalPolitenessMiddleware:
         self.robots_fetch_time = settings.getfloat("DOWNLOAD_TIMEOUT") * attempts + 5
         #: Hosts whose robots.txt this worker fetched on a leased request's turn.
         self._turn_used: set[str] = set()
+        self.host_classes = HostClasses.from_settings(settings)
         if settings.getbool("ROBOTSTXT_OBEY"):
             crawler.signals.connect(self.robots_parsed, signal=signals.robots_parsed)
 
@@ -161,7 +164,8 @@ class GlobalPolitenessMiddleware:
         if delay <= 0 or (not turn_used and time.monotonic() - leased_at <= STALE_TURN):
             return
         await new_turn(self.frontier, request)
-        self._count("frontier/politeness_new_turns")
+        assert self.crawler.stats is not None
+        self.host_classes.count(self.crawler.stats, "frontier/politeness_new_turns", host)
 
     def robots_parsed(self, robotparser: RobotParser, request: Request) -> None:
         """A robots.txt was parsed for ``request``'s host: record its crawl delay."""
@@ -225,13 +229,15 @@ class HostBackoffMiddleware:
     like any other request.
 
     Stats: ``backoff/paused`` (pauses this worker started), ``backoff/waited`` (requests
-    held back by a pause).
+    held back by a pause), each also under ``/<host class>``
+    (:class:`bloom_frontier.metrics.HostClasses`).
     """
 
     def __init__(self, crawler: Crawler, cap: float, shared: bool) -> None:
         self.crawler = crawler
         self.cap = cap
         self.shared = shared
+        self.host_classes = HostClasses.from_settings(crawler.settings)
         #: Host -> ``time.monotonic()`` at which this worker's pause of it ends.
         self._paused: dict[str, float] = {}
         #: Hosts with a strike on record: backoff answers without Retry-After, in a row
@@ -252,9 +258,9 @@ class HostBackoffMiddleware:
             )
         return cls(crawler, cap, shared=bool(settings.get("REDIS_URL")))
 
-    def _count(self, name: str) -> None:
+    def _count(self, name: str, host: str) -> None:
         assert self.crawler.stats is not None
-        self.crawler.stats.inc_value(name)
+        self.host_classes.count(self.crawler.stats, name, host)
 
     def _frontier(self) -> RedisFrontier:
         frontier = services_of(self.crawler).frontier
@@ -277,7 +283,7 @@ class HostBackoffMiddleware:
         if wait <= 0:
             self._paused.pop(host, None)
             return
-        self._count("backoff/waited")
+        self._count("backoff/waited", host)
         while wait > 0:
             await sleep(wait)
             wait = self._paused.get(host, 0.0) - time.monotonic()
@@ -310,7 +316,7 @@ class HostBackoffMiddleware:
         self._paused[host] = max(self._paused.get(host, 0.0), time.monotonic() + seconds)
         assert self.crawler.engine is not None
         pause_slot(self.crawler.engine.downloader, host, self._paused[host] - time.monotonic())
-        self._count("backoff/paused")
+        self._count("backoff/paused", host)
         logger.info(
             "%s answered %s%s: no request to it for %.1fs%s",
             host,

@@ -292,6 +292,10 @@ class StoreWriter:
         #: to :attr:`on_failure`.
         self.failure: StoreFailed | None = None
         self.on_failure: Callable[[StoreFailed], None] | None = None
+        #: Transactions committed and the seconds they took, retries included (the
+        #: workers' metrics).
+        self.commits = 0
+        self.commit_seconds = 0.0
 
     @classmethod
     def from_url(cls, url: str | None, **kwargs: Any) -> StoreWriter:
@@ -337,6 +341,16 @@ class StoreWriter:
                 self._flush_failed(exc)
             except StoreFailed as exc:
                 self._failed(exc)
+
+    @property
+    def buffered(self) -> int:
+        """Records waiting for the next transaction."""
+        return self._buffered
+
+    @property
+    def pages_waiting(self) -> int:
+        """Pages waiting for their records' commit (:meth:`commit_page`)."""
+        return len(self._page_waiters)
 
     def add_page(self, page: PageRecord) -> None:
         self._buffer("pages", _page_row(page))
@@ -565,9 +579,12 @@ class StoreWriter:
         Blocks: runs in the background thread during a crawl."""
         if not any(rows.values()):
             return
+        started = time.monotonic()
         for attempt in range(1, FLUSH_ATTEMPTS + 1):
             try:
                 self._transaction(lambda connection: self._upsert_all(connection, rows))
+                self.commits += 1
+                self.commit_seconds += time.monotonic() - started
                 return
             except OperationalError as exc:
                 if failure_kind(exc) != RETRY or attempt == FLUSH_ATTEMPTS:

@@ -41,8 +41,8 @@ NOT_COPIED = shutil.ignore_patterns(
     ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", ".*_cache",
     ".hypothesis", "*.sqlite*", "jobdir", "out",
 )  # fmt: skip
-#: The extras installed with the wheel: the compose image's (PostgreSQL store, hiredis).
-EXTRAS = "postgres,hiredis"
+#: The extras installed with the wheel: the compose image's (PostgreSQL store, hiredis, metrics).
+EXTRAS = "postgres,hiredis,metrics"
 INSTALL_TIMEOUT = 900
 RUN_TIMEOUT = 240
 #: A base virtualenv no session used for this long is deleted (its key is stale).

@@ -4,9 +4,10 @@ Checked: ``redis-server`` and the RedisBloom module (the suite starts its own se
 them), PostgreSQL at 127.0.0.1:5432 with a database ``test`` (started with
 ``pg_ctlcluster`` and the database created if needed), and Debian's ``nginx``, ``apache2`` and
 ``chromium`` (installed with ``apt-get`` when missing: the redirect-map tests load the maps into
-real servers and render the audit report in a real browser), and ``tmux`` (the
-``frontier --watch`` test reads its screen from a detached session). Exits non-zero with the fix on
-failure.
+real servers and render the audit report in a real browser), ``tmux`` (the
+``frontier --watch`` test reads its screen from a detached session) and ``prometheus`` with its
+``promtool`` (the metrics tests scrape workers with it and check the alerting rules). Exits
+non-zero with the fix on failure.
 """
 
 from __future__ import annotations
@@ -77,7 +78,14 @@ def ensure_postgres() -> None:
 
 
 #: Debian packages the suite runs, by the executable that shows each one is installed.
-DEBIAN_TOOLS = {"nginx": "nginx", "apache2": "apache2", "chromium": "chromium", "tmux": "tmux"}
+DEBIAN_TOOLS = {
+    "nginx": "nginx",
+    "apache2": "apache2",
+    "chromium": "chromium",
+    "tmux": "tmux",
+    "prometheus": "prometheus",
+    "promtool": "prometheus",
+}
 APT_TIMEOUT = 900
 #: Debian installs daemons under sbin, which an unprivileged ``$PATH`` may lack.
 SBIN_PATH = "/usr/local/sbin:/usr/sbin:/sbin"
@@ -132,7 +140,9 @@ def debian_tool(executable: str) -> Path:
 
 def ensure_debian_tools() -> None:
     """Every one of :data:`DEBIAN_TOOLS` is installed (the missing ones in one apt-get run)."""
-    missing = [package for exe, package in DEBIAN_TOOLS.items() if tool_path(exe) is None]
+    missing = list(
+        dict.fromkeys(package for exe, package in DEBIAN_TOOLS.items() if tool_path(exe) is None)
+    )
     if missing:
         install_debian_packages(missing)
     for executable in DEBIAN_TOOLS:
@@ -160,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     if not problems:
         print(
             "tests.services: redis-server, RedisBloom, PostgreSQL (database test), "
-            "nginx, apache2, chromium and tmux ready"
+            "nginx, apache2, chromium, tmux and prometheus ready"
         )
     return 1 if problems else 0
 

@@ -5,7 +5,8 @@ gets these checks too; a project without the add-on gets Scrapy's command unchan
 
 A crawl that cannot work (unknown spider, Redis down or refusing the password, a
 ``REDIS_URL`` or ``STORE_URL`` that is not one, a proxy the SSRF guard cannot vouch for, a
-``JOBDIR`` another crawl or a ``rebuild-filter`` is using, a seen filter (``JOBDIR`` or Redis)
+``JOBDIR`` another crawl or a ``rebuild-filter`` is using, a ``METRICS_PORT`` taken or without
+the ``[metrics]`` extra, a seen filter (``JOBDIR`` or Redis)
 filled under other rules, a spider argument the spider refuses, a ``REQUEST_FINGERPRINTER_CLASS``
 that tells apart requests the frontier would merge)
 stops before the engine starts, with one line saying what is wrong and what to do
@@ -36,6 +37,7 @@ from bloom_frontier.addon import BloomFrontierAddon, check_fingerprinter
 from bloom_frontier.canonical.rules import rules_from_settings
 from bloom_frontier.commands._failures import CommandFailed, fails_cleanly, report
 from bloom_frontier.compat import asyncio_reactor_path
+from bloom_frontier.metrics import MetricsSetupError, check_metrics_setup
 from bloom_frontier.pipelines.database import make_engine, store_url_from
 from bloom_frontier.pipelines.recorder import FAILED_STAT
 from bloom_frontier.pipelines.schema import upgrade_schema
@@ -107,6 +109,10 @@ def check_crawl_setup(settings: BaseSettings, spider_name: str, arguments: dict[
     BloomFrontierAddon.claim(settings)
     check_proxy_setup(settings)
     check_request_fingerprinter(settings, spidercls)
+    try:
+        check_metrics_setup(settings)
+    except MetricsSetupError as error:
+        raise CommandFailed(str(error)) from None
     if settings.get("REDIS_URL"):
         client = command_client(settings["REDIS_URL"])
         prefix = settings["FRONTIER_KEY_PREFIX"] % {"spider": spider_name}

@@ -1,6 +1,8 @@
 """``scrapy frontier SPIDER [--watch [SECONDS]] [--json]``: live status of a shared (Redis)
 frontier (leases per worker now, totals, rates, elapsed time; ``--watch`` stops once the crawl
-finished); ``--failed``: the requests that failed for good, with their reasons;
+finished); ``--metrics``: the crawl-wide figures in Prometheus' text format
+(:mod:`bloom_frontier.metrics`); ``--failed``: the requests that failed for good, with their
+reasons;
 ``scrapy frontier SPIDER --reset --yes``: clear it so the same crawl can run again.
 
 ``--serve PORT`` serves the crawl's progress over time as one web page
@@ -31,6 +33,7 @@ from bloom_frontier.frontier.redis.layout import FrontierKeys
 from bloom_frontier.frontier.redis.partitions import partition_keys
 from bloom_frontier.frontier.reset import CrawlStillRunning, crawl_keys, reset_crawl
 from bloom_frontier.frontier.status import crawl_name, failed_requests, read_status
+from bloom_frontier.metrics import crawl_metrics
 from bloom_frontier.redis_client import Client, command_client, require_bloom
 
 #: ANSI: cursor home, clear screen - --watch redraws in place.
@@ -46,8 +49,8 @@ class Command(ScrapyCommand):
 
     def syntax(self) -> str:
         return (
-            "<spider> [--watch [SECONDS]] [--json] | --serve PORT | --failed [--json] | "
-            "--quarantine | --reset --yes  -s REDIS_URL=redis://..."
+            "<spider> [--watch [SECONDS]] [--json] | --serve PORT | --metrics | "
+            "--failed [--json] | --quarantine | --reset --yes  -s REDIS_URL=redis://..."
         )
 
     def short_desc(self) -> str:
@@ -85,6 +88,12 @@ class Command(ScrapyCommand):
             default="127.0.0.1",
             metavar="ADDRESS",
             help="the address --serve listens on (default 127.0.0.1, this machine only)",
+        )
+        parser.add_argument(
+            "--metrics",
+            action="store_true",
+            help="print the crawl-wide figures once, in Prometheus' text format "
+            "(docs/metrics.md; needs the [metrics] extra)",
         )
         parser.add_argument(
             "--failed",
@@ -145,6 +154,9 @@ class Command(ScrapyCommand):
             require_bloom(client, f"{prefix}:bloom-probe")  # the status reads BF.INFO
             if opts.serve is not None:
                 self.serve(client, prefix, error_rate, limits, opts)
+                return
+            if opts.metrics:
+                print(crawl_metrics(client, prefix, error_rate, limits), end="", flush=True)
                 return
             while True:
                 status = read_status(client, prefix, error_rate, limits)
