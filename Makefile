@@ -61,7 +61,7 @@ test-min: $(MIN_BIN)/.installed
 test-compose: $(BIN)/.compose-installed
 	$(BIN)/python -m tests.services docker
 	$(BIN)/python -m tests.compose.images
-	$(BIN)/pytest -q -m compose tests/compose
+	$(BIN)/pytest -q -s -m compose tests/compose
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check --fix .

@@ -137,7 +137,6 @@ def site() -> Iterator[TestServer]:
 def stack(site: TestServer) -> Iterator[Stack]:
     """The images built (timed), the worker's too; the project torn down after, and checked
     gone, whatever the test did."""
-    started = time.monotonic()
     took = images.ensure()
     env = {
         **os.environ,
@@ -151,10 +150,8 @@ def stack(site: TestServer) -> Iterator[Stack]:
     stack.down()  # what a run that died left
     built = time.monotonic()
     stack.compose("build", "worker")
-    print(
-        f"images: stand-ins {built - started:.0f} s ({took}), "
-        f"worker image {time.monotonic() - built:.0f} s"
-    )
+    each = ", ".join(f"{tag} {seconds:.0f} s" for tag, seconds in took.items())
+    print(f"\nimages: {each}; worker image {time.monotonic() - built:.0f} s")
     try:
         yield stack
     finally:
