@@ -176,9 +176,11 @@ def test_two_workers_crawl_the_site_and_a_killed_worker_loses_nothing(
     workers = stack.containers("worker")
     assert len(workers) == 2
 
-    # Mid-crawl: both workers fetching, pages still queued.
+    # Mid-crawl: both workers have fetched pages, and KILL_AFTER pages are fetched.
     deadline = time.monotonic() + CRAWL_TIMEOUT
-    while sum(page_hits(site).values()) < KILL_AFTER:
+    while sum(page_hits(site).values()) < KILL_AFTER or not all(
+        fetched_by(stack.logs(worker)) for worker in workers
+    ):
         assert time.monotonic() < deadline, f"{page_hits(site)} after {CRAWL_TIMEOUT} s"
         time.sleep(0.2)
     killed, survivor = workers
@@ -187,9 +189,11 @@ def test_two_workers_crawl_the_site_and_a_killed_worker_loses_nothing(
     killed_at = time.monotonic()
     before_kill = sum(page_hits(site).values())
     reading = stack.frontier()
-    # The killed worker's leases are still there (until they expire): its entry is alive yet.
+    # Pages still to fetch; the killed worker's leases still there (until they expire): its
+    # entry is alive yet.
     held = max(int(worker["leased"]) for worker in reading["workers"])
     assert len(reading["workers"]) == 2 and held > 0, reading
+    assert int(reading["queued"]) > 0, reading
 
     # The survivor (and the killed one, if its restart policy brings it back) runs to the end:
     # nothing queued nor leased by anyone.
