@@ -21,12 +21,13 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from tests.compose import images
-from tests.httpserver import TestServer, html
+from tests.httpserver import Route, TestServer, html
 from tests.servers import free_port
 
 pytestmark = [pytest.mark.compose, pytest.mark.timeout(900)]
@@ -81,14 +82,16 @@ class Stack:
         """Ids of ``service``'s containers, running or exited."""
         return self.compose("ps", "--all", "--quiet", service).split()
 
-    def state(self, container: str) -> dict[str, object]:
+    def state(self, container: str) -> dict[str, Any]:
+        """The engine's state of ``container`` (Running, ExitCode...)."""
         output = docker("inspect", "--format", "{{json .State}}", container)
         return json.loads(output)
 
     def logs(self, container: str) -> str:
+        """Everything ``container`` wrote, across its restarts."""
         return docker("logs", container)
 
-    def frontier(self) -> dict[str, object]:
+    def frontier(self) -> dict[str, Any]:
         """``scrapy frontier site --json`` in the ``status`` service's container, as an
         operator asks it."""
         output = self.compose(
@@ -111,17 +114,15 @@ class Stack:
 
 
 def docker(*args: str) -> str:
-    result = subprocess.run(
-        ["docker", *args], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert result.returncode == 0, f"docker {' '.join(args)}: {result.stderr}"
+    """``docker ARGS``'s output, stdout then stderr (a container's log is both)."""
+    result = images.docker(*args)
     return result.stdout + result.stderr
 
 
-def site_routes() -> dict[str, object]:
+def site_routes() -> dict[str, Route]:
     """A home page linking to every page; each page links on to two others."""
     paths = [f"/p/{n}" for n in range(PAGES)]
-    routes: dict[str, object] = {"/": html(*paths)}
+    routes: dict[str, Route] = {"/": html(*paths)}
     for n in range(PAGES):
         routes[f"/p/{n}"] = html(f"/p/{(n + 1) % PAGES}", f"/p/{(n * 7) % PAGES}")
     return routes
