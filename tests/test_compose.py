@@ -1,4 +1,5 @@
-"""docker-compose.yml and the Dockerfile, kept honest without a Docker engine or Compose.
+"""docker-compose.yml and the Dockerfile, checked quickly without a Docker engine (the stack
+itself runs under a real engine in ``make test-compose``, tests/compose/).
 
 The compose file is read as YAML, uninterpolated: what is checked is what a user of
 ``docker compose up`` notices (the services and their images, the data they keep, no port
@@ -9,8 +10,7 @@ commands are then run here against local Redis (RedisBloom), PostgreSQL and HTTP
 The image is repeated without Docker: the wheel its build stage builds from exactly the files
 it copies is the suite's installed wheel (:mod:`tests.installed_wheel`, with the same
 extras), and every command runs with that wheel in ``/app`` as the runtime stage makes it
-(only ``scrapy.cfg``). (No Compose v2 is installable on the test machines; Debian's
-docker-compose 1.29 rejects the file's ``name``.)
+(only ``scrapy.cfg``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The docker-compose stack under a real engine (``make test-compose``)."""
