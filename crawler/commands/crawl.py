@@ -7,9 +7,12 @@ A crawl that cannot work (unknown spider, Redis down or refusing the password, a
 ``REDIS_URL`` or ``STORE_URL`` that is not one, a proxy the SSRF guard cannot vouch for, a
 ``JOBDIR`` another crawl or a ``rebuild-filter`` is using, a seen filter (``JOBDIR`` or Redis)
 filled under other rules, a spider argument the spider refuses, a ``REQUEST_FINGERPRINTER_CLASS``
-that tells apart requests the frontier would merge)
+that tells apart requests the frontier would merge, a Redis that may evict keys, a crawl
+whose state in Redis a worker found lost or damaged)
 stops before the engine starts, with one line saying what is wrong and what to do
 (:mod:`bloom_frontier.commands._failures`), instead of a traceback from inside the running engine.
+A worker that stopped because the crawl's state in Redis was lost
+(:mod:`bloom_frontier.frontier.redis.identity`) exits 1, not 0.
 
 A spider checks its ``-a`` arguments here when it has a ``check_arguments(**arguments)``
 class method raising :class:`~bloom_frontier.spiders.site.SpiderArgumentError` (as the
@@ -33,6 +36,9 @@ from bloom_frontier.addon import BloomFrontierAddon, check_fingerprinter
 from bloom_frontier.canonical.rules import rules_from_settings
 from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
 from bloom_frontier.compat import asyncio_reactor_path
+from bloom_frontier.frontier.redis.identity import LOST_REASON, check_start
+from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.redis.partitions import partition_keys
 from bloom_frontier.pipelines.database import make_engine, store_url_from
 from bloom_frontier.pipelines.schema import upgrade_schema
 from bloom_frontier.redis_client import command_client, require_bloom
@@ -108,6 +114,7 @@ def check_crawl_setup(settings: BaseSettings, spider_name: str, arguments: dict[
         prefix = settings["FRONTIER_KEY_PREFIX"] % {"spider": spider_name}
         try:
             require_bloom(client, f"{prefix}:bloom-probe")
+            check_start(client, partition_keys(client, FrontierKeys.for_prefix(prefix)), settings)
             if manifest := read_manifest(client, prefix):
                 current = manifest["current"]
                 refuse_other_rules(settings, current["rules"], current["key"])
@@ -158,6 +165,7 @@ def crawler_process(settings: Settings) -> CrawlerProcess | AsyncCrawlerProcess:
 
 class Command(ScrapyCrawlCommand):
     requires_crawler_process = False  # made in run(), after the checks
+    crawler: Crawler | None = None
 
     @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -166,3 +174,11 @@ class Command(ScrapyCrawlCommand):
             check_crawl_setup(self.settings, args[0], opts.spargs)
         self.crawler_process = crawler_process(self.settings)
         super().run(args, opts)
+        stats = self.crawler.stats if self.crawler is not None else None
+        if stats is not None and stats.get_value("finish_reason") == LOST_REASON:
+            self.exitcode = 1  # the frontier's state was lost: not "finished"
+
+    def _create_crawler(self, spidercls: type[Spider] | str) -> Crawler:
+        """Scrapy's crawler for the crawl, kept to read its finish reason afterwards."""
+        self.crawler = super()._create_crawler(spidercls)
+        return self.crawler

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import redis
 
-from bloom_frontier.redis_client import text
+from bloom_frontier.redis_client import RedisSetupError, text
 
 if TYPE_CHECKING:
     from typing import Self
@@ -260,3 +260,72 @@ class Requeued:
     @classmethod
     def from_reply(cls, reply: Any) -> Self:
         return cls(*_ints(reply, "requeue_quarantined", 2))
+
+
+# --- a crawl whose state is gone ----------------------------------------------------------
+
+#: What to do about a crawl whose state in Redis is gone, appended to the errors below.
+_START_OVER = "the crawl is incomplete: reset it (scrapy frontier SPIDER --reset) and crawl again"
+
+
+class FrontierGone(redis.exceptions.ResponseError, RedisSetupError):
+    """The crawl's state in Redis cannot be trusted any more: the worker stops (one line, a
+    non-zero exit), a command says so (a :class:`RedisSetupError`: one ``error:`` line)."""
+
+    headline: ClassVar[str]
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        headline = f"the frontier's state in Redis was {self.headline}"
+        super().__init__(f"{headline} ({detail}); {self.advice}")
+
+    @property
+    def advice(self) -> str:
+        return _START_OVER
+
+
+class FrontierLost(FrontierGone):
+    """The crawl's identity is missing or another one (:mod:`.identity`): everything the
+    worker knew of the crawl is gone."""
+
+    headline = "lost: restarted without persistence, flushed or evicted"
+
+
+class FrontierDamaged(FrontierGone):
+    """A fixed key holding requests (:data:`.layout.VITAL_KEYS`) was overwritten: moved aside,
+    the crawl marked lost."""
+
+    headline = "damaged"
+
+
+class KeyOfWrongType(FrontierGone):
+    """A command's (or politeness') script met a fixed key of another type and refused; a
+    worker's next step moves it aside (:mod:`.lua`)."""
+
+    headline = "damaged"
+
+    @property
+    def advice(self) -> str:
+        return "a worker moves it aside (and stops if it held requests)"
+
+
+class KeysMovedAside(redis.exceptions.ResponseError):
+    """A worker's step moved fixed keys of the wrong type aside and did nothing else: the
+    keys start over empty, the step is run again (:class:`.lua.FrontierScripts`)."""
+
+
+#: The marker a script's error reply starts with -> the error it means.
+_SCRIPT_ERRORS: dict[str, type[redis.exceptions.ResponseError]] = {
+    "FRONTIER_LOST": FrontierLost,
+    "FRONTIER_DAMAGED": FrontierDamaged,
+    "KEY_WRONG": KeyOfWrongType,
+    "KEY_MOVED": KeysMovedAside,
+}
+
+
+def script_error(error: redis.exceptions.ResponseError) -> redis.exceptions.ResponseError:
+    """The typed error a script's error reply stands for (``error`` itself for any other:
+    a bug, or Redis refusing the command)."""
+    marker, _, detail = str(error).partition(" ")
+    kind = _SCRIPT_ERRORS.get(marker)
+    return error if kind is None else kind(detail)
