@@ -223,6 +223,20 @@ def test_a_politeness_key_of_the_wrong_type_is_moved_aside_and_leasing_goes_on(
     assert client.type(keys.host_busy) in (b"hash", b"none")
 
 
+def test_every_politeness_key_of_the_wrong_type_is_moved_aside(worker: RedisFrontier) -> None:
+    """Keys only the politeness scripts and commands touch (a backoff's pause, the strikes)
+    are moved aside too, by the heal script, which names every fixed key."""
+    from bloom_frontier.frontier.redis.lua import script_keys
+
+    assert set(script_keys("heal")) == set(FrontierKeys.names())
+    client, keys = worker.client, worker.keys
+    client.set(keys.host_paused, "x")
+    client.rpush(keys.host_strikes, "x")
+    assert worker.politeness.pause("example.com", 5) == pytest.approx(5, abs=1)
+    assert worker.politeness.strike("example.com") == 1
+    assert len(client.keys(f"{keys.prefix}:host_*:foreign:*")) == 2
+
+
 def test_a_seen_filter_of_the_wrong_type_stops_the_crawl_and_the_next_start(
     worker: RedisFrontier, redis_url: str
 ) -> None:

@@ -264,24 +264,26 @@ class Requeued:
 
 # --- a crawl whose state is gone ----------------------------------------------------------
 
-#: What to do about a crawl whose state in Redis is gone, appended to the errors below.
-_START_OVER = "the crawl is incomplete: reset it (scrapy frontier SPIDER --reset) and crawl again"
 
-
-class FrontierGone(redis.exceptions.ResponseError, RedisSetupError):
-    """The crawl's state in Redis cannot be trusted any more: the worker stops (one line, a
-    non-zero exit), a command says so (a :class:`RedisSetupError`: one ``error:`` line)."""
+class _StateError(redis.exceptions.ResponseError, RedisSetupError):
+    """The crawl's state in Redis is not what the frontier wrote: a ``redis.ResponseError``
+    (callers treating any Redis error keep doing so), and a :class:`RedisSetupError` (a
+    command says it in one ``error:`` line)."""
 
     headline: ClassVar[str]
+    advice: ClassVar[str] = (
+        "the crawl is incomplete: reset it (scrapy frontier SPIDER --reset) and crawl again"
+    )
 
     def __init__(self, detail: str) -> None:
         self.detail = detail
         headline = f"the frontier's state in Redis was {self.headline}"
         super().__init__(f"{headline} ({detail}); {self.advice}")
 
-    @property
-    def advice(self) -> str:
-        return _START_OVER
+
+class FrontierGone(_StateError):
+    """The crawl's state in Redis cannot be trusted any more: the worker stops (one line, a
+    non-zero exit)."""
 
 
 class FrontierLost(FrontierGone):
@@ -298,15 +300,12 @@ class FrontierDamaged(FrontierGone):
     headline = "damaged"
 
 
-class KeyOfWrongType(FrontierGone):
-    """A command's (or politeness') script met a fixed key of another type and refused; a
-    worker's next step moves it aside (:mod:`.lua`)."""
+class KeyOfWrongType(_StateError):
+    """A script that moves no key (a command's, politeness') met a fixed key of another type
+    and refused; a worker moves it aside (:mod:`.lua`)."""
 
     headline = "damaged"
-
-    @property
-    def advice(self) -> str:
-        return "a worker moves it aside (and stops if it held requests)"
+    advice = "a worker moves it aside (and stops if it held requests)"
 
 
 class KeysMovedAside(redis.exceptions.ResponseError):

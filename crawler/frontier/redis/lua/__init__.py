@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from bloom_frontier.frontier.redis.layout import KEY_TYPES, VITAL_KEYS
-from bloom_frontier.frontier.redis.protocol import KeysMovedAside, script_error
+from bloom_frontier.frontier.redis.protocol import KeyOfWrongType, KeysMovedAside, script_error
 
 if TYPE_CHECKING:
     from bloom_frontier.frontier.redis.layout import FrontierKeys
@@ -98,8 +98,11 @@ end"""
 #: OOM error) rather than at its first write only.
 _SHEBANG = "#!lua"
 
-#: Most keys one call moves aside before giving up (each run moves every key it finds).
+#: Times a worker's script is run again after keys of the wrong type were moved aside (each
+#: run moves every one it finds: once is enough unless someone writes over them again).
 _MOVE_ROUNDS = 2
+#: The script that only moves aside the fixed keys of the wrong type (``heal.lua``).
+_HEAL = "heal"
 
 
 @cache
@@ -134,28 +137,41 @@ def script_source(name: str) -> str:
 
 class FrontierScripts:
     """Scripts registered on one client and bound to one crawl's keys; a worker's steps run
-    under the crawl :attr:`identity` the worker adopted (:mod:`.identity`)."""
+    under the crawl :attr:`identity` the worker adopted (:mod:`..identity`)."""
 
     def __init__(
         self, client: redis.Redis, keys: FrontierKeys, names: Iterable[str], identity: str = ""
     ) -> None:
+        names = (*names, _HEAL)
         self._scripts = {name: client.register_script(script_source(name)) for name in names}
         self._keys = {name: [getattr(keys, key) for key in script_keys(name)] for name in names}
-        #: The crawl's identity this worker adopted ('' before: its steps refuse).
+        #: The crawl's identity this worker adopted ('': not a worker's, e.g. a command's;
+        #: its steps refuse, and it moves no key aside).
         self.identity = identity
 
     def run(self, name: str, args: Sequence[Any] = ()) -> Any:
         """Run the script ``name`` over its own keys. Raises :class:`.protocol.FrontierLost`
-        or :class:`.protocol.FrontierDamaged` for a crawl whose state is gone; a key of the
-        wrong type that a worker's step moved aside is logged, and the step run again."""
+        or :class:`.protocol.FrontierDamaged` for a crawl whose state is gone, and
+        :class:`.protocol.KeyOfWrongType` for a key of the wrong type in a command's script.
+        In a worker's, such a key is moved aside (logged), and the script run again."""
         if checks_identity(name):
             args = [self.identity, *args]
         for _ in range(_MOVE_ROUNDS):
             try:
-                return self._scripts[name](keys=self._keys[name], args=list(args))
-            except redis.ResponseError as exc:
-                error = script_error(exc)
-                if not isinstance(error, KeysMovedAside):
-                    raise error from None
-                logger.warning("%s; the crawl goes on", error)
-        return self._scripts[name](keys=self._keys[name], args=list(args))
+                return self._call(name, args)
+            except KeysMovedAside as moved:
+                if not self.identity:
+                    raise
+                logger.warning("%s; the crawl goes on", moved)
+            except KeyOfWrongType:
+                if not self.identity:
+                    raise
+                self.run(_HEAL)  # this script moves no key aside: the heal script does
+        return self._call(name, args)
+
+    def _call(self, name: str, args: Sequence[Any]) -> Any:
+        """One run of ``name``; its error reply as the typed error it stands for."""
+        try:
+            return self._scripts[name](keys=self._keys[name], args=list(args))
+        except redis.ResponseError as exc:
+            raise script_error(exc) from None
