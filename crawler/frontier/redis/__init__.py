@@ -134,7 +134,14 @@ def stop_worker(crawler: Crawler, error: FrontierGone) -> None:
 
     assert crawler.spidercls is not None and crawler.engine is not None
     logger.error("%s; this worker stops", str(error).replace("SPIDER", crawler.spidercls.name))
-    deferred_from_coro(crawler.engine.close_spider_async(reason=identity.LOST_REASON))
+    closing = deferred_from_coro(crawler.engine.close_spider_async(reason=identity.LOST_REASON))
+    closing.addErrback(_closed_already)
+
+
+def _closed_already(failure: Failure) -> None:
+    """The spider was closing or closed already (the loss met while it closed): the line
+    above said it; its finish reason stands."""
+    logger.debug("Spider already closed: %s", failure.value)
 
 
 class RedisFrontier:
