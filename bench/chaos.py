@@ -73,8 +73,8 @@ def inject(fault: str, server: RedisServer) -> None:
             client.flushall()
             return
         key = getattr(KEYS, fault.removeprefix("wrong type "))
-        client.delete(key)
-        client.sadd(key, "written over")  # no fixed key is a set
+        with client.pipeline(transaction=True) as pipe:  # no worker step comes between
+            pipe.delete(key).sadd(key, "written over").execute()  # no fixed key is a set
 
 
 def run_once(graph: LinkGraph, fault: str, rng: random.Random) -> Run:

@@ -95,6 +95,8 @@ def test_a_wiped_frontier_stops_every_worker_with_one_line(
             stopped_lost(process)
         fetched = {path for path in site.paths() if path.startswith("/p")}
     assert len(fetched) < PAGES  # the crawl was incomplete: nobody may call it finished
+    reset = scrapy("frontier", "site", "--reset", "--yes", "-s", f"REDIS_URL={own_redis.url}")
+    assert reset.returncode == 0, reset.stderr  # the stopped workers hold nothing back
 
 
 def test_a_fresh_crawl_starts_and_a_reset_one_starts_again(redis_url: str, tmp_path: Path) -> None:
@@ -116,6 +118,8 @@ def test_a_fresh_crawl_starts_and_a_reset_one_starts_again(redis_url: str, tmp_p
             "error: the frontier's state in Redis was damaged ({site}:queue held a string); "
             "the crawl is incomplete: reset it (scrapy frontier SPIDER --reset) and crawl again"
         ]
+        status = scrapy("frontier", "site", "-s", f"REDIS_URL={redis_url}")
+        assert status.returncode == 2 and status.stderr == refused.stderr
         reset = scrapy("frontier", "site", "--reset", "--yes", "-s", f"REDIS_URL={redis_url}")
         assert reset.returncode == 0, reset.stderr
         again = crawl_worker(f"{site.url}/", redis_url, store)

@@ -5,7 +5,9 @@ classmethod per reply) or a :class:`Status`; nothing else reads a reply by posit
 that is not what its script answers (a script edited on one side only, a mangled value)
 raises :class:`MalformedReply`, a ``redis.RedisError``, so callers treat it as a fault of
 Redis' side and never meet an ``IndexError`` deep in their own code. The scripts' headers
-(``lua/<name>.lua``) say what each one takes and returns.
+(``lua/<name>.lua``) say what each one takes and returns. A script's error reply saying the
+crawl's state is gone or damaged becomes a typed error too (:func:`script_error`):
+:class:`FrontierLost`, :class:`FrontierDamaged`, :class:`KeyOfWrongType`.
 """
 
 from __future__ import annotations
