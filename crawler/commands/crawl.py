@@ -114,7 +114,8 @@ def check_crawl_setup(settings: BaseSettings, spider_name: str, arguments: dict[
         prefix = settings["FRONTIER_KEY_PREFIX"] % {"spider": spider_name}
         try:
             require_bloom(client, f"{prefix}:bloom-probe")
-            check_start(client, partition_keys(client, FrontierKeys.for_prefix(prefix)), settings)
+            parts = partition_keys(client, FrontierKeys.for_prefix(prefix))
+            check_start(client, parts, settings, report=False)  # the worker's log reports
             if manifest := read_manifest(client, prefix):
                 current = manifest["current"]
                 refuse_other_rules(settings, current["rules"], current["key"])

@@ -119,9 +119,9 @@ def _memory(client: redis.Redis) -> list[dict[str, Any]]:
         return []
 
 
-def check_memory(client: redis.Redis, settings: BaseSettings) -> None:
+def check_memory(client: redis.Redis, settings: BaseSettings, *, report: bool = True) -> None:
     """Refuse a Redis that may evict the frontier's keys (unless ``FRONTIER_ALLOW_EVICTION``),
-    report one whose memory is nearly full (see the module docstring)."""
+    report one whose memory is nearly full (see the module docstring) when ``report``."""
     for info in _memory(client):
         policy = text(info.get("maxmemory_policy", NO_EVICTION))
         if policy != NO_EVICTION and not settings.getbool("FRONTIER_ALLOW_EVICTION"):
@@ -132,7 +132,7 @@ def check_memory(client: redis.Redis, settings: BaseSettings) -> None:
                 "maxmemory-policy noeviction), or FRONTIER_ALLOW_EVICTION=True to crawl anyway"
             )
         used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
-        if limit and used >= MEMORY_WARN * limit:
+        if report and limit and used >= MEMORY_WARN * limit:
             logger.warning(
                 "Redis at %s uses %.0f%% of its maxmemory (%d of %d MiB): past it, the "
                 "frontier's steps are refused and retried until memory is freed or raised",
@@ -143,10 +143,14 @@ def check_memory(client: redis.Redis, settings: BaseSettings) -> None:
             )
 
 
-def check_start(client: redis.Redis, parts: list[FrontierKeys], settings: BaseSettings) -> None:
-    """What a worker or ``seed`` checks before its first step: Redis' memory policy, that
-    no worker found the crawl damaged, that no key holding requests was overwritten."""
-    check_memory(client, settings)
+def check_start(
+    client: redis.Redis, parts: list[FrontierKeys], settings: BaseSettings, *, report: bool = True
+) -> None:
+    """What a worker or ``seed`` checks before its first step: Redis' memory policy (its
+    memory reported when ``report``: ``scrapy crawl``'s checks leave it to the worker's
+    log), that no worker found the crawl damaged, that no key holding requests was
+    overwritten."""
+    check_memory(client, settings, report=report)
     check_key_types(client, parts, vital_only=True)
     _refuse_damaged(client, parts)
 
