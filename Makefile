@@ -16,7 +16,8 @@ MIN_TESTS := tests/test_addon.py tests/test_dupefilter_contract.py tests/test_ow
 	tests/test_site_crawl.py tests/test_redirects.py tests/test_serialize.py \
 	tests/test_politeness.py tests/test_ssrf.py tests/test_compat.py tests/test_canonical_hints.py \
 	tests/test_store.py tests/test_migrations.py tests/test_content_fingerprint.py \
-	tests/test_seen_memory.py tests/test_same_content.py tests/test_link_failures.py tests/test_extras.py
+	tests/test_seen_memory.py tests/test_same_content.py tests/test_link_failures.py tests/test_extras.py \
+	tests/test_bounded_pages.py
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

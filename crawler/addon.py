@@ -12,14 +12,14 @@ settings override:
   the shared frontier's scheduler (:class:`bloom_frontier.frontier.scheduler.RedisScheduler`);
 - the spider, downloader middlewares and extensions of :data:`SPIDER_MIDDLEWARES`,
   :data:`DOWNLOADER_MIDDLEWARES`, :data:`EXTENSIONS` (and :data:`SHARED_DOWNLOADER_MIDDLEWARES`
-  with ``REDIS_URL``), at the orders given there unless the project lists them itself;
+  and :data:`SHARED_EXTENSIONS` with ``REDIS_URL``), at the orders given there unless the
+  project lists them itself;
 - Scrapy's ``RedirectMiddleware`` and ``MetaRefreshMiddleware`` switched off: replaced by
   :class:`bloom_frontier.middlewares.redirects.RedirectChainMiddleware`;
 - ``JOBDIR`` disk queues that store requests as JSON, not pickle;
 - the ``file``, ``data``, ``s3`` and ``ftp`` download handlers switched off;
-- Scrapy's ``LogStats`` replaced by :class:`bloom_frontier.progress.CrawlProgress`, and its stats
-  dump
-  at close off (``STATS_DUMP``), so the crawl summary is the last thing printed;
+- Scrapy's ``LogStats`` replaced by :class:`bloom_frontier.progress.CrawlProgress`; Scrapy's
+  stats dump at close stays (``STATS_DUMP``), and the crawl summary comes after it;
 - a download slot per link-shortener host (``SHORTENER_DELAY``, :func:`install_shortener_slots`).
 
 :meth:`BloomFrontierAddon.update_pre_crawler_settings` installs the SSRF guard's DNS resolver,
@@ -94,6 +94,8 @@ DOWNLOADER_MIDDLEWARES = {
     "bloom_frontier.middlewares.politeness.HostBackoffMiddleware": 560,
     # Just above it: shortener answers cached, recorded, off-site targets settled (SHORTENER_*).
     "bloom_frontier.middlewares.shorteners.ShortenerResolveMiddleware": 585,
+    # Next to the engine, after decompression: a large page parsed off the loop.
+    "bloom_frontier.middlewares.linkbatch.LargePageParser": 5,
 }
 #: Scrapy's middlewares the frontier replaces (a project enabling them again is refused).
 REPLACED_DOWNLOADER_MIDDLEWARES = (
@@ -111,15 +113,12 @@ SHARED_DOWNLOADER_MIDDLEWARES = {
 }
 #: Extensions; None switches one of Scrapy's off.
 EXTENSIONS = {
-    # The crawl summary is printed last; Scrapy's stats dump only at DEBUG (STATS_DUMP).
+    # The crawl summary, printed last (after Scrapy's stats dump).
     "bloom_frontier.summary.CrawlSummary": 500,
     # Replaces Scrapy's LogStats: a live status line on a terminal, else a line every
     # LOGSTATS_INTERVAL seconds (pages, queued, filtered as seen, pages/min, errors).
     "scrapy.extensions.logstats.LogStats": None,
     "bloom_frontier.progress.CrawlProgress": 0,
-    # Shared frontier only (it is NotConfigured without REDIS_URL): publishes pages/min and
-    # leases for `scrapy frontier`.
-    "bloom_frontier.frontier.status.WorkerStatusReporter": 510,
     # Content fingerprints of every fetched document (CONTENT_FINGERPRINTS_ENABLED).
     "bloom_frontier.content.extension.ContentFingerprints": 520,
     # The crawl's services (recorder, frontier, SSRF policy, parameter rule learning), built
@@ -129,6 +128,13 @@ EXTENSIONS = {
     "bloom_frontier.frontier.limits.CrawlWideLimits": 540,
     # Start-up's objects out of the crawl's full garbage collections (GC_FREEZE_ENABLED).
     "bloom_frontier.gcfreeze.FreezeStartupObjects": 550,
+}
+
+#: Extensions of the shared frontier only (``REDIS_URL`` set): installed without it, each
+#: would only be disabled, with a warning on every embedded crawl.
+SHARED_EXTENSIONS = {
+    # Publishes pages/min and leases for `scrapy frontier`.
+    "bloom_frontier.frontier.status.WorkerStatusReporter": 510,
 }
 
 DUPEFILTER = "bloom_frontier.dupefilter.BloomDupeFilter"
@@ -198,6 +204,8 @@ class BloomFrontierAddon:
         if shared:
             install(settings, "DOWNLOADER_MIDDLEWARES", SHARED_DOWNLOADER_MIDDLEWARES)
         install(settings, "EXTENSIONS", EXTENSIONS)
+        if shared:
+            install(settings, "EXTENSIONS", SHARED_EXTENSIONS)
         handlers = settings.getdict("DOWNLOAD_HANDLERS")
         for scheme in DISABLED_DOWNLOAD_HANDLERS:
             handlers.setdefault(scheme, None)
@@ -218,8 +226,6 @@ class BloomFrontierAddon:
         settings.set("SCHEDULER", SHARED_SCHEDULER if shared else EMBEDDED_SCHEDULER, "addon")
         for name, queue in DISK_QUEUES.items():
             settings.set(name, queue, "addon")
-        # Scrapy's 40-line stats dump at close would bury the crawl summary: logged at DEBUG.
-        settings.set("STATS_DUMP", False, "addon")
         problems = conflicts(settings, shared)
         if problems:
             raise _refuse(problems)

@@ -117,3 +117,33 @@ def asyncio_reactor_path() -> str:
     makes the process a command would get.
     """
     return _asyncio_reactor_path
+
+
+def offline_cookie_domains() -> None:
+    """Have Scrapy's cookie middleware tell public suffixes by the Public Suffix List that
+    tldextract bundles, never fetching one.
+
+    Why: ``scrapy.downloadermiddlewares.cookies._split_domain`` is a ``TLDExtract`` built
+    with its defaults, which fetches the list from publicsuffix.org (and writes it to a cache
+    in the home directory) the first time a response sets a cookie with a ``Domain``: a
+    connection the SSRF guard never sees, from a crawl that may have no business reaching
+    the internet. The project's own extractor is offline the same way
+    (``middlewares/canonical_hints.py``). Process-wide, like the attribute it replaces.
+    Public replacement: none; a setting naming the extractor (or its ``suffix_list_urls``).
+    """
+    from scrapy.downloadermiddlewares import cookies
+    from tldextract import TLDExtract
+
+    current = getattr(cookies, "_split_domain", None)
+    if not isinstance(current, TLDExtract):
+        _missing(
+            "scrapy.downloadermiddlewares.cookies._split_domain",
+            "its public suffix list may be fetched from the internet, outside the SSRF guard",
+        )
+        return
+    if current.suffix_list_urls:
+        cookies._split_domain = TLDExtract(
+            cache_dir=None,
+            suffix_list_urls=(),
+            include_psl_private_domains=current.include_psl_private_domains,
+        )

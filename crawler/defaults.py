@@ -8,8 +8,10 @@ see add-ons; they read this same table through :func:`with_defaults`. The settin
 read by :func:`with_defaults` when Scrapy builds the settings, never at import.
 
 New settings register here: one upper-case name per setting, with a comment saying what it
-does, its unit and its default. Scrapy's own settings are not repeated here; the few the
-add-on changes (scheduler, dupefilter, disk queues, middlewares, DNS resolver) are set in
+does, its unit and its default. Scrapy's own settings are not repeated here, except those
+whose Scrapy default does not suit a crawl of HTML pages ("Bounded pages": the download size
+limits), which the add-on gives another default the same way; the components the add-on
+changes (scheduler, dupefilter, disk queues, middlewares, DNS resolver) are set in
 :mod:`bloom_frontier.addon`.
 """
 
@@ -59,6 +61,11 @@ CANON_HOST_RULES: dict[str, dict[str, list[str]]] = {}
 # such as CSRF tokens, nonces and timestamps removed) and a MinHash near-duplicate signature,
 # stored with its page record (bloom_frontier.content), computed in a thread off the reactor.
 CONTENT_FINGERPRINTS_ENABLED = True
+# A document larger than this (bytes of body) gets only an exact hash of its raw bytes, no
+# normalized fingerprint or MinHash (kind from its status, stat content/too_large): the
+# normalization's regular expressions hold the interpreter while they run, so a 24 MB page
+# would stall the crawl's loop for a second. Raw bytes never merge two different pages.
+CONTENT_FINGERPRINT_MAX_BYTES = 2 * 1024 * 1024
 # The normalization fingerprints are made under, stored with each: "n2" (visible text and link
 # targets, numpy-hashed words: cheaper than "n1", docs/scaling.md) or "n1" (the whole markup,
 # noise removed; for a crawl that must stay comparable with a store written before n2).
@@ -131,8 +138,9 @@ FRONTIER_POLITENESS_SCAN = 500
 # no request for that long (without: 2 s, doubled at each further one), from any worker of a
 # shared frontier. No pause is longer than this many seconds.
 HOST_BACKOFF_MAX = 300.0
-# Seconds between a worker's status reports (read by `scrapy frontier SPIDER`).
-FRONTIER_STATUS_INTERVAL = 10.0
+# Seconds between a worker's status reports (read by `scrapy frontier SPIDER`; its
+# "pages/s now" is each worker's rate over its last interval).
+FRONTIER_STATUS_INTERVAL = 2.0
 # Largest stored request (bytes of JSON). A larger one is refused when queued (counted under
 # frontier/unserializable) and, written by someone else, quarantined when leased, so no stored
 # message can hold a worker for seconds or gigabytes (bloom_frontier.frontier.decode).
@@ -149,6 +157,22 @@ FRONTIER_ALLOW_EVICTION = False
 # Request classes a stored request may name besides Scrapy's own (Request, FormRequest,
 # JsonRequest, XmlRpcRequest), as dotted paths. Checked as text before anything is imported.
 FRONTIER_REQUEST_CLASSES: list[str] = []
+
+# --- Bounded pages -----------------------------------------------------------------------
+# Scrapy's own download size limits, in bytes, with defaults for HTML crawls instead of
+# Scrapy's 1 GiB and 32 MiB: a response larger than DOWNLOAD_MAXSIZE is refused (Scrapy
+# cancels its download; counted under downloader/exception_type_count), one larger than
+# DOWNLOAD_WARNSIZE is logged. Both bound the body after decompression too (Scrapy's
+# HttpCompressionMiddleware stops inflating at DOWNLOAD_MAXSIZE): a gzip bomb costs at most
+# about twice this much memory, not gigabytes. 0 switches a limit off.
+DOWNLOAD_MAXSIZE = 32 * 1024 * 1024
+DOWNLOAD_WARNSIZE = 8 * 1024 * 1024
+# Links taken from one page: the `site` spider reads at most this many <a>/<area> links of a
+# page (in document order) and leaves the rest unread; with any spider, at most this many of
+# a page's requests reach its dedup batch. The others are counted under links/over_page_cap
+# and logged once per page. Bounds what one page costs in time, memory and queue entries
+# (a page of a million links took minutes and gigabytes). 0: no cap.
+PAGE_MAX_LINKS = 20_000
 
 # --- Process ------------------------------------------------------------------------------
 # When the spider opens, the objects start-up made (modules, classes, settings) are frozen out

@@ -2,11 +2,16 @@
 
 :class:`CrawlProgress` replaces Scrapy's ``LogStats`` (installed in its place, keeping its
 ``responses_per_minute``/``items_per_minute`` stats). When stderr is a terminal, one line
-(pages fetched, queued, links filtered as seen, pages/min over the last minute, errors,
-elapsed time) is redrawn every :data:`LIVE_INTERVAL` seconds, and log records that arrive
-meanwhile are printed above it; it is erased when the spider closes, so the crawl summary
-(:mod:`bloom_frontier.summary`) is what stays on screen. Off a terminal (a pipe, a file, a
-container's log), the same figures are logged every ``LOGSTATS_INTERVAL`` seconds.
+(:meth:`CrawlProgress.figures`: pages fetched, items scraped, queued, links filtered as seen,
+pages/min over the last minute, errors, elapsed time) is redrawn every :data:`LIVE_INTERVAL`
+seconds, and log records that arrive meanwhile are printed above it; it is erased when the
+spider closes, so the crawl summary (:mod:`bloom_frontier.summary`) is what stays on screen.
+Off a terminal (a pipe, a file, a container's log), the same figures are logged every
+``LOGSTATS_INTERVAL`` seconds.
+
+When the crawl opens, a crawl-wide ``DOWNLOAD_DELAY`` of :data:`SLOW_DELAY` seconds or more
+(``startproject``'s template sets 1) is said in one line (:func:`pace_note`), with how long
+:data:`ESTIMATE_PAGES` pages take at that pace and the settings to change.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ if TYPE_CHECKING:
     from typing import Self
 
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +42,59 @@ LIVE_INTERVAL = 1.0
 RATE_WINDOW_S = 60.0
 #: ANSI: back to the start of the line, erase it.
 ERASE_LINE = "\r\x1b[K"
+#: A crawl-wide ``DOWNLOAD_DELAY`` (seconds) from which the crawl's start says how slow it is.
+SLOW_DELAY = 0.5
+#: The number of pages that start-up line gives the time of.
+ESTIMATE_PAGES = 1000
+#: A per-host concurrency that low is named among the settings to change.
+LOW_CONCURRENCY = 2
+
+
+def pace_note(settings: BaseSettings) -> str | None:
+    """One line saying how slow the crawl-wide delay makes the crawl, or None when it does
+    not. A host gets at most one request per ``DOWNLOAD_DELAY``, whatever its concurrency:
+    Scrapy's downloader sends one request of a slot per delay (AutoThrottle only lengthens
+    it), and the shared frontier leases one per delay across all workers
+    (:mod:`bloom_frontier.frontier.politeness`), so more workers add no speed against a site.
+
+    >>> import textwrap
+    >>> from scrapy.settings import Settings
+    >>> note = pace_note(Settings({"DOWNLOAD_DELAY": 1, "CONCURRENT_REQUESTS_PER_DOMAIN": 1}))
+    >>> print(textwrap.fill(note, 86))
+    Slow crawl: DOWNLOAD_DELAY = 1.0 s allows at most 1.0 request/s per host: 1,000 pages
+    take >= 17 min. To go faster on a site that allows it, lower DOWNLOAD_DELAY and raise
+    CONCURRENT_REQUESTS_PER_DOMAIN (now 1).
+    >>> pace_note(Settings({"DOWNLOAD_DELAY": 0.25})) is None
+    True
+    """
+    delay = settings.getfloat("DOWNLOAD_DELAY")
+    if delay < SLOW_DELAY:
+        return None
+    shared = bool(settings.get("REDIS_URL"))
+    concurrency_setting = (
+        "FRONTIER_HOST_CONCURRENCY"
+        if shared and settings.getint("FRONTIER_HOST_CONCURRENCY")
+        else "CONCURRENT_REQUESTS_PER_DOMAIN"
+    )
+    concurrency = settings.getint(concurrency_setting)
+    rate = 1 / delay
+    where = "per host, across all workers together" if shared else "per host"
+    change = "lower DOWNLOAD_DELAY"
+    if concurrency <= LOW_CONCURRENCY:
+        change += f" and raise {concurrency_setting} (now {concurrency})"
+    return (
+        f"Slow crawl: DOWNLOAD_DELAY = {delay} s allows at most {rate:.1f} request/s {where}: "
+        f"{ESTIMATE_PAGES:,} pages take >= {_duration(ESTIMATE_PAGES * delay)}. "
+        f"To go faster on a site that allows it, {change}."
+    )
+
+
+def _duration(seconds: float) -> str:
+    """``1000`` -> ``'17 min'``, ``5000`` -> ``'1 h 23 min'``."""
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{max(minutes, 1)} min"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 class RateWindow:
@@ -108,6 +167,9 @@ class CrawlProgress(LogStats):
 
     def spider_opened(self, spider: Spider) -> None:
         self.started = time.monotonic()
+        note = pace_note(self.crawler.settings)
+        if note is not None:
+            logger.info("%s", note, extra={"spider": spider})
         super().spider_opened(spider)
         if not self.live:
             return
@@ -120,7 +182,9 @@ class CrawlProgress(LogStats):
         self.task.start(LIVE_INTERVAL)
 
     def figures(self) -> str:
-        """The status line's text."""
+        """The status line's text, e.g. ``120 pages, 80 items, 35 queued, 410 duplicates,
+        62 pages/min, 0 errors, 0:01:57``: pages fetched (responses), items scraped, requests
+        queued, links filtered as seen (duplicates); it fits 80 columns for most crawls."""
         stats = self.stats
 
         def count(name: str) -> int:
@@ -129,12 +193,12 @@ class CrawlProgress(LogStats):
 
         now = time.monotonic()
         pages = count("response_received_count")
-        parts = [f"{pages} pages fetched"]
+        parts = [f"{pages} pages", f"{count('item_scraped_count')} items"]
         queued = self.queued()
         if queued is not None:
             parts.append(f"{queued} queued")
         parts += [
-            f"{count('dupefilter/filtered')} filtered as seen",
+            f"{count('dupefilter/filtered')} duplicates",
             f"{self.rate.per_minute(now, pages):.0f} pages/min",
             f"{count('log_count/ERROR')} errors",
             _clock(now - self.started),

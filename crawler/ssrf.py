@@ -35,7 +35,6 @@ from twisted.internet.error import DNSLookupError
 
 from bloom_frontier import defaults
 from bloom_frontier.canonical import InvalidURL, canonicalize
-from bloom_frontier.frontier.keys import key_host
 
 if TYPE_CHECKING:
     from typing import Self
@@ -212,12 +211,17 @@ class SSRFPolicy:
             return None
         return self.resolver.private_names.get(host_key(host))
 
-    def refusal(self, url: str, key: str | None = None) -> str | None:
+    def refusal(self, url: str) -> str | None:
         """Why ``url`` must not be requested, or None. A scheme outside the allowed ones is
         refused whatever the host; names are judged by what they resolve to (see
         :class:`SSRFGuardResolver`), except metadata names and names the resolver already
-        found private. ``key``, the URL's dedupe key when known, spares canonicalizing
-        ``url`` again (a URL-form key holds the very host stage 1 gives).
+        found private.
+
+        Judged on ``url`` alone, the URL that will be fetched: never on a dedupe key a
+        request carries (a stored request's meta is whatever its writer put there). The
+        host is read as stage 1 reads it and, when that spelling differs, as
+        :func:`urllib.parse.urlsplit` reads it (what download handlers connect to): either
+        refused refuses the URL.
 
         >>> SSRFPolicy().refusal("file:///etc/passwd")
         'scheme:file'
@@ -226,11 +230,20 @@ class SSRFPolicy:
         if scheme not in self.schemes:
             return f"scheme:{scheme[:20] or 'none'}"
         # A widened scheme's host is read as an http URL's (the canonicalizer knows http).
-        host = (key and key_host(key)) or normalized_host(
+        host = normalized_host(
             url if scheme in ("http", "https") else f"http:{url[len(scheme) + 1 :]}"
         )
         if host is None:
             return "invalid-host"
+        try:
+            raw = urlsplit(url).hostname
+        except ValueError:
+            return "invalid-host"
+        hosts = dict.fromkeys([host, host_key(raw) if raw else host])
+        return next(filter(None, map(self.host_refusal, hosts)), None)
+
+    def host_refusal(self, host: str) -> str | None:
+        """Why a URL whose host is ``host`` (normalized) must not be requested, or None."""
         if self.allows(host):
             return None
         try:

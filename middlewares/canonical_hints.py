@@ -39,6 +39,7 @@ from scrapy.http.request import NO_CALLBACK
 from bloom_frontier.canonical import resolve_link
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
 from bloom_frontier.frontier.keys import carry_key
+from bloom_frontier.logtext import short
 from bloom_frontier.meta import CANONICAL_OF_META
 from bloom_frontier.middlewares.redirects import key_or_error
 from bloom_frontier.pipelines.records import CanonicalHint, KeyAlias, rules_version_of
@@ -236,10 +237,10 @@ class CanonicalHintsMiddleware:
                 logger.error(
                     "Cannot judge the canonical hints of %s (counted as canonical/failed/%s; "
                     "further pages failing the same way are not logged): %s: %s",
-                    response.url,
+                    short(response.url),
                     name,
                     name,
-                    exc,
+                    short(exc),
                     exc_info=exc,
                 )
             return []

@@ -1,20 +1,31 @@
 """Spider middlewares that deduplicate a page's links: :class:`SeenLinksMiddleware` drops
 those certainly seen as the spider yields them, :class:`BatchDedupeMiddleware` checks the
-rest against the seen filter in one batch."""
+rest against the seen filter in one batch; and the downloader middleware that parses a large
+page off Twisted's loop before its links are read (:class:`LargePageParser`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 from weakref import WeakSet
 
 from scrapy import Request, signals
-from scrapy.http import Response
+from scrapy.http import HtmlResponse, Response, XmlResponse
 from scrapy.utils.conf import build_component_list
+from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.misc import load_object
+from twisted.internet.threads import deferToThread
 
 from bloom_frontier.frontier import failure_reason, handle_page
+from bloom_frontier.frontier.bounded import (
+    ADMIT_CHUNK,
+    LOOP_SLICE,
+    PARSE_IN_THREAD_BYTES,
+    loop_turn,
+    over_page_cap,
+)
 from bloom_frontier.frontier.keys import carry_key, send_request_dropped, was_checked
 from bloom_frontier.learning.recheck import LearnedRuleRecheck
 from bloom_frontier.meta import LEARN_RECHECK_META
@@ -35,12 +46,16 @@ class BatchDedupeMiddleware:
 
     Installed next to the engine (low order), it sees the page's final output. Items pass
     through at once; requests are held until the callback is done, then handed to the
-    frontier in a single call (one ``add_many`` / one Redis round trip per page). The
-    frontier returns the ones to schedule here, marked so the dupefilter does not check them
-    again; the others fire Scrapy's ``request_dropped``, as if its scheduler had refused
-    them. ``dont_filter`` requests pass through untouched. When the callback fails midway,
-    the links it yielded so far are still admitted before the error propagates (Scrapy then
-    logs it and fires ``spider_error``), so they are not lost with the page. When it fails
+    frontier in a single call (one ``add_many`` / one Redis round trip per page). A page of
+    many links is bounded (:mod:`bloom_frontier.frontier.bounded`, :class:`PageBatch`): its
+    links are admitted in chunks as they come, the last one with the page's answer; past
+    ``PAGE_MAX_LINKS`` requests the others are dropped and counted; and Twisted's loop gets a
+    turn every few tens of milliseconds of the page's handling. The frontier returns the
+    ones to schedule here, marked so the dupefilter does not check them again; the others
+    fire Scrapy's ``request_dropped``, as if its scheduler had refused them. ``dont_filter``
+    requests pass through untouched. When the callback fails midway, the links it yielded
+    so far are still admitted before the error propagates (Scrapy then logs it and fires
+    ``spider_error``), so they are not lost with the page. When it fails
     before yielding anything (or a spider middleware's ``process_spider_input`` raises),
     ``spider_error`` answers the page with an empty batch: a page is answered once handled,
     however its callback ended; a download whose errback raised is answered as failed.
@@ -74,56 +89,114 @@ class BatchDedupeMiddleware:
         return self.services.frontier
 
     def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterable[Any]:
-        batch: list[Request] = []
+        page = PageBatch(self, response)
         try:
             for output in result:
-                if self._holds(output, batch):
+                if page.holds(output):
+                    yield from page.admit_chunk()
                     continue
                 yield output
         except Exception:
-            yield from self._admit(response, batch)
+            yield from page.admit_rest()
             raise
-        yield from self._admit(response, batch)
+        yield from page.admit_rest()
 
     async def process_spider_output_async(
         self, response: Response, result: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
-        batch: list[Request] = []
+        page = PageBatch(self, response)
         try:
             async for output in result:
-                if self._holds(output, batch):
-                    continue
-                yield output
+                if page.holds(output):
+                    for request in page.admit_chunk():
+                        yield request
+                else:
+                    yield output
+                if page.slice_over():
+                    await loop_turn()
         except Exception:
-            for request in self._admit(response, batch):
+            for request in page.admit_rest():
                 yield request
             raise
-        for request in self._admit(response, batch):
+        for request in page.admit_rest():
             yield request
 
-    def _holds(self, output: Any, batch: list[Request]) -> bool:
-        """Keep a request that needs dedup for the batch; True if it was kept."""
-        if isinstance(output, Request) and not output.dont_filter:
-            batch.append(output)
-            self.held.add(output)
-            return True
-        return False
-
-    def _admit(self, response: Response, batch: list[Request]) -> list[Request]:
-        """Admit the page's links once what was recorded while handling it is committed
-        (the ``page_handled`` receivers may answer with a Deferred: the record store's
-        flush, in its own thread), releasing its lease with them. Links found seen fire
+    def _admit(
+        self, response: Response, batch: list[Request], *, last: bool = True
+    ) -> list[Request]:
+        """Admit ``batch``, links of ``response``'s page. The ``last`` one once what was
+        recorded while handling the page is committed (the ``page_handled`` receivers may
+        answer with a Deferred: the record store's flush, in its own thread), releasing its
+        lease with them; the earlier chunks at once, without it. Links found seen fire
         ``request_dropped``, now or when a shared frontier's verdict arrives."""
         self.held.difference_update(batch)
-        after = handle_page(self.crawler, response)
+        parent, after = None, None
+        if last:
+            parent, after = response.request, handle_page(self.crawler, response)
         dropped = partial(send_request_dropped, self.crawler)
-        admitted = self.frontier.admit(
-            response.request, batch, after=after, on_late_duplicates=dropped
-        )
+        admitted = self.frontier.admit(parent, batch, after=after, on_late_duplicates=dropped)
         if len(admitted) < len(batch):
             kept = {id(request) for request in admitted}
             dropped(request for request in batch if id(request) not in kept)
         return admitted
+
+
+class PageBatch:
+    """One page's requests on their way to the frontier (:class:`BatchDedupeMiddleware`):
+    held until :data:`~bloom_frontier.frontier.bounded.ADMIT_CHUNK` of them are, then admitted
+    as a chunk; the rest with the page's answer, which releases its lease. Past
+    ``PAGE_MAX_LINKS`` requests, the page's others are dropped and counted
+    (:func:`~bloom_frontier.frontier.bounded.over_page_cap`, as the page ends).
+
+    A chunk's links are queued before the page's records are committed: a worker killed
+    meanwhile has the page fetched again, its links then found seen, and queued already."""
+
+    def __init__(self, middleware: BatchDedupeMiddleware, response: Response) -> None:
+        self.middleware = middleware
+        self.response = response
+        self.cap = middleware.crawler.settings.getint("PAGE_MAX_LINKS")
+        self.batch: list[Request] = []
+        #: Requests of the page held so far (admitted in chunks or not), and those past the cap.
+        self.taken = self.over = 0
+        self._slice_ends = time.monotonic() + LOOP_SLICE
+
+    def holds(self, output: Any) -> bool:
+        """Keep a request that needs dedup for the batch (or drop it past the cap); True if
+        it was kept or dropped."""
+        if not isinstance(output, Request) or output.dont_filter:
+            return False
+        if self.cap and self.taken >= self.cap:
+            self.over += 1
+            return True
+        self.taken += 1
+        self.batch.append(output)
+        self.middleware.held.add(output)
+        return True
+
+    def admit_chunk(self) -> list[Request]:
+        """Admit the requests held, once they make a chunk (else nothing)."""
+        if len(self.batch) < ADMIT_CHUNK:
+            return []
+        chunk, self.batch = self.batch, []
+        return self.middleware._admit(self.response, chunk, last=False)
+
+    def admit_rest(self) -> list[Request]:
+        """Admit the requests still held with the page's answer (count those over the cap)."""
+        if self.over:
+            stats = self.middleware.crawler.stats
+            assert stats is not None
+            over_page_cap(stats, self.response, self.taken, self.over)
+        rest, self.batch = self.batch, []
+        return self.middleware._admit(self.response, rest)
+
+    def slice_over(self) -> bool:
+        """True once the page kept Twisted's loop for :data:`LOOP_SLICE` (a new slice
+        begins)."""
+        now = time.monotonic()
+        if now < self._slice_ends:
+            return False
+        self._slice_ends = now + LOOP_SLICE
+        return True
 
 
 class SeenLinksMiddleware:
@@ -283,3 +356,18 @@ class SeenLinksMiddleware:
         if dropped:
             self.services.frontier.keyer.duplicates(dropped)
             send_request_dropped(self.crawler, [request for request, _ in dropped])
+
+
+class LargePageParser:
+    """Downloader middleware, next to the engine: an HTML or XML response of at least
+    :data:`~bloom_frontier.frontier.bounded.PARSE_IN_THREAD_BYTES` gets its selector (the
+    lxml tree the spider and the canonical hints read) built in a thread, where lxml lets
+    Twisted's loop run meanwhile; a page of tens of megabytes held the loop a second or more.
+    Nothing else touches the response until it is returned."""
+
+    async def process_response(self, request: Request, response: Response) -> Response:
+        if isinstance(response, (HtmlResponse, XmlResponse)) and (
+            len(response.body) >= PARSE_IN_THREAD_BYTES
+        ):
+            await maybe_deferred_to_future(deferToThread(lambda: response.selector))
+        return response

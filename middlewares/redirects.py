@@ -214,7 +214,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             return internal
 
         chain = Chain.from_meta(request.meta) or Chain.begin(
-            request.url, key_or_error(request.url, self.rules, request)[0]
+            request, key_or_error(request.url, self.rules, request)[0]
         )
         source_key = key_or_error(response.url, self.rules, request)[0]
         target_key, key_error = key_or_error(target, self.rules) if target else (None, None)
@@ -241,9 +241,7 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
             end = ERROR, "unfollowable-location"
         elif target_key is None:
             end = ERROR, f"invalid-target:{key_error}"
-        elif self.ssrf_enabled and (
-            refusal := self.services.ssrf_policy.refusal(target, target_key)
-        ):
+        elif self.ssrf_enabled and (refusal := self.services.ssrf_policy.refusal(target)):
             end = BLOCKED, refusal
             stats.inc_value(f"ssrf/blocked/{refusal}")
         elif target in earlier_urls or (target_key in earlier_keys and target_key != source_key):

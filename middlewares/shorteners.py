@@ -37,6 +37,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from bloom_frontier.canonical import resolve_link
 from bloom_frontier.canonical.rules import rules_from_settings
 from bloom_frontier.frontier import page_handled
+from bloom_frontier.logtext import short
 from bloom_frontier.meta import SHORTENER_META
 from bloom_frontier.middlewares.redirects import REDIRECT_STATUSES, key_or_error
 from bloom_frontier.pipelines.records import ERROR, OFFSITE, Chain, Hop, KeyAlias, ShortenerAnswer
@@ -217,7 +218,7 @@ class ShortenerResolveMiddleware:
             return
         self.stats.inc_value("shortener/failed")
         reason = f"{type(exception).__name__}: {exception}"[:500]
-        logger.info("Shortener link %s not resolved: %s", request.url, reason)
+        logger.info("Shortener link %s not resolved: %s", short(request.url), short(reason))
         chain = self._chain(request)
         self._settle(request, None, chain, ERROR, reason)
 
@@ -227,7 +228,7 @@ class ShortenerResolveMiddleware:
     def _chain(self, request: Request) -> Chain:
         """The chain this resolution continues (a short link reached from another one), or
         a new one from it."""
-        return Chain.from_meta(request.meta) or Chain.begin(request.url, self._key(request.url))
+        return Chain.from_meta(request.meta) or Chain.begin(request, self._key(request.url))
 
     def _settle(
         self,

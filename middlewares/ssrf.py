@@ -15,8 +15,13 @@ Two layers, both on by default (``SSRF_GUARD_ENABLED``), judged by the crawler's
   themselves and only get the middleware's checks.
 
 Whatever the request's origin (a link, a redirect hop, a stored request, a canonical hint, a
-seed) only allowed schemes reach the downloader. The ``file``, ``data``, ``s3`` and ``ftp``
-download handlers are switched off as well (by the add-on, ``crawler/addon.py``).
+seed, the robots.txt Scrapy fetches for a new host, a redirect target's too) the middleware
+judges the URL that will be fetched, never the dedupe key the request carries in its meta
+(a stored request's meta is its writer's), and only allowed schemes reach the downloader.
+The ``file``, ``data``, ``s3`` and ``ftp`` download handlers are switched off as well (by
+the add-on, ``crawler/addon.py``). What a library would fetch on its own is off: the Public
+Suffix List of Scrapy's cookie handling is tldextract's bundled snapshot
+(:func:`bloom_frontier.compat.offline_cookie_domains`).
 
 A proxy hides where a connection really goes (the proxy resolves the name, the resolver
 never sees it), so by default the guard refuses to run with one: a crawl started with
@@ -45,7 +50,8 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.httpobj import urlparse_cached
 
-from bloom_frontier.frontier.keys import carried_key
+from bloom_frontier.compat import offline_cookie_domains
+from bloom_frontier.logtext import short
 from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.pipelines.records import BLOCKED, Chain
 from bloom_frontier.services import services_of
@@ -67,7 +73,7 @@ class AddressBlocked(IgnoreRequest):
     def __init__(self, url: str, reason: str) -> None:
         self.url = url
         self.reason = reason
-        super().__init__(f"SSRF guard refused {url} ({reason})")
+        super().__init__(f"SSRF guard refused {short(url)} ({reason})")
 
 
 class SSRFGuardMiddleware:
@@ -80,6 +86,8 @@ class SSRFGuardMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
+        # What a library fetches on its own passes no guard: off, whatever the settings.
+        offline_cookie_domains()
         if not crawler.settings.getbool("SSRF_GUARD_ENABLED"):
             raise NotConfigured
         check_proxy_setup(crawler.settings)
@@ -90,7 +98,9 @@ class SSRFGuardMiddleware:
         return self.services.ssrf_policy
 
     def process_request(self, request: Request) -> None:
-        reason = self.policy.refusal(request.url, carried_key(request))
+        # The URL that will be fetched, never the dedupe key its meta carries (stored
+        # requests are untrusted: a key naming a start host proves nothing about the URL).
+        reason = self.policy.refusal(request.url)
         if reason is None and request.meta.get("proxy") and not self.policy.allow_proxy:
             reason = "proxy"
         if reason is not None:
@@ -108,11 +118,11 @@ class SSRFGuardMiddleware:
         stats = self.crawler.stats
         assert stats is not None
         stats.inc_value(f"ssrf/blocked/{reason}")
-        logger.info("SSRF guard refused %s (%s)", request.url, reason)
+        logger.info("SSRF guard refused %s (%s)", short(request.url), reason)
         if request.callback is NO_CALLBACK:
             return  # robots.txt and other engine-internal downloads are not crawl records
         chain = Chain.from_meta(request.meta) or Chain.begin(
-            request.url, request.meta.get(DEDUPE_KEY_META)
+            request, request.meta.get(DEDUPE_KEY_META)
         )
         self.services.recorder.chain(chain.finish(BLOCKED, request.url, reason))
 

@@ -7,7 +7,9 @@ write one store). The writer (:mod:`bloom_frontier.pipelines.writer`) and the re
 
 from __future__ import annotations
 
+import os
 import threading
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,12 @@ CONNECT_TIMEOUT = 5
 
 class StoreMissing(RuntimeError):
     """The record store to read does not exist."""
+
+
+class StoreFailed(RuntimeError):
+    """The record store cannot take the crawl's writes and no retry can mend it (a full
+    disk, an I/O error, a read-only or corrupt file, the SQLite file deleted or replaced):
+    the crawl stops. The message is the line the user reads."""
 
 
 def normalize_store_url(url: str | None) -> str:
@@ -70,15 +78,36 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
+def _identity(path: str) -> tuple[int, int, int] | None:
+    """The file at ``path`` as (device, inode, size); None when there is none."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_size
+
+
 class Database:
     """A store's engine, whose schema is brought up to date (:func:`upgrade_schema`) once,
     before the first statement: at once, or with ``schema_on_first_use`` at the first write
-    (a crawl's store is built on Twisted's loop; its first write runs in its own thread)."""
+    (a crawl's store is built on Twisted's loop; its first write runs in its own thread).
+
+    A SQLite file is watched (:meth:`check_file`): SQLite itself would go on writing into a
+    deleted file, or into a new empty one, and dies of ``SIGBUS`` on a truncated ``-shm``."""
 
     def __init__(self, engine: Engine, *, schema_on_first_use: bool = False) -> None:
         self.engine = engine
         self._schema_ready = False
         self._schema_lock = threading.Lock()
+        url = engine.url
+        database = url.database if url.get_backend_name() == "sqlite" else None
+        #: The SQLite file (None: a server, or an in-memory database).
+        self.path = os.path.abspath(database) if database and database != ":memory:" else None
+        #: The file and its ``-shm`` (device, inode, largest size seen) once opened.
+        self._opened: tuple[tuple[int, int, int] | None, tuple[int, int, int] | None] = (
+            None,
+            None,
+        )
         if not schema_on_first_use:
             self.ready()
 
@@ -105,8 +134,41 @@ class Database:
             with self._schema_lock:
                 if not self._schema_ready:
                     upgrade_schema(self.engine)
+                    if self.path is not None:
+                        self._opened = (_identity(self.path), _identity(self.path + "-shm"))
                     self._schema_ready = True
         return self.engine
+
+    def check_file(self) -> None:
+        """Raise :class:`StoreFailed` if the SQLite file opened was deleted or replaced, or
+        its ``-shm`` (which SQLite maps into memory) removed, replaced or truncated since:
+        SQLite would write into a file nobody reads again, or die of ``SIGBUS`` touching
+        the mapping. Checked around every write (a ``-shm`` truncated between the check and
+        SQLite's next access still kills the process: the check narrows that window, it
+        cannot close it). Nothing for PostgreSQL."""
+        opened, shm = self._opened
+        if self.path is None or opened is None:
+            return
+        now = _identity(self.path)
+        if now is None:
+            raise StoreFailed(f"the record store file {self.path} was deleted during the crawl")
+        if now[:2] != opened[:2]:
+            raise StoreFailed(
+                f"the record store file {self.path} was replaced by another file during the crawl"
+            )
+        now_shm = _identity(self.path + "-shm")
+        if shm is not None and (now_shm is None or now_shm[:2] != shm[:2] or now_shm[2] < shm[2]):
+            if now_shm is not None and now_shm[:2] == shm[:2]:
+                # Back to its size (zeros: SQLite rebuilds the index from the WAL), so that
+                # closing the connections, which touches the mapping, does not fault.
+                with suppress(OSError):
+                    os.truncate(self.path + "-shm", shm[2])
+            raise StoreFailed(
+                f"the record store's shared-memory file {self.path}-shm was removed, replaced "
+                "or truncated during the crawl (SQLite would crash on it)"
+            )
+        if now_shm is not None and (shm is None or now_shm[2] > shm[2]):
+            self._opened = (opened, now_shm)
 
     def dispose(self) -> None:
         """Release the engine's connections."""

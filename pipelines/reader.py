@@ -50,6 +50,10 @@ class StoredHop:
 
 @dataclass(frozen=True)
 class StoredChain:
+    """A chain as read back, with its hops in order; ``referrer``: the page whose link
+    started it (None for a start URL, a chain recorded before revision 0004, or no
+    ``Referer`` sent)."""
+
     chain_id: str
     start_url: str
     start_key: str | None
@@ -60,6 +64,7 @@ class StoredChain:
     hop_count: int
     recorded_at: float
     hops: tuple[StoredHop, ...] = field(default=())
+    referrer: str | None = None
 
 
 class StoreReader:

@@ -11,14 +11,23 @@ On a shared frontier the services have it commit what was recorded while a page 
 before the page's lease is released (:meth:`page_handled`, on
 :data:`bloom_frontier.frontier.page_handled`): a worker killed after that moment must not take
 the page's redirect chains and canonical hints with it, since nobody fetches the page again.
+
+A store that cannot be written any more (:class:`~bloom_frontier.pipelines.database.StoreFailed`:
+a full disk, an I/O error, the SQLite file deleted or replaced) stops the crawl: the reason
+is logged as an error and kept as the ``store/failed`` stat, the spider closes with the
+reason ``store-failed`` and ``scrapy crawl`` ends with that line and exit status 2. A shared
+crawl's pages whose records were not committed keep their leases until they expire: another
+worker, or the next run, fetches them again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 
 from bloom_frontier.pipelines.writer import StoreWriter
 
@@ -29,6 +38,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
+    from bloom_frontier.pipelines.database import StoreFailed
     from bloom_frontier.pipelines.records import (
         CanonicalHint,
         Chain,
@@ -41,17 +51,51 @@ if TYPE_CHECKING:
     )
 
 
+logger = logging.getLogger(__name__)
+
+#: The stat holding why the store could not be written (``scrapy crawl`` exits with it).
+FAILED_STAT = "store/failed"
+#: The spider's close reason then.
+FAILED_REASON = "store-failed"
+
+
 class Recorder:
     """See the module docstring."""
 
-    def __init__(self, store: StoreWriter, stats: StatsCollector) -> None:
+    def __init__(
+        self,
+        store: StoreWriter,
+        stats: StatsCollector,
+        stop: Callable[[str], object] | None = None,
+    ) -> None:
         self.store = store
         self.stats = stats
+        #: Closes the spider with a reason (None: nothing to stop).
+        self.stop = stop
+        store.on_failure = self._store_failed
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         assert crawler.stats is not None
-        return cls(StoreWriter.from_settings(crawler.settings), crawler.stats)
+
+        async def close_spider(reason: str) -> None:
+            engine = crawler.engine
+            if engine is not None and engine.spider is not None:
+                with suppress(RuntimeError):  # the spider has closed meanwhile
+                    await engine.close_spider_async(reason=reason)
+
+        def stop(reason: str) -> object:
+            return deferred_from_coro(close_spider(reason))
+
+        return cls(StoreWriter.from_settings(crawler.settings, crawler.stats), crawler.stats, stop)
+
+    def _store_failed(self, failure: StoreFailed) -> None:
+        """The store cannot be written: say so once, keep the reason, stop the crawl."""
+        message = f"{failure}; the crawl stops ({self.store.pending} records not written)"
+        logger.error("%s", message)
+        self.stats.set_value(FAILED_STAT, message)
+        if self.stop is not None:
+            self.stop(FAILED_REASON)
 
     # --- what happened -------------------------------------------------------------------
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from bloom_frontier.meta import REDIRECT_CHAIN_META
+
+if TYPE_CHECKING:
+    from scrapy import Request
 
 #: Redirect statuses that announce a permanent move.
 PERMANENT_STATUSES = frozenset({301, 308})
@@ -43,6 +47,55 @@ ERROR = "error"
 #: A shortener link's target is not on the crawl's hosts: recorded, not fetched.
 OFFSITE = "offsite"
 OUTCOMES = (FETCHED, SEEN, LOOP, TOO_MANY_HOPS, BLOCKED, ERROR, OFFSITE)
+
+
+#: What neither SQLite's nor PostgreSQL's driver can store in a text column: lone surrogates
+#: (the bytes of a header decoded with ``surrogateescape`` that were not UTF-8) and NUL.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _percent_encoded(match: re.Match[str]) -> str:
+    """``%XX`` for each byte the unstorable character stands for: a surrogate-escaped byte
+    (U+DC80-U+DCFF) is that byte again; any other lone surrogate, its UTF-8 form."""
+    char = match.group()
+    raw = char.encode(
+        "utf-8", "surrogateescape" if "\udc80" <= char <= "\udcff" else "surrogatepass"
+    )
+    return "".join(f"%{byte:02X}" for byte in raw)
+
+
+def storable(value: str) -> str:
+    """``value`` as every store can keep it: each byte a header held that was not UTF-8
+    (decoded with ``surrogateescape``, as redirects decode ``Location``) percent-encoded,
+    NUL too; anything else unchanged.
+
+    Lossless for a URL: ``%FF`` is how RFC 3986 writes the byte 0xFF, what a browser
+    sends for it, and ``urllib.parse.unquote_to_bytes`` gives the byte back.
+
+    >>> storable("https://e.org/caf\udce9?a=\x00")
+    'https://e.org/caf%E9?a=%00'
+    """
+    if _UNSTORABLE.search(value) is None:
+        return value
+    return _UNSTORABLE.sub(_percent_encoded, value)
+
+
+def _unstorable(value: object) -> bool:
+    """True if ``value`` is text :func:`storable` changes (ASCII without NUL, nearly every
+    URL, is told apart without a search)."""
+    return (
+        isinstance(value, str)
+        and not (value.isascii() and "\x00" not in value)
+        and _UNSTORABLE.search(value) is not None
+    )
+
+
+def storable_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with each text value :func:`storable` (the same dict when none needs it, the
+    common case: the writer calls this for every record)."""
+    if not any(_unstorable(value) for value in row.values()):
+        return row
+    return {column: storable(v) if isinstance(v, str) else v for column, v in row.items()}
 
 
 def rules_version_of(key: str) -> str:
@@ -80,7 +133,8 @@ class Chain:
     """The redirects one fetch went through, in order, and how it ended.
 
     ``keys`` holds the dedupe key of every URL of the chain (start first) for loop detection;
-    ``outcome`` stays None while the chain is in flight.
+    ``outcome`` stays None while the chain is in flight; ``referrer`` is the page whose link
+    started it (None for a start URL, or when no ``Referer`` was sent).
     """
 
     chain_id: str
@@ -92,11 +146,21 @@ class Chain:
     final_url: str | None = None
     reason: str | None = None
     flag: str | None = None
+    referrer: str | None = None
 
     @classmethod
-    def begin(cls, url: str, key: str | None) -> Chain:
-        """A new chain for a fetch of ``url``."""
-        return cls(uuid.uuid4().hex, url, key, keys=(key,) if key else ())
+    def begin(cls, request: Request, key: str | None) -> Chain:
+        """A new chain for a fetch of ``request`` (dedupe key ``key``), with the page whose
+        link it came from: its ``Referer``, which Scrapy's ``RefererMiddleware`` sets on the
+        requests a page yields, as ``REFERRER_POLICY`` allows."""
+        referrer = request.headers.get("Referer")
+        return cls(
+            uuid.uuid4().hex,
+            request.url,
+            key,
+            keys=(key,) if key else (),
+            referrer=referrer.decode("utf-8", "replace") if referrer else None,
+        )
 
     @property
     def urls(self) -> tuple[str, ...]:

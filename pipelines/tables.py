@@ -63,6 +63,8 @@ chains = Table(
     Column("flag", Text),
     Column("hop_count", Integer, nullable=False),
     Column("recorded_at", Float, nullable=False),
+    # The page whose link started the chain (revision 0004_chain_referrer).
+    Column("referrer", Text),
 )
 
 hops = Table(
@@ -144,6 +146,18 @@ shortener_answers = Table(
     Column("status", Integer, nullable=False),
     Column("location", Text),
     Column("answered_at", Float, nullable=False),
+)
+
+#: Rows the database refused (bloom_frontier.pipelines.writer): the writer's table they
+#: were for (``kind``), the database's reason, the row as JSON (revision 0005_refused_rows).
+refused_rows = Table(
+    "refused_rows",
+    metadata,
+    _id_column(),  # hash of kind, row
+    Column("kind", String(32), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("row", Text, nullable=False),
+    Column("refused_at", Float, nullable=False),
 )
 
 

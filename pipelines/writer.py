@@ -16,10 +16,22 @@ were not). On a shared frontier a page's records are committed before its lease 
 a group commit): while the database stays away, those pages wait, their leases held, and are
 released once it is back; a worker killed meanwhile loses nothing (the pages are fetched
 again). Throughput figures: ``docs/scaling.md``.
+
+What a write can meet, and what follows (:func:`failure_kind`): every text value is made
+storable before it is buffered (:func:`~bloom_frontier.pipelines.records.storable`); a
+locked SQLite file or a PostgreSQL server away or busy is waited for (above); a batch
+with a row the database refuses (a constraint, a value its driver cannot encode) is
+written again row by row, each refused row kept in ``refused_rows`` with its reason,
+logged and counted (``store/refused/<reason>``), so it never holds the others; anything
+else (a full disk, an I/O error, a read-only or corrupt file, the SQLite file deleted or
+replaced: :meth:`Database.check_file`) raises :class:`StoreFailed`: the writer stops
+flushing, tells :attr:`StoreWriter.on_failure` (the recorder stops the crawl), and the
+pages waiting for a commit are never answered (their leases expire).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -30,13 +42,18 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.python.failure import Failure
 
 from bloom_frontier import defaults
 from bloom_frontier.background import BackgroundThread, pause_off_loop
-from bloom_frontier.pipelines.database import Database, make_engine, store_url_from
+from bloom_frontier.pipelines.database import (
+    Database,
+    StoreFailed,
+    make_engine,
+    store_url_from,
+)
 from bloom_frontier.pipelines.reader import StoreReader, shortener_answer_of
 from bloom_frontier.pipelines.records import (
     SEEN,
@@ -49,6 +66,7 @@ from bloom_frontier.pipelines.records import (
     ParamRule,
     ShortenerAnswer,
     UrlAlias,
+    storable_row,
 )
 from bloom_frontier.pipelines.tables import (
     canonical_hints,
@@ -58,12 +76,14 @@ from bloom_frontier.pipelines.tables import (
     pages,
     param_rules,
     record_id,
+    refused_rows,
     shortener_answers,
     url_aliases,
 )
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
     from sqlalchemy.sql.dml import Insert
 
 logger = logging.getLogger(__name__)
@@ -75,6 +95,54 @@ DEFAULT_CLOSE_TIMEOUT = 300.0
 FLUSH_ATTEMPTS = 5
 #: Buffered rows: per table, per conflict key, the newest row.
 Rows = dict[str, dict[tuple[Any, ...], dict[str, Any]]]
+
+#: How a failed write is answered: tried again later (the database is away or busy), the
+#: batch written row by row and the rows the database refuses set aside, or the crawl
+#: stopped (:class:`StoreFailed`).
+RETRY, REFUSED, FATAL = "retry", "refused", "fatal"
+#: SQLite errors that pass: another process holds the file for a moment.
+_SQLITE_BUSY = ("SQLITE_BUSY", "SQLITE_LOCKED")
+#: PostgreSQL error classes that pass (SQLSTATE prefixes): connection lost, transaction
+#: rolled back (deadlock, serialization), server shutting down or starting, a statement
+#: cancelled, too many connections, a lock not available.
+_PG_PASSING = ("08", "40", "57", "53300", "55P03")
+
+
+def failure_kind(error: BaseException) -> str:
+    """:data:`RETRY`, :data:`REFUSED` or :data:`FATAL` for a write that raised ``error``.
+
+    Refused: the database (or its driver) refuses the row's values (a constraint, a value
+    it cannot encode). Retried: a locked SQLite file, a PostgreSQL server away or busy.
+    Fatal: anything else, a full disk, an I/O error, a read-only file and a bug among them:
+    waiting would hold the crawl's pages for nothing."""
+    if isinstance(error, (IntegrityError, DataError)):
+        return REFUSED
+    cause = error.orig if isinstance(error, StatementError) else error
+    if isinstance(error, OperationalError):
+        if getattr(error, "connection_invalidated", False):
+            return RETRY
+        if hasattr(cause, "sqlite_errorname"):
+            return RETRY if cause.sqlite_errorname.startswith(_SQLITE_BUSY) else FATAL
+        state = getattr(cause, "sqlstate", None)
+        return RETRY if state is None or state.startswith(_PG_PASSING) else FATAL
+    if isinstance(cause, (ValueError, TypeError, OverflowError)):
+        return REFUSED  # raised by the driver binding a value (UnicodeEncodeError, ...)
+    return FATAL
+
+
+def _cause(error: BaseException) -> BaseException:
+    """The driver's exception inside SQLAlchemy's wrapper, if any."""
+    orig = getattr(error, "orig", None)
+    return orig if isinstance(orig, BaseException) else error
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip() or type(error).__name__).splitlines()[0]
+
+
+def _row_json(row: dict[str, Any]) -> str:
+    """``row`` as JSON (ASCII), bytes as hex: what ``refused_rows`` keeps of it."""
+    return json.dumps(row, sort_keys=True, default=lambda value: bytes(value).hex())
 
 
 def _page_row(page: PageRecord) -> dict[str, Any]:
@@ -145,6 +213,30 @@ _UPSERTS = {
 }
 
 
+#: A refused row, kept once (its id hashes its table and JSON).
+_REFUSED = _Upsert(refused_rows, ("id",))
+
+
+class Refused(Exception):
+    """The database refused a row's values (the error it raised is the cause)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(_first_line(_cause(error)))
+        self.error = error
+
+    def row_of(self, kind: str, row: dict[str, Any]) -> dict[str, Any]:
+        """The ``refused_rows`` row recording ``row`` of ``kind`` (a writer's table)."""
+        cause = _cause(self.error)
+        as_json = _row_json(row)
+        return {
+            "id": record_id(kind, as_json),
+            "kind": kind,
+            "reason": f"{type(cause).__name__}: {_first_line(cause)}"[:500],
+            "row": as_json,
+            "refused_at": time.time(),
+        }
+
+
 @cache
 def _upsert_statement(dialect_name: str, spec: _Upsert) -> Insert:
     """The upsert of ``spec``'s table in ``dialect_name``, built once: building it (the
@@ -171,8 +263,11 @@ class StoreWriter:
         batch_size: int = defaults.STORE_BATCH_SIZE,
         flush_interval: float = defaults.STORE_FLUSH_INTERVAL,
         close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+        stats: StatsCollector | None = None,
     ) -> None:
         self.database = database
+        #: Where refused rows are counted (``store/refused/<reason>``), if anywhere.
+        self.stats = stats
         #: Reads of the same store (the crawl's start-up reads, stored shortener answers).
         self.reader = StoreReader(database)
         self.batch_size = max(1, batch_size)
@@ -193,6 +288,10 @@ class StoreWriter:
         self._committing_pages = False
         #: The thread writes and reads run in while Twisted's loop runs (:attr:`_thread`).
         self.background: BackgroundThread | None = None
+        #: Why the store cannot be written any more (None: it can); told once, on the loop,
+        #: to :attr:`on_failure`.
+        self.failure: StoreFailed | None = None
+        self.on_failure: Callable[[StoreFailed], None] | None = None
 
     @classmethod
     def from_url(cls, url: str | None, **kwargs: Any) -> StoreWriter:
@@ -200,24 +299,35 @@ class StoreWriter:
         return cls(Database.from_url(url), **kwargs)
 
     @classmethod
-    def from_settings(cls, settings: BaseSettings) -> StoreWriter:
+    def from_settings(
+        cls, settings: BaseSettings, stats: StatsCollector | None = None
+    ) -> StoreWriter:
         """A crawl's store: its schema brought up to date at its first write (the ``crawl``
         command's pre-start check did it already, before the loop started)."""
         return cls(
             Database(make_engine(store_url_from(settings)), schema_on_first_use=True),
             batch_size=settings.getint("STORE_BATCH_SIZE"),
             flush_interval=settings.getfloat("STORE_FLUSH_INTERVAL"),
+            stats=stats,
         )
 
+    @property
+    def pending(self) -> int:
+        """Records buffered, not written yet."""
+        return self._buffered
+
     def _buffer(self, name: str, row: dict[str, Any]) -> None:
+        """Keep ``row`` for the next flush, every text value made storable first
+        (:func:`~bloom_frontier.pipelines.records.storable_row`); flush when due."""
         spec = _UPSERTS[name]
+        row = storable_row(row)
         # One row per conflict key and batch: PostgreSQL refuses to upsert a row twice in
         # one statement, and the newest state is the one to keep anyway.
         self._buffers[name][tuple(row[column] for column in spec.conflict)] = row
         self._buffered += 1
         now = time.monotonic()
         due = self._buffered >= self.batch_size or now - self._last_flush >= self.flush_interval
-        if due and now >= self._retry_after:
+        if due and now >= self._retry_after and self.failure is None:
             if self._thread is not None:
                 self.flush_later()
                 return
@@ -225,6 +335,8 @@ class StoreWriter:
                 self.flush()
             except OperationalError as exc:
                 self._flush_failed(exc)
+            except StoreFailed as exc:
+                self._failed(exc)
 
     def add_page(self, page: PageRecord) -> None:
         self._buffer("pages", _page_row(page))
@@ -246,6 +358,7 @@ class StoreWriter:
                 "flag": chain.flag,
                 "hop_count": len(chain.hops),
                 "recorded_at": time.time(),
+                "referrer": chain.referrer,
             },
         )
 
@@ -370,6 +483,15 @@ class StoreWriter:
             exc,
         )
 
+    def _failed(self, failure: StoreFailed) -> None:
+        """The store cannot be written any more: stop flushing (the rows stay buffered,
+        counted when it closes) and tell :attr:`on_failure`, once."""
+        if self.failure is not None:
+            return
+        self.failure = failure
+        if self.on_failure is not None:
+            self.on_failure(failure)
+
     @property
     def _thread(self) -> BackgroundThread | None:
         """:attr:`background` while Twisted's loop runs (started then if the store has none),
@@ -386,7 +508,8 @@ class StoreWriter:
     def flush(self) -> None:
         """Write every buffered row in one transaction, retried on deadlocks and locked
         files (the upserts make a repeated attempt harmless). Raises ``OperationalError``
-        when the database stays away; the rows stay buffered then."""
+        when the database stays away, :class:`StoreFailed` when it cannot be written; the
+        rows stay buffered then."""
         rows = self._take()
         try:
             self._write(rows)
@@ -425,29 +548,100 @@ class StoreWriter:
                     self._buffered += 1
 
     def _put_back(self, failure: Failure, rows: Rows) -> None:
-        """A flush in the background failed for good: keep its rows for the next one."""
+        """A flush in the background failed: keep its rows for the next one (or for the
+        count of those not written, when the store cannot be written)."""
         self._restore(rows)
+        if failure.check(StoreFailed):
+            self._failed(failure.value)
+            return
         failure.trap(OperationalError)
         self._flush_failed(failure.value)
 
     def _write(self, rows: Rows) -> None:
         """Write ``rows`` in one transaction, retried on deadlocks and locked files (the
-        upserts make a repeated attempt harmless). Blocks: runs in the background thread
-        during a crawl."""
+        upserts make a repeated attempt harmless); a batch with a row the database refuses
+        is written row by row (:meth:`_write_row_by_row`). Raises ``OperationalError``
+        while the database stays away, :class:`StoreFailed` when it cannot be written.
+        Blocks: runs in the background thread during a crawl."""
         if not any(rows.values()):
             return
         for attempt in range(1, FLUSH_ATTEMPTS + 1):
             try:
-                with self.database.ready().begin() as connection:
-                    for name, table_rows in rows.items():
-                        if table_rows:
-                            self._upsert(connection, _UPSERTS[name], table_rows)
+                self._transaction(lambda connection: self._upsert_all(connection, rows))
                 return
-            except OperationalError:
-                if attempt == FLUSH_ATTEMPTS:
+            except OperationalError as exc:
+                if failure_kind(exc) != RETRY or attempt == FLUSH_ATTEMPTS:
                     raise
                 logger.warning("Record store busy, retrying the flush (attempt %d)", attempt)
                 pause_off_loop(0.05 * 2**attempt)
+            except Refused:
+                self._write_row_by_row(rows)
+                return
+
+    def _transaction(self, write: Callable[[Connection], None]) -> None:
+        """``write`` in one transaction, the SQLite file checked before and after it (rows
+        committed into a file deleted meanwhile are lost). Raises :class:`Refused` for
+        values the database refuses, ``OperationalError`` for a database away or busy,
+        :class:`StoreFailed` for any other fault."""
+        self.database.check_file()
+        try:
+            with self.database.ready().begin() as connection:
+                write(connection)
+        except StoreFailed:
+            raise
+        except Exception as exc:
+            kind = failure_kind(exc)
+            if kind == REFUSED:
+                raise Refused(exc) from exc
+            if kind == FATAL:
+                raise StoreFailed(
+                    f"the record store cannot be written ({_first_line(_cause(exc))})"
+                ) from exc
+            raise
+        self.database.check_file()
+
+    def _upsert_all(self, connection: Connection, rows: Rows) -> None:
+        for name, table_rows in rows.items():
+            if table_rows:
+                self._upsert(connection, _UPSERTS[name], table_rows)
+
+    def _write_row_by_row(self, rows: Rows) -> None:
+        """Write each row of ``rows`` in a transaction of its own; those the database
+        refuses go to ``refused_rows`` (table, reason, the row as JSON), counted as
+        ``store/refused/<reason>`` and logged, so one bad value never holds the others."""
+        refused: list[dict[str, Any]] = []
+        for name, table_rows in rows.items():
+            for key in sorted(table_rows):
+                row = {key: table_rows[key]}
+                try:
+                    self._transaction(
+                        lambda connection, name=name, row=row: self._upsert(
+                            connection, _UPSERTS[name], row
+                        )
+                    )
+                except Refused as refusal:
+                    refused.append(refusal.row_of(name, row[key]))
+        if not refused:
+            return
+        try:
+            self._transaction(
+                lambda connection: connection.execute(
+                    _upsert_statement(connection.dialect.name, _REFUSED), refused
+                )
+            )
+        except Refused as refusal:
+            raise StoreFailed(
+                f"the record store refuses even the record of a refused row ({refusal})"
+            ) from refusal
+        # Counted from this thread: only the writer counts these stats.
+        for row in refused:
+            logger.error(
+                "Record store refused a row of %s (%s); kept in refused_rows",
+                row["kind"],
+                row["reason"],
+            )
+            if self.stats is not None:
+                self.stats.inc_value(f"store/refused/{row['reason'].partition(':')[0]}")
 
     def _upsert(
         self, connection: Connection, spec: _Upsert, rows: dict[tuple[Any, ...], dict[str, Any]]
@@ -477,6 +671,8 @@ class StoreWriter:
         single transaction for all of them (a page's own would wait behind that commit
         anyway, in the store's one thread)."""
         waiter: Deferred[None] = Deferred()
+        if self.failure is not None:
+            return waiter  # never fires: the page's lease expires, the page is fetched again
         self._page_waiters.append(waiter)
         if not self._committing_pages:
             self._commit_pages()
@@ -490,6 +686,8 @@ class StoreWriter:
 
         def committed(result: Failure | None) -> None:
             self._committing_pages = False
+            if self.failure is not None:
+                return  # the waiters never fire (see commit_page)
             for waiter in waiters:
                 if isinstance(result, Failure):
                     waiter.errback(result)
@@ -502,7 +700,10 @@ class StoreWriter:
 
     def _commit_buffered(self, timeout: float | None) -> Deferred[None]:
         """Commit what is buffered once the flushes handed over before are done (a failed
-        one's rows are back in the buffer by then), tried for up to ``timeout`` seconds."""
+        one's rows are back in the buffer by then), tried for up to ``timeout`` seconds;
+        nothing once the store cannot be written (its rows counted when it closes)."""
+        if self.failure is not None:
+            return succeed(None)
         if self._thread is None or not self._flushing:
             return self._commit(self._take(), timeout)
         earlier = self._thread.run(lambda: None)
@@ -517,7 +718,15 @@ class StoreWriter:
 
     def _given_up(self, failure: Failure, rows: Rows) -> None:
         self._restore(rows)
+        if failure.check(StoreFailed):
+            self._failed(failure.value)
+            return
         failure.trap(OperationalError)  # logged by _write_until_committed
+
+    def _not_written(self, _: object = None) -> None:
+        """Log how many records a store that cannot be written did not get."""
+        if self.failure is not None and self._buffered:
+            logger.error("Record store: %d records not written: %s", self._buffered, self.failure)
 
     def _write_until_committed(self, rows: Rows, timeout: float | None) -> None:
         """:meth:`_write`, tried again while the database stays away, up to ``timeout``
@@ -554,4 +763,5 @@ class StoreWriter:
             self.flush()
             self.database.dispose()
             return None
-        return self.commit_all().addCallback(lambda _: background.run(self.database.dispose))
+        closing = self.commit_all().addCallback(self._not_written)
+        return closing.addCallback(lambda _: background.run(self.database.dispose))

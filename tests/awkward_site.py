@@ -4,8 +4,9 @@
 ``%``-escapes (``%2F`` and ``%5C`` too), ``;`` and braces, a 300-character path, case-only
 twins (both redirecting, or one redirecting and one a page), a query source, targets
 carrying tracking parameters, a chain mixing 301/308/302/307, a permanent chain joined
-half-way by another source, a loop, private targets, a soft-404 to the home page and a
-chain ending on a 404.
+half-way by another source, a loop, private targets, a soft-404 to the home page, a
+chain ending on a 404, and a spiral (``/spiral?n=1`` -> ``?n=2`` -> ... without end) linked
+from :data:`SECTION`, not from the home page.
 
 :data:`EXPECTED` is what a map must do with each source (request path as sent, status,
 target path); :data:`NOT_ENTRIES` are the sources no map may redirect.
@@ -51,6 +52,10 @@ REDIRECTS = {
     "/old/home": (301, "/"),
     "/old/gone": (301, "/new/gone"),
 }
+#: A page the home page links to, and the only one linking to the spiral.
+SECTION = "/section/"
+#: The spiral's first URL: ``?n=N`` redirects to ``?n=N+1``, forever.
+SPIRAL = "/spiral?n=1"
 #: Sources only reached through another source's chain (not linked from the home page).
 IN_CHAIN = frozenset({"/mix/2", "/mix/3", "/mix/4", "/perm/2", "/old/two/next", "/loop/y"})
 #: Pages (by request path) that answer 200; /new/gone answers 404.
@@ -130,9 +135,13 @@ def awkward_site() -> dict[str, Route]:
     # A canonical hint naming a URL that redirects: the audit report lists it.
     pages["/new/long"] = html(head='<link rel="canonical" href="/old/tracked">')
     linked = [path for path in REDIRECTS if path not in IN_CHAIN]
-    pages["/"] = html(*linked, "/old/case.html")
+    pages["/"] = html(*linked, "/old/case.html", SECTION)
+    pages[SECTION] = html(SPIRAL)
+    spiral = SPIRAL.removesuffix("1")
 
     def route(path: str) -> Page | None:
+        if path.startswith(spiral) and path.removeprefix(spiral).isdigit():
+            return redirect(f"{spiral}{int(path.removeprefix(spiral)) + 1}", 302)
         return pages.get(unquote(path))
 
     return {"/*": route, "/": pages["/"]}

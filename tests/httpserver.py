@@ -18,7 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 @dataclass(frozen=True)
 class Page:
-    body: str = ""
+    #: Text (sent as UTF-8) or bytes sent as they are (a gzip-encoded body).
+    body: str | bytes = ""
     status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
     content_type: str = "text/html; charset=utf-8"
@@ -129,7 +130,7 @@ class TestServer:
                 page = server.page_for(self.path)
                 if page is None:
                     page = Page("not found", status=404, content_type="text/plain")
-                body = page.body.encode()
+                body = page.body if isinstance(page.body, bytes) else page.body.encode()
                 self.send_response(page.status)
                 self.send_header("Content-Type", page.content_type)
                 self.send_header("Content-Length", str(len(body)))

@@ -4,7 +4,8 @@ Checked: ``redis-server`` and the RedisBloom module (the suite starts its own se
 them), PostgreSQL at 127.0.0.1:5432 with a database ``test`` (started with
 ``pg_ctlcluster`` and the database created if needed), and Debian's ``nginx``, ``apache2`` and
 ``chromium`` (installed with ``apt-get`` when missing: the redirect-map tests load the maps into
-real servers and render the audit report in a real browser). Exits non-zero with the fix on
+real servers and render the audit report in a real browser), and ``tmux`` (the
+``frontier --watch`` test reads its screen from a detached session). Exits non-zero with the fix on
 failure.
 """
 
@@ -76,7 +77,7 @@ def ensure_postgres() -> None:
 
 
 #: Debian packages the suite runs, by the executable that shows each one is installed.
-DEBIAN_TOOLS = {"nginx": "nginx", "apache2": "apache2", "chromium": "chromium"}
+DEBIAN_TOOLS = {"nginx": "nginx", "apache2": "apache2", "chromium": "chromium", "tmux": "tmux"}
 APT_TIMEOUT = 900
 #: Debian installs daemons under sbin, which an unprivileged ``$PATH`` may lack.
 SBIN_PATH = "/usr/local/sbin:/usr/sbin:/sbin"
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     if not problems:
         print(
             "tests.services: redis-server, RedisBloom, PostgreSQL (database test), "
-            "nginx, apache2 and chromium ready"
+            "nginx, apache2, chromium and tmux ready"
         )
     return 1 if problems else 0
 

@@ -1,17 +1,19 @@
-"""The add-on as a user meets it: a plain ``scrapy startproject`` project whose settings add
-only the ``ADDONS`` line crawls a local site with each page fetched once and its redirects
+"""The add-on as a user meets it: a plain ``scrapy startproject`` project, run with the built
+wheel installed outside the checkout (:mod:`tests.installed_wheel`), whose settings add only
+the ``ADDONS`` line crawls a local site with each page fetched once and its redirects
 recorded; the project's own settings win over the add-on's defaults and components; a
 setting that would defeat the frontier stops the crawl with one clear line."""
 
 from __future__ import annotations
 
 import json
-import os
 import pkgutil
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pytest
@@ -25,8 +27,10 @@ from bloom_frontier.entry_points import LazyCommand
 from tests.httpserver import TestServer, html, redirect
 from tests.user_project import adopt
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRAPY = [sys.executable, "-m", "scrapy.cmdline"]
+if TYPE_CHECKING:
+    from tests.installed_wheel import Installed
+
+pytest_plugins = ["tests.installed_wheel"]
 ADDONS = {"bloom_frontier.Addon": 0}
 #: A scheduler and a dupefilter of the project's own (not enabled unless a test says so).
 OWN_COMPONENTS = """
@@ -71,42 +75,44 @@ SITE = {
 DOCUMENTS = {"/", "/end", "/chain/1", "/chain/2", *(f"/p/{n}" for n in range(PAGES))}
 
 
+@dataclass(frozen=True)
+class Project:
+    """A user's project and the installed wheel its commands run with."""
+
+    path: Path
+    installed: Installed
+
+
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def project(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Project:
     """``scrapy startproject plain``, its spider (and a module of components for the
     conflict tests), and the README's ADDONS line: no other setting."""
     where = tmp_path_factory.mktemp("project")
-    subprocess.run([*SCRAPY, "startproject", "plain"], cwd=where, check=True, capture_output=True)
+    created = installed.run(installed.scrapy, "startproject", "plain", cwd=where)
+    assert created.returncode == 0, created.stdout + created.stderr
     project = where / "plain"
     (project / "plain" / "own.py").write_text(OWN_COMPONENTS, encoding="utf-8")
     adopt(project, "user", fast=False)
-    return project
+    return Project(project, installed)
 
 
 def scrapy(
-    project: Path, *args: str, settings: str = "", env: dict[str, str] | None = None
+    project: Project, *args: str, settings: str = "", env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``scrapy ARGS`` in ``project``, with ``settings`` (lines of Python) appended to its
     settings.py for this run only."""
-    settings_file = project / "plain" / "settings.py"
+    settings_file = project.path / "plain" / "settings.py"
     original = settings_file.read_text(encoding="utf-8")
     settings_file.write_text(original + settings, encoding="utf-8")
     try:
-        return subprocess.run(
-            [*SCRAPY, *args],
-            cwd=project,
-            env={**os.environ, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
+        installed = project.installed
+        return installed.run(installed.scrapy, *args, cwd=project.path, timeout=180, **(env or {}))
     finally:
         settings_file.write_text(original, encoding="utf-8")
 
 
 def crawl(
-    project: Path, store: Path, settings: str = "", *args: str
+    project: Project, store: Path, settings: str = "", *args: str
 ) -> tuple[subprocess.CompletedProcess[str], Counter[str]]:
     """``scrapy crawl user`` of :data:`SITE` into the SQLite file ``store``; the result and
     the server's count of requests by path (query included), robots.txt aside. The
@@ -134,7 +140,7 @@ def documents(fetched: Counter[str]) -> Counter[str]:
     return Counter(path.partition("?")[0] for path in fetched.elements())
 
 
-def records(project: Path, store: Path, command: str) -> list[dict[str, object]]:
+def records(project: Project, store: Path, command: str) -> list[dict[str, object]]:
     """The rows ``scrapy COMMAND --format jsonl`` reads from ``store``."""
     result = scrapy(project, command, "--format", "jsonl", "-s", f"STORE_URL=sqlite:///{store}")
     succeeded(result)
@@ -142,7 +148,7 @@ def records(project: Path, store: Path, command: str) -> list[dict[str, object]]
 
 
 def test_the_addons_line_alone_fetches_each_page_once_and_records_redirects(
-    project: Path, tmp_path: Path
+    project: Project, tmp_path: Path
 ) -> None:
     store = tmp_path / "records.sqlite"
     result, fetched = crawl(project, store)
@@ -161,7 +167,7 @@ def test_the_addons_line_alone_fetches_each_page_once_and_records_redirects(
 
 
 def test_the_projects_own_setting_wins_over_the_addons_default(
-    project: Path, tmp_path: Path
+    project: Project, tmp_path: Path
 ) -> None:
     """REDIRECT_MAX_HOPS (add-on default 10) set to 1 in settings.py: the chain's first hop
     is recorded, its target not fetched."""
@@ -173,7 +179,9 @@ def test_the_projects_own_setting_wins_over_the_addons_default(
     assert (path_of(chain["source"]), chain["outcome"]) == ("/chain/1", "too-many-hops"), chain
 
 
-def test_the_addons_components_do_not_override_the_projects(project: Path, tmp_path: Path) -> None:
+def test_the_addons_components_do_not_override_the_projects(
+    project: Project, tmp_path: Path
+) -> None:
     """The project switches one of the add-on's middlewares off in its own SPIDER_MIDDLEWARES:
     it stays off (no canonical hint recorded), and the rest of the add-on still works."""
     store = tmp_path / "records.sqlite"
@@ -189,7 +197,7 @@ def test_the_addons_components_do_not_override_the_projects(project: Path, tmp_p
 
 
 def test_redis_url_shares_the_frontier_in_redis(
-    project: Path, tmp_path: Path, redis_url: str
+    project: Project, tmp_path: Path, redis_url: str
 ) -> None:
     result, fetched = crawl(
         project, tmp_path / "records.sqlite", "", "-s", f"REDIS_URL={redis_url}"
@@ -225,7 +233,7 @@ def test_the_dns_resolver_is_installed_in_the_process_settings() -> None:
     ],
 )
 def test_a_setting_that_defeats_the_frontier_stops_the_crawl(
-    project: Path, tmp_path: Path, setting: str, named: str
+    project: Project, tmp_path: Path, setting: str, named: str
 ) -> None:
     """The setting in the project's settings.py: one message naming it, no traceback,
     nothing fetched."""

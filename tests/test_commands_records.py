@@ -60,6 +60,7 @@ def test_map_is_transitive_across_chains(store_url: str) -> None:
         "reason": None,
         "host": "e.org",
         "source_key": None,
+        "referrer": None,
     }
     assert (rows[B]["target"], rows[B]["status"], rows[B]["hops"]) == (C, 302, 1)
 

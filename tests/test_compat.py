@@ -78,3 +78,11 @@ def test_an_engine_without_the_internal_warns_instead_of_slowing_down_silently()
     del engine._slot
     with pytest.warns(compat.ScrapyInternalsChanged, match=r"_slot\.nextcall.*5 s heartbeat"):
         compat.wake_engine(engine)
+
+
+def test_scrapys_cookie_domains_are_judged_offline() -> None:
+    from scrapy.downloadermiddlewares import cookies
+
+    compat.offline_cookie_domains()
+    assert cookies._split_domain.suffix_list_urls == ()
+    assert cookies._is_public_domain("co.uk") and not cookies._is_public_domain("example.co.uk")

@@ -3,25 +3,30 @@
 The compose file is read as YAML, uninterpolated: what is checked is what a user of
 ``docker compose up`` notices (the services and their images, the data they keep, no port
 published, the variable that must be set, workers that scale), and that the commands the
-services run are commands of this project reading the environment they are given. Those
+services run are commands of the image reading the environment they are given. Those
 commands are then run here against local Redis (RedisBloom), PostgreSQL and HTTP servers.
-The Dockerfile's install is repeated from exactly the files it copies. (No Compose v2 is
-installable on the test machines; Debian's docker-compose 1.29 rejects the file's ``name``.)
+
+The image is repeated without Docker: the wheel its build stage builds from exactly the files
+it copies is the suite's installed wheel (:mod:`tests.installed_wheel`, with the same
+extras), and every command runs with that wheel in ``/app`` as the runtime stage makes it
+(only ``scrapy.cfg``). (No Compose v2 is installable on the test machines; Debian's
+docker-compose 1.29 rejects the file's ``name``.)
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
+import shlex
 import shutil
 import subprocess
-import sys
+import zipfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import psycopg
@@ -31,8 +36,12 @@ import yaml
 from tests.conftest import PG_DSN
 from tests.httpserver import TestServer, html
 
+if TYPE_CHECKING:
+    from tests.installed_wheel import Installed
+
+pytest_plugins = ["tests.installed_wheel"]
+
 ROOT = Path(__file__).resolve().parent.parent
-SCRAPY = str(ROOT / ".venv" / "bin" / "scrapy")
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 CRAWL_TIMEOUT = 120
@@ -52,29 +61,73 @@ def services() -> dict[str, dict[str, Any]]:
     return yaml.safe_load(COMPOSE_FILE.read_text())["services"]
 
 
-def run(
-    command: Sequence[str],
-    *,
-    env: Mapping[str, str] | None = None,
-    cwd: Path = ROOT,
-    check: bool = False,
-) -> subprocess.CompletedProcess[str]:
-    """``command`` run in ``cwd`` (the project), as a shell in the image would, with ``env``
-    added to this environment; ``check``: a failure raises."""
-    return subprocess.run(
-        command,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=check,
-    )
+@dataclass(frozen=True)
+class Stage:
+    """One ``FROM`` of the Dockerfile: its name and its instructions, continuation lines
+    joined, as (instruction, arguments)."""
+
+    name: str
+    instructions: list[tuple[str, str]]
+
+    def copies(self) -> list[tuple[str, str]]:
+        """(source, destination) of each COPY from the build context."""
+        copies = []
+        for instruction, arguments in self.instructions:
+            words = arguments.split()
+            if instruction == "COPY" and not any(w.startswith("--from") for w in words):
+                *sources, destination = words
+                assert destination.endswith("/"), f"COPY into a directory only: {arguments}"
+                copies += [(source, destination) for source in sources]
+        return copies
+
+    def runs(self) -> list[str]:
+        return [arguments for instruction, arguments in self.instructions if instruction == "RUN"]
 
 
-def scrapy(*args: str, env: Mapping[str, str] | None = None) -> str:
-    """Output of ``scrapy ARGS`` run in the project, which must succeed."""
-    return run([SCRAPY, *args], env=env, check=True).stdout
+def dockerfile_stages() -> list[Stage]:
+    """The Dockerfile's stages, in order."""
+    stages: list[Stage] = []
+    logical = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    for line in logical.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        instruction, _, arguments = line.strip().partition(" ")
+        if instruction.upper() == "FROM":
+            stages.append(Stage(arguments.split(" AS ")[-1].strip(), []))
+        else:
+            stages[-1].instructions.append((instruction.upper(), " ".join(arguments.split())))
+    return stages
+
+
+@dataclass(frozen=True)
+class Image:
+    """The worker image without Docker: the installed wheel and the runtime stage's /app."""
+
+    installed: Installed
+    app: Path
+
+    def run(
+        self, command: Sequence[str], *, env: Mapping[str, str] | None = None, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """``command`` run in /app, as a shell in the image would, with ``env`` added to the
+        image's environment; ``check``: a failure raises."""
+        result = self.installed.run(*command, cwd=self.app, timeout=60, **(env or {}))
+        if check:
+            result.check_returncode()
+        return result
+
+    def scrapy(self, *args: str, env: Mapping[str, str] | None = None) -> str:
+        """Output of ``scrapy ARGS`` run in /app, which must succeed."""
+        return self.run([self.installed.scrapy, *args], env=env, check=True).stdout
+
+
+@pytest.fixture(scope="module")
+def image(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Image:
+    """/app holding exactly what the runtime stage copies from the build context."""
+    app = tmp_path_factory.mktemp("image") / "app"
+    for source, destination in dockerfile_stages()[-1].copies():
+        copy_like_docker(ROOT / source, app / destination)
+    return Image(installed, app)
 
 
 def crawler_services() -> dict[str, dict[str, Any]]:
@@ -125,7 +178,7 @@ def test_start_url_must_be_set_for_the_crawl() -> None:
         assert "set START_URL" in named[0]
 
 
-def test_workers_scale_and_wait_for_the_seed() -> None:
+def test_workers_scale_and_wait_for_the_seed(image: Image) -> None:
     found = services()
     worker = found["worker"]
     # `--scale worker=N` refuses services with a fixed name or a published host port.
@@ -134,13 +187,13 @@ def test_workers_scale_and_wait_for_the_seed() -> None:
     assert found["seed"]["restart"] == "no"
     # Stopping a worker must not kill it before its downloads time out and its leases are back.
     grace = int(worker["stop_grace_period"].removesuffix("s"))
-    timeout = float(scrapy("settings", "--get", "DOWNLOAD_TIMEOUT"))
+    timeout = float(image.scrapy("settings", "--get", "DOWNLOAD_TIMEOUT"))
     assert grace > timeout
 
 
-def test_every_command_is_a_command_of_this_project() -> None:
-    commands = set(re.findall(r"^  (\S+) ", scrapy("-h"), flags=re.MULTILINE))
-    spiders = set(scrapy("list").split())
+def test_every_command_is_a_command_of_the_image(image: Image) -> None:
+    commands = set(re.findall(r"^  (\S+) ", image.scrapy("-h"), flags=re.MULTILINE))
+    spiders = set(image.scrapy("list").split())
     for name, service in crawler_services().items():
         _scrapy, command, spider, *_args = service["command"]
         assert command in commands, f"{name}: no `scrapy {command}` in this project"
@@ -149,15 +202,15 @@ def test_every_command_is_a_command_of_this_project() -> None:
     assert worker[1:] == ["crawl", "site", "-a", "start_url=https://example.com/"]
 
 
-def test_the_environment_reaches_the_settings() -> None:
+def test_the_environment_reaches_the_settings(image: Image) -> None:
     """Every variable the compose file gives the crawlers, and so each worker's environment,
     becomes the setting of that name, in the crawler process."""
     for name, service in crawler_services().items():
         assert set(service["environment"]) == set(SAMPLE_ENV), name
     assert urlsplit(SAMPLE_ENV["REDIS_URL"]).hostname in services()
-    read = run(
+    read = image.run(
         [
-            sys.executable,
+            image.installed.python,
             "-c",
             "import json, sys; from scrapy.utils.project import get_project_settings; "
             "from scrapy.addons import AddonManager; "
@@ -195,7 +248,9 @@ def site_pages(count: int) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_the_compose_commands_crawl_a_site(redis_url: str, pg_url: str, tmp_path: Path) -> None:
+def test_the_compose_commands_crawl_a_site(
+    image: Image, redis_url: str, pg_url: str, tmp_path: Path
+) -> None:
     """seed, then two workers, exactly as compose runs them, with local servers in place of
     the services: every page is fetched once and recorded in PostgreSQL."""
     with TestServer(site_pages(20)) as site:
@@ -208,16 +263,17 @@ def test_the_compose_commands_crawl_a_site(redis_url: str, pg_url: str, tmp_path
         # resolve them.
         env = {"REDIS_URL": redis_url, "STORE_URL": pg_url}
 
-        seed = run([SCRAPY, *commands["seed"][1:]], env=env)
+        seed = image.run([image.installed.scrapy, *commands["seed"][1:]], env=env)
         assert seed.returncode == 0, seed.stderr
         assert seed.stdout.startswith("1 queued"), seed.stdout
 
         logs = [(tmp_path / f"worker-{n}.log").open("w") for n in range(2)]
         workers = [
-            subprocess.Popen(
-                [SCRAPY, *commands["worker"][1:]],
-                cwd=ROOT,
-                env={**os.environ, **env},
+            image.installed.popen(
+                image.installed.scrapy,
+                *commands["worker"][1:],
+                cwd=image.app,
+                env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -232,7 +288,7 @@ def test_the_compose_commands_crawl_a_site(redis_url: str, pg_url: str, tmp_path
         # The status view, once, as JSON instead of refreshing in place.
         status_command = commands["status"][1:]
         status_command[status_command.index("--watch")] = "--json"
-        status = run([SCRAPY, *status_command], env=env)
+        status = image.run([image.installed.scrapy, *status_command], env=env)
         assert status.returncode == 0, status.stderr
         reading = json.loads(status.stdout.splitlines()[0])
         assert (reading["queued"], reading["leased"], reading["failed"]) == (0, 0, 0)
@@ -247,30 +303,32 @@ def test_the_compose_commands_crawl_a_site(redis_url: str, pg_url: str, tmp_path
     assert sorted(url for (url,) in stored) == sorted(f"{site.url}{path}" for path in fetched)
 
 
-def dockerfile_copies() -> list[tuple[str, str]]:
-    """(source, destination) of each COPY from the build context."""
-    copies = []
-    for line in DOCKERFILE.read_text().splitlines():
-        words = line.split()
-        if words and words[0] == "COPY" and not any(w.startswith("--from") for w in words):
-            *sources, destination = words[1:]
-            assert destination.endswith("/"), f"COPY into a directory only: {line}"
-            copies += [(source, destination) for source in sources]
-    return copies
-
-
 def test_the_dockerfile_copies_files_that_exist_and_are_not_ignored() -> None:
     ignored = [
         line.strip().rstrip("/")
         for line in (ROOT / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
+    build, runtime = dockerfile_stages()
     packages = {"crawler/", "middlewares/", "pipelines/"}
-    copied = {source for source, _destination in dockerfile_copies()}
-    assert packages | {"pyproject.toml", "README.md", "scrapy.cfg"} <= copied
-    for source in copied:
+    assert {source for source, _ in build.copies()} == packages | {"pyproject.toml", "README.md"}
+    assert runtime.copies() == [("scrapy.cfg", "./")]  # the rest comes in the wheel
+    for source, _destination in build.copies() + runtime.copies():
         assert (ROOT / source).exists(), source
         assert not any(fnmatch(source.rstrip("/"), pattern) for pattern in ignored), source
+
+
+def test_the_runtime_stage_installs_only_the_wheel_with_its_extras(image: Image) -> None:
+    """The build stage builds a wheel; the runtime stage copies nothing else from it and
+    installs that wheel with the extras the suite's installed wheel has."""
+    build, runtime = dockerfile_stages()
+    assert build.runs() == ["pip wheel --no-deps --wheel-dir /wheels ."]
+    from_build = [arguments for _, arguments in runtime.instructions if "--from" in arguments]
+    assert from_build == [f"--from={build.name} /wheels/ /wheels/"]
+    commands = [shlex.split(command) for command in " && ".join(runtime.runs()).split("&&")]
+    installs = [words for words in commands if words[:2] == ["pip", "install"]]
+    assert installs == [["pip", "install", f"$1[{image.installed.extras}]"]], installs
+    assert "set -- /wheels/*.whl" in runtime.runs()[0]  # $1: the one wheel built
 
 
 def copy_like_docker(source: Path, directory: Path) -> None:
@@ -283,31 +341,33 @@ def copy_like_docker(source: Path, directory: Path) -> None:
         shutil.copy(source, directory / source.name)
 
 
+def record(wheel: Path) -> set[str]:
+    """Each file of ``wheel`` with its hash and size (its ``RECORD``, but that line itself)."""
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/RECORD")]
+        return {line for line in archive.read(name).decode().split() if not line.startswith(name)}
+
+
 @pytest.mark.slow
-def test_the_image_install_has_every_file_the_worker_loads(tmp_path: Path) -> None:
-    """``pip install .`` from just the copied files, then the worker's commands from there."""
-    app, site_packages = tmp_path / "app", tmp_path / "site-packages"
-    for source, destination in dockerfile_copies():
-        copy_like_docker(ROOT / source, app / destination)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(site_packages), str(app)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )  # fmt: skip
-    installed = {"PYTHONPATH": str(site_packages)}
-    check = run(
+def test_the_image_installs_the_wheel_the_suite_tests(image: Image, tmp_path: Path) -> None:
+    """The build stage's wheel, built from just the files it copies, is byte for byte the
+    wheel the suite installs; installed, the worker's commands run from /app."""
+    source = tmp_path / "src"
+    for source_path, destination in dockerfile_stages()[0].copies():
+        copy_like_docker(ROOT / source_path, source / destination)
+    wheel = image.installed.build_wheel(source, tmp_path / "wheels")
+    assert wheel.name == image.installed.wheel.name
+    assert sorted(record(wheel) ^ record(image.installed.wheel)) == []
+    check = image.run(
         [
-            sys.executable,
+            image.installed.python,
             "-c",
             "import bloom_frontier.frontier.redis.lua as r; print(r.__file__); "
             "r.script_source('admit')",
         ],
-        env=installed,
-        cwd=tmp_path,
         check=True,
     )
-    assert check.stdout.startswith(str(site_packages))
-    help_text = run([SCRAPY, "-h"], env=installed, cwd=app).stdout
+    assert check.stdout.startswith(str(image.installed.venv))
+    help_text = image.scrapy("-h")
     assert "seed" in help_text and "crawl" in help_text
+    assert image.scrapy("list").split() == ["site"]

@@ -5,6 +5,7 @@ exception out."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any, ClassVar
 
@@ -328,3 +329,141 @@ def test_jobdir_queues_refuse_what_the_frontier_refuses() -> None:
         with pytest.raises(RequestNotLoadable):
             decode.request_dict_from_json(stored(**fields))
     assert decode.request_dict_from_json(stored(callback="parse_item"))["callback"] == "parse_item"
+
+
+# --- poisoned meta and callbacks: refused with a reason, never a traceback later -----------
+
+
+def site_spider() -> Spider:
+    from bloom_frontier.spiders.site import SiteSpider
+
+    return SiteSpider(start_url="https://example.com/")
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"callback": "is_short_link"}, "not a callback of spider 'site'"),
+        ({"errback": "follows"}, "not a callback of spider 'site'"),
+        ({"meta": {"redirect_chain": 1}}, "meta 'redirect_chain' must be a redirect chain"),
+        ({"meta": {"redirect_chain": {"hops": 1}}}, "must be a redirect chain"),
+        ({"meta": {"bindaddress": ["127.0.0.1"]}}, "meta 'bindaddress' must be a host or"),
+        ({"meta": {"bindaddress": [["a"], 0]}}, "meta 'bindaddress' must be a host or"),
+        ({"meta": {"redirect_times": "1"}}, "meta 'redirect_times' must be a count"),
+        ({"meta": {"download_maxsize": -1}}, "meta 'download_maxsize' must be a byte count"),
+        ({"meta": {"download_timeout": "soon"}}, "must be seconds"),
+        ({"meta": {"proxy": ["http://p"]}}, "meta 'proxy' must be a proxy URL"),
+        ({"meta": {"download_slot": 7}}, "meta 'download_slot' must be a slot name"),
+        ({"meta": {"handle_httpstatus_list": ["404"]}}, "a list of statuses"),
+        ({"meta": {"cookiejar": [1]}}, "meta 'cookiejar' must be a jar id"),
+        ({"meta": {"dedupe_key": 5}}, "meta 'dedupe_key' must be a dedupe key"),
+    ],
+)
+def test_poisoned_meta_and_helper_callbacks_are_refused(fields: dict[str, Any], why: str) -> None:
+    assert why in refusal(stored(**{"callback": "parse", **fields}), site_spider())
+
+
+def test_the_site_spiders_own_callback_still_loads() -> None:
+    spider = site_spider()
+    assert request_from_json(stored(callback="parse"), spider).callback == spider.parse
+
+
+# --- fetch-changing meta: only as far as the crawl's settings allow ---------------------------
+
+#: A stored request's meta asking for more than a crawl on the project's settings allows.
+GREEDY_META: dict[str, Any] = {
+    "dont_obey_robotstxt": True,
+    "allow_offsite": True,
+    "download_maxsize": 0,
+    "download_warnsize": 0,
+    "download_timeout": 100_000,
+    "download_fail_on_dataloss": False,
+    "proxy": "http://proxy.example:3128",
+    "download_slot": "other.example",
+    "bindaddress": ["10.0.0.1", 0],
+    "max_retry_times": 1000,
+}
+#: ... and what is anyone's to ask for: the users' own keys, Scrapy's narrowing ones.
+OWN_META: dict[str, Any] = {
+    "category": {"id": 7, "path": ["a", "b"]},
+    "dont_redirect": True,
+    "handle_httpstatus_list": [404],
+    "depth": 3,
+    "download_maxsize": 1000,
+    "download_timeout": 5,
+}
+
+
+def project_decoder(**overrides: Any) -> tuple[RequestDecoder, Any]:
+    """The decoder of a crawl on the project's settings (``bloom_frontier.settings``:
+    ``ROBOTSTXT_OBEY``, the add-on...) and ``overrides``, with the crawl's stats."""
+    import bloom_frontier.settings as project
+
+    settings = {name: getattr(project, name) for name in dir(project) if name.isupper()}
+    crawler = get_crawler(ShopSpider, {**settings, **overrides})
+    assert crawler.stats is not None
+    crawler.stats.open_spider()
+    return RequestDecoder.from_settings(crawler.settings, crawler.stats), crawler.stats
+
+
+def test_fetch_meta_beyond_the_settings_is_dropped_counted_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "bloom_frontier.frontier.storedmeta")
+    decoder, stats = project_decoder()
+    spider = ShopSpider()
+    text = stored(
+        callback="parse_item",
+        meta={**GREEDY_META, "category": OWN_META["category"]},
+        cb_kwargs={"category": "shoes"},
+    )
+    for _ in range(2):
+        loaded = decoder.decode(text, spider)
+        assert loaded.meta == {"category": OWN_META["category"]}
+        assert loaded.cb_kwargs == {"category": "shoes"}
+    counted = {
+        name.rpartition("/")[2]: value
+        for name, value in stats.get_stats().items()
+        if name.startswith("frontier/stored_meta_dropped/")
+    }
+    assert counted == dict.fromkeys(GREEDY_META, 2)
+    warnings = [r.getMessage() for r in caplog.records if "stored request asks" in r.message]
+    assert len(warnings) == len(GREEDY_META)  # once per key, not once per request
+
+
+def test_the_users_own_meta_and_narrowing_keys_pass_unchanged() -> None:
+    decoder, stats = project_decoder()
+    loaded = decoder.decode(stored(meta=OWN_META, cb_kwargs={"x": [1]}))
+    assert loaded.meta == OWN_META
+    assert loaded.cb_kwargs == {"x": [1]}
+    assert not [name for name in stats.get_stats() if "stored_meta_dropped" in name]
+
+
+def test_settings_that_allow_a_key_for_any_request_allow_it_stored() -> None:
+    decoder, _ = project_decoder(
+        ROBOTSTXT_OBEY=False,
+        DOWNLOAD_MAXSIZE=0,
+        DOWNLOAD_WARNSIZE=0,
+        DOWNLOAD_TIMEOUT=100_000,
+        DOWNLOAD_FAIL_ON_DATALOSS=False,
+        SSRF_ALLOW_PROXY=True,
+        DOWNLOAD_SLOTS={"other.example": {"delay": 1}},
+        DOWNLOAD_BIND_ADDRESS="10.0.0.1",
+        RETRY_TIMES=1000,
+    )
+    loaded = decoder.decode(stored(meta=GREEDY_META))
+    assert loaded.meta == {
+        key: value for key, value in GREEDY_META.items() if key != "allow_offsite"
+    }
+
+
+def test_a_shortener_resolution_keeps_what_the_shortener_middleware_gives_it() -> None:
+    """A short link's resolution request is stored with ``dont_obey_robotstxt`` and
+    ``allow_offsite``, by design; the same meta on a request to another host is dropped."""
+    decoder, _ = project_decoder()
+    short = "https://bit.ly/abc"
+    meta = {"shortener": short, "dont_obey_robotstxt": True, "allow_offsite": True}
+    assert decoder.decode(stored(url=short, meta=meta)).meta == meta
+    other = "https://example.com/abc"
+    loaded = decoder.decode(stored(url=other, meta={**meta, "shortener": other}))
+    assert loaded.meta == {"shortener": other}

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 import redis
+from scrapy import Request
 
+import bloom_frontier.frontier.status as status_module
 from bloom_frontier.frontier.politeness import HostLimits
+from bloom_frontier.frontier.redis.protocol import Holders, MalformedReply
 from bloom_frontier.frontier.status import expected_error_rate, read_status
 from bloom_frontier.seen.redis import bloom_info
 from bloom_frontier.seen.sharded import ShardedBloomSeenFilter
 from tests.httpserver import TestServer, html
+from tests.test_frontier_redis import make_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRAPY = [sys.executable, "-m", "scrapy.cmdline"]
@@ -72,6 +78,7 @@ def test_status_of_a_running_crawl_and_of_a_finished_one(redis_url: str, tmp_pat
             worker.kill()
     final = frontier_json(redis_url)
     assert final["workers"] == []  # a worker that finished says so
+    assert final["state"] == "finished" and final["pages"] >= 43  # its pages stay counted
     assert final["queued"] == 0 and final["leased"] == 0 and final["hosts_waiting"] == 0
     assert final["seen_keys"] == 43  # '/' and /p/0 ... /p/41 (/p/40 and /p/41 are 404s)
     assert 0 <= final["expected_error_rate"] < 1e-9  # 43 keys in a 1M-key filter
@@ -94,4 +101,43 @@ def test_status_sums_a_sharded_filter(redis_url: str) -> None:
     assert status.seen_keys == 300
     assert status.filter_capacity >= 1000
     assert 0 < status.expected_error_rate < 0.001
-    assert "in 4 shard(s)" in status.render()
+    assert "in 4 shards" in status.render()
+
+
+def test_leases_of_a_worker_gone_silent_show_and_the_crawl_is_not_finished(
+    redis_url: str,
+) -> None:
+    """A worker killed while holding leases: its leases still count under its name (so the
+    rows add up to the total) and the crawl reads as stopped with work left, not finished."""
+    client = redis.Redis.from_url(redis_url)
+    worker = make_worker(redis_url)
+    try:
+        worker.admit(None, [Request(f"https://example.com/{i}") for i in range(3)])
+        assert len(worker.lease(2)) == 2
+        client.hset("{example}:progress", mapping={"started": 1_000, "updated": 61_000})
+        status = read_status(client, "{example}", 0.001, HostLimits())
+        assert (status.queued, status.leased, status.state) == (1, 2, "stopped")
+        assert status.workers == [{"worker": worker.owner, "alive": False, "leased": 2}]
+        screen = status.render()
+        assert "crawl example: stopped" in screen
+        assert "no worker alive, work left: 1 queued, 2 leased" in screen
+        assert f"{worker.owner}       2  (not reporting)" in screen
+        assert "in 0:01:00" in screen  # from the first report to the last, not to now
+        assert "crawl finished" not in screen
+    finally:
+        worker.close()
+
+
+def test_holders_reply_must_add_up_to_the_leases() -> None:
+    reply = Holders.from_reply([b"4", b"3", b"0", b"w1", b"2", b"", b"1"])
+    assert reply.sizes.leased == 3 and reply.leases == {"w1": 2, "": 1}
+    for bad in ([b"4", b"3", b"0", b"w1", b"2"], [b"4", b"3", b"0", b"w1"], [b"1", b"2"]):
+        with pytest.raises(MalformedReply, match="malformed holders reply"):
+            Holders.from_reply(bad)
+
+
+def test_units_read_as_a_person_reads_them() -> None:
+    """Bytes in KiB/MiB, percentages without exponents, H:MM:SS, the crawl's name without
+    hash-tag braces (the examples in the status module, run)."""
+    results = doctest.testmod(status_module)
+    assert results.attempted >= 4 and results.failed == 0

@@ -1,5 +1,6 @@
 """The frontier in a Scrapy project of one's own, as the README tells a user to set it up.
 
+The built wheel installed in a virtualenv outside the checkout (:mod:`tests.installed_wheel`),
 ``scrapy startproject`` in a temporary directory, a ``CrawlSpider`` with Scrapy's default
 ``LinkExtractor``, and the README's ``ADDONS = {...}`` line (plus a lower delay and a higher
 per-domain concurrency than the template's: a local test site). The site has URL variants
@@ -11,12 +12,11 @@ what the store holds.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
@@ -27,16 +27,19 @@ from tests.httpserver import Page, TestServer, html, redirect
 from tests.sitegen import LinkGraph
 from tests.user_project import adopt
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRAPY = [sys.executable, "-m", "scrapy.cmdline"]
+if TYPE_CHECKING:
+    from tests.installed_wheel import Installed
+
+pytest_plugins = ["tests.installed_wheel"]
 PAGES = 40
 #: Pages ``/p/<i>`` with ``i`` a multiple of this carry a ``rel=canonical`` to themselves.
 CANONICAL_EVERY = 4
 
 
-def make_project(tmp: Path) -> Path:
+def make_project(installed: Installed, tmp: Path) -> Path:
     """``scrapy startproject myproject`` with the user's spider and the README's one line."""
-    subprocess.run([*SCRAPY, "startproject", "myproject"], cwd=tmp, check=True, capture_output=True)
+    created = installed.run(installed.scrapy, "startproject", "myproject", cwd=tmp)
+    assert created.returncode == 0, created.stdout + created.stderr
     adopt(tmp / "myproject", "mysite")
     return tmp / "myproject"
 
@@ -84,11 +87,13 @@ def fetches(server: TestServer) -> Counter[str]:
     return Counter(document(path) for path in server.paths() if path != "/robots.txt")
 
 
-def run(project: Path, *args: str, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*SCRAPY, *args],
+def run(installed: Installed, project: Path, *args: str, **env: str) -> subprocess.Popen[str]:
+    """``scrapy ARGS`` of the installed wheel, started in ``project``."""
+    return installed.popen(
+        installed.scrapy,
+        *args,
         cwd=project,
-        env={**os.environ, **env},
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -129,17 +134,24 @@ def check_crawl(server: TestServer, store_url: str, logs: list[str]) -> float:
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    return make_project(tmp_path)
+def project(installed: Installed, tmp_path: Path) -> Path:
+    return make_project(installed, tmp_path)
 
 
-def test_a_startproject_project_with_the_addons_line(project: Path, tmp_path: Path) -> None:
+def test_a_startproject_project_with_the_addons_line(
+    installed: Installed, project: Path, tmp_path: Path
+) -> None:
     store_url = f"sqlite:///{tmp_path / 'records.sqlite'}"
     server = TestServer({})
     server.routes.update(site(server.port))
     with server:
         _, log = finish(
-            run(project, "crawl", "mysite", "-s", f"STORE_URL={store_url}", SITE_URL=server.url)
+            run(
+                installed,
+                project,
+                *("crawl", "mysite", "-s", f"STORE_URL={store_url}"),
+                SITE_URL=server.url,
+            )
         )
         ratio = check_crawl(server, store_url, [log])
     print(f"duplicate fetch ratio (embedded): {ratio:.3f}")
@@ -147,13 +159,15 @@ def test_a_startproject_project_with_the_addons_line(project: Path, tmp_path: Pa
     assert "offsite/filtered" in log
     # A command of the frontier, in the user's project.
     stdout, _ = finish(
-        run(project, "redirects", "--format", "jsonl", "-s", f"STORE_URL={store_url}")
+        run(installed, project, "redirects", "--format", "jsonl", "-s", f"STORE_URL={store_url}")
     )
     rows = [json.loads(line) for line in stdout.splitlines()]
     assert any(urlsplit(row["source"]).path == "/chain/1" for row in rows), stdout[:2000]
 
 
-def test_the_same_project_shared_by_two_workers(project: Path, redis_url: str, pg_url: str) -> None:
+def test_the_same_project_shared_by_two_workers(
+    installed: Installed, project: Path, redis_url: str, pg_url: str
+) -> None:
     """Two workers share the frontier in Redis and, as the README says workers should, one
     PostgreSQL record store."""
     store_url = pg_url
@@ -161,7 +175,7 @@ def test_the_same_project_shared_by_two_workers(project: Path, redis_url: str, p
     server.routes.update(site(server.port))
     command = ["crawl", "mysite", "-s", f"STORE_URL={store_url}", "-s", f"REDIS_URL={redis_url}"]
     with server:
-        workers = [run(project, *command, SITE_URL=server.url) for _ in range(2)]
+        workers = [run(installed, project, *command, SITE_URL=server.url) for _ in range(2)]
         logs = [finish(worker)[1] for worker in workers]
         ratio = check_crawl(server, store_url, logs)
     print(f"duplicate fetch ratio (2 workers): {ratio:.3f}")

@@ -1,5 +1,6 @@
 """What a person sees while a crawl runs and when it ends: a live status line on a terminal
-(a pseudo-terminal here), a periodic log line off one, and the crawl summary last."""
+(a pseudo-terminal here), a periodic log line off one, Scrapy's stats dump at INFO, and the
+crawl summary last."""
 
 from __future__ import annotations
 
@@ -22,7 +23,14 @@ SCRAPY = [sys.executable, "-m", "scrapy.cmdline"]
 SITE = {"/": html(*(f"/p/{i}" for i in range(8)), "/p/0?utm_source=x")} | {
     f"/p/{i}": html("/") for i in range(8)
 }
-SUMMARY_END = "finish reason:          finished"
+
+
+def assert_summary_last(output: str) -> None:
+    """The crawl summary ends ``output``: no log record after it, and its last line is the
+    last of the commands it says to run next."""
+    summary = output[output.rindex("Crawl summary") :]
+    assert not re.search(r"\] (DEBUG|INFO|WARNING|ERROR):", summary), output[-2000:]
+    assert re.search(r"\n {26}scrapy \S.*  # [^\n]+$", summary.rstrip()), output[-2000:]
 
 
 def crawl_command(server: TestServer, tmp_path: Path, redis_url: str) -> list[str]:
@@ -60,8 +68,8 @@ def test_live_status_line_on_a_terminal_and_the_summary_last(
     with TestServer(SITE, delay=0.4) as server:
         output = run_on_a_terminal(crawl_command(server, tmp_path, redis_url))
     redraws = re.findall(
-        re.escape(ERASE_LINE) + r"(\d+) pages fetched, (?:(\d+) queued, )?(\d+) filtered as "
-        r"seen, (\d+) pages/min, (\d+) errors, \d+:\d\d:\d\d",
+        re.escape(ERASE_LINE) + r"(\d+) pages, \d+ items, (?:(\d+) queued, )?(\d+) duplicates, "
+        r"(\d+) pages/min, (\d+) errors, \d+:\d\d:\d\d",
         output,
     )
     assert len(redraws) >= 3, output[-3000:]
@@ -74,8 +82,10 @@ def test_live_status_line_on_a_terminal_and_the_summary_last(
     # Log records never share a visible line with the status, which is erased at the end:
     # what stays on screen of each line is what follows its last erase.
     screen = [line.rpartition(ERASE_LINE)[2] for line in output.split("\n")]
-    assert not [line for line in screen if "pages fetched" in line]
-    assert output.rstrip().endswith(SUMMARY_END), output[-2000:]
+    assert not [line for line in screen if re.search(r"\d+ pages, \d+ items", line)]
+    # Scrapy's stats dump, then the summary: the last thing on the screen.
+    assert output.index("INFO: Dumping Scrapy stats:") < output.rindex("Crawl summary")
+    assert_summary_last(output)
 
 
 def test_off_a_terminal_a_periodic_log_line_and_the_summary_last(tmp_path: Path) -> None:
@@ -87,8 +97,6 @@ def test_off_a_terminal_a_periodic_log_line_and_the_summary_last(tmp_path: Path)
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stderr
     assert ERASE_LINE not in log
-    assert len(re.findall(r"INFO: Progress: \d+ pages fetched, \d+ queued", log)) >= 3, log
-    assert "Dumping Scrapy stats" not in log
-    summary = log[log.rindex("Crawl summary") :]
-    assert summary.rstrip().endswith(SUMMARY_END), log[-2000:]
-    assert "INFO:" not in summary  # nothing logged after it
+    assert len(re.findall(r"INFO: Progress: \d+ pages, \d+ items, \d+ queued", log)) >= 3
+    assert log.index("INFO: Dumping Scrapy stats:") < log.rindex("Crawl summary")
+    assert_summary_last(log)

@@ -4,7 +4,8 @@ A real crawl of :mod:`tests.awkward_site` is exported by ``scrapy redirects`` in
 the nginx and Apache exports are loaded into Debian's nginx and Apache (one of each for the
 module, on free loopback ports), which must accept them and answer every source with one
 redirect straight to its target, with its status, and leave everything else alone. The audit
-report is rendered in headless Chromium.
+report is rendered in headless Chromium: it names the page linking to each source (the
+stored referrer of the chain's first request) and shows a spiral as one row.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from pathlib import Path
 import pytest
 
 from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.defaults import REDIRECT_MAX_HOPS
+from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import FETCHED, PageRecord
 from bloom_frontier.pipelines.writer import StoreWriter
 from bloom_frontier.redirectmap.matching import dropped_param_pattern
-from tests.awkward_site import EXPECTED, NOT_ENTRIES, VARIANTS, awkward_site
+from tests.awkward_site import EXPECTED, NOT_ENTRIES, SECTION, SPIRAL, VARIANTS, awkward_site
 from tests.conftest import serve
 from tests.httpserver import TestServer
 from tests.record_builders import chain, hop
@@ -355,7 +358,7 @@ def test_audit_report_names_hops_reasons_and_fixes(site: Site) -> None:
     report = export(site.store_url, "html")
     assert "<h1>Redirect audit: 127.0.0.1</h1>" in report
     assert re.search(r"recorded \d{4}-\d\d-\d\d \d\d:\d\d UTC .*report written", report)
-    assert not re.search(r"<tr><td class=\"url\">[^<]*</td><td class=\"url\"></td>", report)
+    assert '<td class="url"></td>' not in report  # every source, linking page and target
     rows = {row["source"]: row for row in jsonl(site.store_url)}
     loop = rows[site.origin + "/loop/x"]
     assert f"loop: comes back to {html.escape(site.origin)}/loop/" in report
@@ -375,10 +378,11 @@ def test_audit_report_names_hops_reasons_and_fixes(site: Site) -> None:
 #: (descending), then filters every table on "mix/1", and writes down what it saw.
 SORT_FILTER_PROBE = """<script>addEventListener('load', () => {
   const table = document.querySelector('#multi-hop table');
-  const status = table.tHead.rows[0].cells[2];
+  const column = Array.from(table.tHead.rows[0].cells).findIndex(th => th.textContent === 'status');
+  const status = table.tHead.rows[0].cells[column];
   status.click(); status.click();
   const seen = document.documentElement.dataset;
-  seen.statuses = Array.from(table.tBodies[0].rows, row => row.cells[2].textContent).join(' ');
+  seen.statuses = Array.from(table.tBodies[0].rows, row => row.cells[column].textContent).join(' ');
   const filter = document.getElementById('filter');
   filter.value = 'MIX/1';
   filter.dispatchEvent(new Event('input'));
@@ -400,3 +404,82 @@ def test_audit_report_sorts_and_filters_offline(site: Site, tmp_path: Path) -> N
     shown, total = map(int, re.search(r'data-shown="(\d+) of (\d+)"', result.stdout).groups())
     assert 0 < shown < total
     assert 'data-all-match="true"' in result.stdout
+
+
+def test_store_and_report_name_the_page_linking_to_a_chain(site: Site) -> None:
+    """The referrer of a chain's first request is stored: the store, the exports and the
+    report name the page whose link started it (the spiral is linked from the section page
+    only), and a source no page linked to says how it was reached."""
+    reader = StoreReader.from_url(site.store_url)
+    referrers = {chain.start_url: chain.referrer for chain in reader.chains()}
+    reader.close()
+    home, section = site.origin + "/", site.origin + SECTION
+    mix1 = site.origin + "/mix/1"
+    assert (referrers[site.origin + SPIRAL], referrers[mix1]) == (section, home)
+    rows = {row["source"]: row for row in jsonl(site.store_url)}
+    assert (rows[site.origin + SPIRAL]["referrer"], rows[mix1]["referrer"]) == (section, home)
+    assert rows[site.origin + "/mix/2"]["referrer"] is None  # only reached by redirect
+    table = csv.DictReader(io.StringIO(export(site.store_url, "csv")))
+    assert {row["source"]: row["referrer"] for row in table}[mix1] == home
+    report = export(site.store_url, "html")
+    flatten = report.split('id="multi-hop"')[1].split("</section>")[0]
+    start = f'<tr><td class="url">{html.escape(mix1)}</td><td class="url">{html.escape(home)}</td>'
+    assert start in flatten
+    assert f'<td class="url">no link: reached by redirect from {html.escape(mix1)}</td>' in flatten
+
+
+#: Appended to a copy of the report: opens the dead ends, reads the spiral's rows as shown
+#: (innerText: folded text is not rendered), unfolds its sources, then filters on one of
+#: them.
+SPIRAL_PROBE = """<script>addEventListener('load', () => {
+  const seen = document.documentElement.dataset;
+  document.querySelector('#dead-end > details').open = true;
+  const rows = Array.from(document.querySelectorAll('#dead-end tbody tr'));
+  const spiral = rows.filter(row => row.textContent.includes('spiral?n='));
+  seen.spiralRows = String(spiral.length);
+  const row = spiral[0];
+  seen.folded = row.cells[0].innerText;
+  seen.cells = Array.from(row.cells).slice(1, 3).map(cell => cell.innerText).join(' | ');
+  row.querySelector('details').open = true;
+  seen.unfolded = row.cells[0].innerText;
+  row.querySelector('details').open = false;
+  const filter = document.getElementById('filter');
+  filter.value = 'spiral?n=7';
+  filter.dispatchEvent(new Event('input'));
+  const shown = Array.from(document.querySelectorAll('tbody tr')).filter(row => !row.hidden);
+  seen.filtered = String(shown.length === 1 && shown[0] === row);
+  seen.filteredOpen = String(row.querySelector('details').open);
+});</script>"""
+
+
+def test_audit_report_shows_a_spiral_as_one_row(site: Site, tmp_path: Path) -> None:
+    """The spiral's sources (one export row per hop) are one row of the report, in Chromium:
+    its pattern, its length, why it has no target and the page linking to it; its sources
+    folded under it, found by the filter."""
+    spiral = [row for row in jsonl(site.store_url) if "/spiral?n=" in row["source"]]
+    assert len(spiral) == REDIRECT_MAX_HOPS
+    assert {row["outcome"] for row in spiral} == {"too-many-hops"}
+    report = export(site.store_url, "html")
+    assert f'data-category="dead-end">{len(spiral)}<' in report  # the export's count
+    assert f"<summary>1 row for {len(spiral)} sources (each spiral is one row)</summary>" in report
+    page = tmp_path / "report.html"
+    page.write_text(report.replace("</body>", SPIRAL_PROBE + "</body>"), encoding="utf-8")
+    result = chromium("--dump-dom", page.as_uri(), tmp=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    seen = {
+        name: html.unescape(value)
+        for name, value in re.findall(
+            r'data-([a-z-]+)="([^"]*)"', re.search(r"<html[^>]*>", result.stdout)[0]
+        )
+    }
+    pattern = f"{site.origin}/spiral?n=*"
+    assert seen["spiral-rows"] == "1", seen
+    assert seen["folded"].split("\n")[0] == pattern and "?n=5" not in seen["folded"], seen
+    assert f"spiral: {len(spiral)} sources" in seen["folded"]
+    unfolded = {line for line in seen["unfolded"].splitlines() if "?n=" in line and "*" not in line}
+    assert unfolded == {row["source"] for row in spiral}
+    linked, why = seen["cells"].split(" | ")
+    assert linked == site.origin + SECTION
+    assert why.startswith(f"spiral {pattern}: every hop leads to a new URL")
+    assert f"after {REDIRECT_MAX_HOPS} hops" in why and "no target" in why
+    assert (seen["filtered"], seen["filtered-open"]) == ("true", "true")

@@ -23,7 +23,7 @@ from bloom_frontier.redirectmap.semantics import MapOptions, SourceRow, redirect
 from bloom_frontier.shorteners import Shorteners
 from tests.record_builders import chain, hop
 
-MODULES = ["semantics", "matching", "nginx", "apache"]
+MODULES = ["semantics", "matching", "nginx", "apache", "report"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -231,6 +231,8 @@ def test_crawl_into_postgresql(tmp_path: Path, pg_url: str, crawl: Crawl) -> Non
         start: (c.outcome, len(c.hops)) for start, c in crawl.chains.items()
     }
     assert set(other.pages) == set(crawl.pages)
+    # Every chain starts at a link of the home page: each names it, in either store.
+    assert {other.path(c.referrer) for c in other.chains.values()} == {"/"}
 
 
 def test_shared_frontier_records_the_same_chains(tmp_path: Path, redis_url: str) -> None:
@@ -242,4 +244,6 @@ def test_shared_frontier_records_the_same_chains(tmp_path: Path, redis_url: str)
     assert outcomes["/out/metadata"] == "blocked"
     assert outcomes["/same"] == "fetched"
     assert len(crawl.chains["/chain/1"].hops) == 3
+    # The Referer travels with each request through Redis: every chain names the home page.
+    assert {crawl.path(c.referrer) for c in crawl.chains.values()} == {"/"}
     assert crawl.hits["/linked"] == 1

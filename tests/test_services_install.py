@@ -1,4 +1,4 @@
-"""The test services helper installs Debian's nginx, apache2 and chromium when missing, and
+"""The test services helper installs Debian's nginx, apache2, chromium and tmux when missing, and
 says in one line why it cannot (never a traceback, never a skip)."""
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ def test_failed_install_updates_the_lists_once_then_says_why(missing: list) -> N
 
 def test_not_root_is_a_clear_failure(missing: list, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(services.os, "geteuid", lambda: 1000)
-    with pytest.raises(ServiceUnavailable, match="nginx, apache2, chromium missing and not root"):
+    with pytest.raises(
+        ServiceUnavailable, match="nginx, apache2, chromium, tmux missing and not root"
+    ):
         services.ensure_debian_tools()
     assert missing == []

@@ -141,3 +141,26 @@ def test_a_projects_own_setting_wins_over_an_environment_default(
     settings = Settings({"REDIS_URL": "redis://mine:6379/0"})
     assert defaults.with_defaults(settings)["REDIS_URL"] == "redis://mine:6379/0"
     assert defaults.with_defaults(Settings())["REDIS_URL"] == "redis://redis:6379/0"
+
+
+def test_download_size_limits_suit_html_crawls_and_a_projects_own_win(
+    environment: pytest.MonkeyPatch,
+) -> None:
+    """Scrapy's 1 GiB DOWNLOAD_MAXSIZE let a 1.1 MB gzip response inflate to 1.17 GB: the
+    add-on's defaults are HTML-sized, below the project's own and the command line's."""
+    settings = process_settings()
+    AddonManager(crawler_stub(settings)).load_settings(settings)
+    assert settings.getint("DOWNLOAD_MAXSIZE") == defaults.DOWNLOAD_MAXSIZE == 32 * 1024 * 1024
+    assert settings.getint("DOWNLOAD_WARNSIZE") == defaults.DOWNLOAD_WARNSIZE == 8 * 1024 * 1024
+    assert defaults.DOWNLOAD_MAXSIZE < scrapy_defaults.DOWNLOAD_MAXSIZE
+    assert settings.getint("PAGE_MAX_LINKS") == defaults.PAGE_MAX_LINKS
+    own = Settings({"DOWNLOAD_MAXSIZE": 1024})
+    assert defaults.with_defaults(own).getint("DOWNLOAD_MAXSIZE") == 1024
+    given = process_settings(DOWNLOAD_MAXSIZE=0)
+    AddonManager(crawler_stub(given)).load_settings(given)
+    assert given.getint("DOWNLOAD_MAXSIZE") == 0
+
+
+def crawler_stub(settings: Settings) -> object:
+    """What :class:`AddonManager` needs of a crawler to install the add-ons of ``settings``."""
+    return type("Crawler", (), {"settings": settings})()

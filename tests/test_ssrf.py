@@ -298,3 +298,16 @@ def test_a_proxy_in_the_environment_stops_the_guarded_crawl_with_the_reason(
         SSRFGuardMiddleware.from_crawler(get_crawler(settings_dict=GUARDED))
     for allowed in ({"SSRF_ALLOW_PROXY": True}, {"HTTPPROXY_ENABLED": False}):
         SSRFGuardMiddleware.from_crawler(get_crawler(settings_dict={**GUARDED, **allowed}))
+
+
+def test_a_carried_key_never_stands_for_the_url() -> None:
+    """A request whose meta carries the key of an allowed page (as a stored request can) is
+    judged by its own URL."""
+    crawler = get_crawler(settings_dict={**GUARDED, "SSRF_ALLOWED_HOSTS": ["example.com"]})
+    crawler.stats.open_spider()  # type: ignore[union-attr]
+    middleware = SSRFGuardMiddleware.from_crawler(crawler)
+    url = "http://10.0.0.1/admin"
+    meta = {"dedupe_key": "r2|http://example.com/admin", "dedupe_key_url": url}
+    with pytest.raises(AddressBlocked) as refused:
+        middleware.process_request(Request(url, meta=meta))
+    assert refused.value.reason == "private"

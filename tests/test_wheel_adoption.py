@@ -1,32 +1,22 @@
 """The built wheel, used as a user uses it: installed in a virtualenv of its own outside the
-checkout, run from a ``scrapy startproject crawler`` project with its own root-level
-``pipelines.py`` and ``middlewares.py``, with no ``PYTHONPATH`` and nothing of the checkout
-on ``sys.path``.
-
-The virtualenv's dependencies are kept between runs (in the system's temporary directory,
-one virtualenv per ``pyproject.toml`` and Python version); the wheel is built from a copy of
-the checkout and reinstalled in it at every run.
+checkout (:mod:`tests.installed_wheel`), run from a ``scrapy startproject crawler`` project
+with its own root-level ``pipelines.py`` and ``middlewares.py``, with no ``PYTHONPATH`` and
+nothing of the checkout on ``sys.path``.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
-import os
 import re
 import shutil
 import sqlite3
 import subprocess
-import sys
-import tempfile
-import time
 import tomllib
 import zipfile
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pytest
@@ -34,16 +24,14 @@ import pytest
 from tests.httpserver import TestServer, html, redirect
 from tests.user_project import adopt
 
+if TYPE_CHECKING:
+    from tests.installed_wheel import Installed
+
+#: The session's installed wheel, the fixture ``installed`` (imported by pytest, so that its
+#: assertions are rewritten).
+pytest_plugins = ["tests.installed_wheel"]
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
-#: What ``pip wheel`` must not see of a developer's checkout (the build backend would pack a
-#: stale ``build/`` directory's modules).
-NOT_COPIED = shutil.ignore_patterns(
-    ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", ".*_cache",
-    ".hypothesis", "*.sqlite*", "jobdir", "out",
-)  # fmt: skip
-INSTALL_TIMEOUT = 900
-RUN_TIMEOUT = 240
 
 #: The user's own components, at the project's root, named as the issue's users named theirs.
 USER_PIPELINES = '''
@@ -116,95 +104,6 @@ def source_files() -> dict[str, Path]:
                 relative = path.relative_to(ROOT / folder).as_posix()
                 files[f"{package.replace('.', '/')}/{relative}"] = path
     return files
-
-
-@dataclass(frozen=True)
-class Installed:
-    wheel: Path
-    venv: Path
-    #: The environment of every command: the virtualenv's scripts first, no PYTHONPATH.
-    env: dict[str, str]
-
-    @property
-    def python(self) -> str:
-        return str(self.venv / "bin" / "python")
-
-    @property
-    def scrapy(self) -> str:
-        return str(self.venv / "bin" / "scrapy")
-
-    def run(self, *command: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            command,
-            cwd=cwd,
-            env={**self.env, **env},
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT,
-            check=False,
-        )
-
-
-def pip(python: Path, *args: str, check: bool = True) -> bool:
-    """``python -m pip ARGS``; True if it succeeded (``check``: a failure fails the test)."""
-    try:
-        result = subprocess.run(
-            [str(python), "-m", "pip", "--disable-pip-version-check", "-q", *args],
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_TIMEOUT,
-            check=False,
-        )
-    except OSError:  # a kept virtualenv whose python is gone
-        assert not check, f"no {python}"
-        return False
-    assert result.returncode == 0 or not check, f"pip {' '.join(args)}:\n{result.stderr[-4000:]}"
-    return result.returncode == 0
-
-
-def user_env(venv: Path) -> dict[str, str]:
-    """This environment as a user's shell with the virtualenv activated has it: nothing that
-    points into the checkout or at this suite's services."""
-    dropped = {
-        "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "SCRAPY_SETTINGS_MODULE", "SCRAPY_PROJECT",
-        "STORE_URL", "REDIS_URL", "PYTEST_CURRENT_TEST",
-    }  # fmt: skip
-    env = {name: value for name, value in os.environ.items() if name not in dropped}
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
-    env["VIRTUAL_ENV"] = str(venv)
-    return env
-
-
-def cached_venv() -> Path:
-    """Where this ``pyproject.toml``'s virtualenv is kept between runs, outside the checkout."""
-    key = hashlib.sha256(PYPROJECT.read_bytes() + sys.version.encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"bloom-frontier-wheel-venv-{key}"
-
-
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    """The wheel built from a copy of the checkout, installed in the cached virtualenv (made,
-    with the wheel's dependencies, when there is none yet)."""
-    started = time.monotonic()
-    build = tmp_path_factory.mktemp("wheel")
-    source, dist = build / "source", build / "dist"
-    shutil.copytree(ROOT, source, ignore=NOT_COPIED)
-    pip(Path(sys.executable), "wheel", "--no-deps", "-w", str(dist), str(source))
-    (wheel,) = dist.glob("*.whl")
-    venv = cached_venv()
-    with open(f"{venv}.lock", "w") as lock:
-        # Held while this module's tests use it: another run would reinstall the wheel.
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        ready, python = venv / ".dependencies-installed", venv / "bin" / "python"
-        reinstall = ("install", "--no-deps", "--force-reinstall", str(wheel))
-        if not (ready.exists() and pip(python, *reinstall, check=False)):
-            # None kept yet, or one that no longer works (half made, partly cleaned away).
-            shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-            pip(python, "install", str(wheel))
-            ready.touch()
-        print(f"wheel built and installed in {time.monotonic() - started:.1f} s")
-        yield Installed(wheel, venv, user_env(venv))
 
 
 def test_the_wheel_holds_one_import_package_with_every_file(installed: Installed) -> None:

@@ -14,6 +14,9 @@ stops before the engine starts, with one line saying what is wrong and what to d
 A worker that stopped because the crawl's state in Redis was lost
 (:mod:`bloom_frontier.frontier.redis.identity`) exits 1, not 0.
 
+A crawl that stops because its record store cannot be written (a full disk, the SQLite file
+deleted: :mod:`bloom_frontier.pipelines.recorder`) ends with that line and exit status 2.
+
 A spider checks its ``-a`` arguments here when it has a ``check_arguments(**arguments)``
 class method raising :class:`~bloom_frontier.spiders.site.SpiderArgumentError` (as the
 ``site`` spider does).
@@ -34,12 +37,13 @@ from scrapy.utils.request import RequestFingerprinter
 
 from bloom_frontier.addon import BloomFrontierAddon, check_fingerprinter
 from bloom_frontier.canonical.rules import rules_from_settings
-from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
+from bloom_frontier.commands._failures import CommandFailed, fails_cleanly, report
 from bloom_frontier.compat import asyncio_reactor_path
 from bloom_frontier.frontier.redis.identity import LOST_REASON, check_start
 from bloom_frontier.frontier.redis.layout import FrontierKeys
 from bloom_frontier.frontier.redis.partitions import partition_keys
 from bloom_frontier.pipelines.database import make_engine, store_url_from
+from bloom_frontier.pipelines.recorder import FAILED_STAT
 from bloom_frontier.pipelines.schema import upgrade_schema
 from bloom_frontier.redis_client import command_client, require_bloom
 from bloom_frontier.seen.joblock import JobdirLock
@@ -168,6 +172,10 @@ class Command(ScrapyCrawlCommand):
     requires_crawler_process = False  # made in run(), after the checks
     crawler: Crawler | None = None
 
+    def _create_crawler(self, spidercls: type[Spider] | str) -> Crawler:
+        self.crawler = super()._create_crawler(spidercls)
+        return self.crawler
+
     @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
@@ -176,10 +184,8 @@ class Command(ScrapyCrawlCommand):
         self.crawler_process = crawler_process(self.settings)
         super().run(args, opts)
         stats = self.crawler.stats if self.crawler is not None else None
-        if stats is not None and stats.get_value("finish_reason") == LOST_REASON:
-            self.exitcode = 1  # the frontier's state was lost: not "finished"
-
-    def _create_crawler(self, spidercls: type[Spider] | str) -> Crawler:
-        """Scrapy's crawler for the crawl, kept to read its finish reason afterwards."""
-        self.crawler = super()._create_crawler(spidercls)
-        return self.crawler
+        # A crawl stopped because its record store could not be written ends with why.
+        if stats is not None and (failed := stats.get_value(FAILED_STAT)):
+            report(self, CommandFailed(failed))
+        elif stats is not None and stats.get_value("finish_reason") == LOST_REASON:
+            self.exitcode = 1  # the frontier's state was lost (its worker said so): not "finished"

@@ -1,5 +1,10 @@
-"""``scrapy frontier SPIDER [--watch] [--json]``: live status of a shared (Redis) frontier;
+"""``scrapy frontier SPIDER [--watch [SECONDS]] [--json]``: live status of a shared (Redis)
+frontier (leases per worker now, totals, rates, elapsed time; ``--watch`` stops once the crawl
+finished); ``--failed``: the requests that failed for good, with their reasons;
 ``scrapy frontier SPIDER --reset --yes``: clear it so the same crawl can run again.
+
+``--serve PORT`` serves the crawl's progress over time as one web page
+(:mod:`bloom_frontier.frontier.liveview`).
 
 ``--quarantine`` lists the stored requests in quarantine (:mod:`bloom_frontier.frontier.redis.
 quarantine`); ``--requeue-quarantined ID...|all`` and ``--drop-quarantined ID...|all`` act on
@@ -18,14 +23,15 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
-from bloom_frontier.commands._failures import fails_cleanly
+from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
+from bloom_frontier.frontier import liveview
 from bloom_frontier.frontier.politeness import HostLimits
 from bloom_frontier.frontier.redis import quarantine
 from bloom_frontier.frontier.redis.identity import check_readable
 from bloom_frontier.frontier.redis.layout import FrontierKeys
 from bloom_frontier.frontier.redis.partitions import partition_keys
 from bloom_frontier.frontier.reset import CrawlStillRunning, crawl_keys, reset_crawl
-from bloom_frontier.frontier.status import read_status
+from bloom_frontier.frontier.status import crawl_name, failed_requests, read_status
 from bloom_frontier.redis_client import Client, command_client, require_bloom
 
 #: ANSI: cursor home, clear screen - --watch redraws in place.
@@ -40,10 +46,16 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
 
     def syntax(self) -> str:
-        return "<spider> [--watch [SECONDS]] [--json] | --reset --yes  -s REDIS_URL=redis://..."
+        return (
+            "<spider> [--watch [SECONDS]] [--json] | --serve PORT | --failed [--json] | "
+            "--quarantine | --reset --yes  -s REDIS_URL=redis://..."
+        )
 
     def short_desc(self) -> str:
-        return "Show a shared frontier: queue, leases, Bloom fill and error, workers' pages/min"
+        return (
+            "Show a shared frontier: pages and rates, queue, leases per worker, failures, "
+            "Bloom fill and error"
+        )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
@@ -53,9 +65,33 @@ class Command(ScrapyCommand):
             const=2.0,
             type=float,
             metavar="SECONDS",
-            help="refresh in place every SECONDS (default 2) until interrupted",
+            help="refresh in place every SECONDS (default 2); stops (exit 0) once the crawl "
+            "finished: it started, nothing is queued or leased and no worker is alive",
         )
-        parser.add_argument("--json", action="store_true", help="one JSON object per reading")
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="one JSON object per reading (with --failed, --quarantine: per record)",
+        )
+        parser.add_argument(
+            "--serve",
+            type=int,
+            metavar="PORT",
+            help="serve the crawl's progress over time as a web page on PORT (0: any free "
+            "port), read every FRONTIER_STATUS_INTERVAL seconds (or --watch SECONDS); Ctrl-C "
+            "stops it",
+        )
+        parser.add_argument(
+            "--serve-address",
+            default="127.0.0.1",
+            metavar="ADDRESS",
+            help="the address --serve listens on (default 127.0.0.1, this machine only)",
+        )
+        parser.add_argument(
+            "--failed",
+            action="store_true",
+            help="list the requests that failed for good: when, URL, attempts, reason",
+        )
         parser.add_argument(
             "--quarantine",
             action="store_true",
@@ -106,7 +142,13 @@ class Command(ScrapyCommand):
             if opts.quarantine or opts.requeue_quarantined or opts.drop_quarantined:
                 self.quarantine(client, FrontierKeys.for_prefix(prefix), opts)
                 return
+            if opts.failed:
+                self.failed(client, prefix, opts.json)
+                return
             require_bloom(client, f"{prefix}:bloom-probe")  # the status reads BF.INFO
+            if opts.serve is not None:
+                self.serve(client, prefix, error_rate, limits, opts)
+                return
             while True:
                 status = read_status(client, prefix, error_rate, limits)
                 if opts.json:
@@ -116,11 +158,38 @@ class Command(ScrapyCommand):
                     print(prefix_text + status.render(), flush=True)
                 if not opts.watch:
                     return
+                if status.state == "finished":
+                    if not opts.json:
+                        print(f"crawl {status.name} finished: --watch stops", flush=True)
+                    return
                 time.sleep(opts.watch)
         except KeyboardInterrupt:
             sys.stdout.write("\n")
         finally:
             client.close()
+
+    def serve(
+        self,
+        client: Client,
+        prefix: str,
+        error_rate: float,
+        limits: HostLimits,
+        opts: argparse.Namespace,
+    ) -> None:
+        """Serve the live view (:mod:`bloom_frontier.frontier.liveview`) until Ctrl-C."""
+        assert self.settings is not None
+        interval = opts.watch or self.settings.getfloat("FRONTIER_STATUS_INTERVAL")
+        if opts.json or interval <= 0 or not 0 <= opts.serve <= 65535:
+            raise UsageError("--serve takes a PORT (0 to 65535), a positive interval, no --json")
+        view = liveview.LiveView(
+            lambda: read_status(client, prefix, error_rate, limits),
+            lambda clock: liveview.read_hosts(client, prefix, clock),
+            interval,
+        )
+        try:
+            liveview.serve(view, opts.serve_address, opts.serve, crawl_name(prefix))
+        except liveview.ServeFailed as error:
+            raise CommandFailed(str(error)) from error
 
     @classmethod
     def quarantine(cls, client: Client, keys: FrontierKeys, opts: argparse.Namespace) -> None:
@@ -143,6 +212,26 @@ class Command(ScrapyCommand):
                 if len(parts) > 1:
                     record["id"] = f"{record.get('id')}@{index}"
                 cls.print_record(record, opts)
+
+    @staticmethod
+    def failed(client: Client, prefix: str, as_json: bool) -> None:
+        """List the crawl's failed requests, oldest first (one JSON object each with
+        ``--json``); one line saying so when there are none."""
+        found = failed_requests(client, prefix)
+        if as_json:
+            for failure in found:
+                print(json.dumps(failure, sort_keys=True), flush=True)
+            return
+        if not found:
+            print(f"no failed requests in crawl {crawl_name(prefix)}")
+            return
+        print(f"{len(found)} failed request(s) in crawl {crawl_name(prefix)}, oldest first:")
+        for failure in found:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(failure["failed_at"] or 0))
+            attempts = failure["attempts"]
+            tried = f"{attempts} attempt{'s' if attempts != 1 else ''}" if attempts else "?"
+            print(f"{when}Z  {failure['url']}  ({tried})")
+            print(f"    {failure['reason']}")
 
     @staticmethod
     def print_record(record: dict, opts: argparse.Namespace) -> None:

@@ -6,7 +6,9 @@ other engine-internal downloads are skipped) is fingerprinted in Twisted's threa
 result is added to the record store from the reactor thread and announced with the
 :data:`content_fingerprinted` signal (``page``, ``content``, ``request``), which
 :mod:`bloom_frontier.learning` listens to. Pending fingerprints are awaited when the spider
-closes. Stats: ``content/fingerprinted``, ``content/kind/<kind>``, ``content/failed``.
+closes. Stats: ``content/fingerprinted``, ``content/kind/<kind>``, ``content/failed``,
+``content/too_large`` (a body above ``CONTENT_FINGERPRINT_MAX_BYTES``: its raw bytes hashed,
+no normalization, which would hold the interpreter, and with it the loop, for a second).
 A fingerprint of a page whose lease was already released is lost if the worker dies before
 the next flush: it is derived data, the page itself is recorded.
 """
@@ -59,11 +61,12 @@ def page_of(request: Request, response: Response) -> PageRecord:
 class ContentFingerprints:
     """See the module docstring. ``CONTENT_FINGERPRINTS_ENABLED`` switches it off;
     ``CONTENT_NORMALIZATION`` (``n2``, or ``n1`` as stores before ``n2`` hold) chooses the
-    normalization."""
+    normalization; bodies above ``max_bytes`` are hashed raw."""
 
-    def __init__(self, crawler: Crawler, norm: str) -> None:
+    def __init__(self, crawler: Crawler, norm: str, max_bytes: int) -> None:
         self.crawler = crawler
         self.norm = norm
+        self.max_bytes = max_bytes
         self._pending: set[Deferred[Any]] = set()
 
     @classmethod
@@ -73,7 +76,7 @@ class ContentFingerprints:
         norm = crawler.settings.get("CONTENT_NORMALIZATION")
         if norm not in NORMALIZATIONS:
             raise ValueError(f"CONTENT_NORMALIZATION must be one of {NORMALIZATIONS}, not {norm!r}")
-        extension = cls(crawler, norm)
+        extension = cls(crawler, norm, crawler.settings.getint("CONTENT_FINGERPRINT_MAX_BYTES"))
         crawler.signals.connect(extension.response_received, signal=signals.response_received)
         crawler.signals.connect(extension.spider_closed, signal=signals.spider_closed)
         return extension
@@ -82,8 +85,13 @@ class ContentFingerprints:
         if request.callback is NO_CALLBACK:
             return
         page = page_of(request, response)
-        # Decoded here: Scrapy caches the text, which the spider's callback needs anyway.
-        text = response.text if isinstance(response, TextResponse) else None
+        text = None
+        if len(response.body) > self.max_bytes:
+            assert self.crawler.stats is not None
+            self.crawler.stats.inc_value("content/too_large")
+        elif isinstance(response, TextResponse):
+            # Decoded here: Scrapy caches the text, which the spider's callback needs anyway.
+            text = response.text
         pending = deferToThread(
             fingerprint, response.body, text, response.status, page.flag, self.norm
         )

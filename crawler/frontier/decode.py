@@ -23,7 +23,11 @@ one there), so before a request is built:
 - callbacks and errbacks name a plain method of the spider's class hierarchy
   (:func:`spider_method`): never a dunder, nor anything ``scrapy.Spider`` or ``object``
   defines (``start``, ``close``, ``from_crawler``, ``_set_crawler``...), nor a private
-  helper of Scrapy's generic spiders other than their own callbacks.
+  helper of Scrapy's generic spiders other than their own callbacks; a spider that lists
+  its callbacks in ``stored_callbacks`` (the ``site`` spider does) gets only those;
+- ``meta`` keys that change how a request is fetched are honoured only as far as the
+  crawl's settings allow them for any request, and keys of Scrapy's and the frontier's must
+  hold values of their type (:mod:`bloom_frontier.frontier.storedmeta`).
 
 Any other failure while building the request (``RecursionError``, ``MemoryError``, a
 ``LookupError`` from a codec...) is caught into :class:`RequestNotLoadable` too.
@@ -39,7 +43,7 @@ import json
 import re
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -48,11 +52,13 @@ from scrapy.spiders import CrawlSpider, SitemapSpider
 from scrapy.utils.misc import load_object
 
 from bloom_frontier import defaults
+from bloom_frontier.frontier.storedmeta import StoredMeta, StoredMetaRefused
 
 if TYPE_CHECKING:
     from typing import Self
 
     from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
 
 #: The stored format written now: compact records in the shared frontier's lanes, JSON
 #: objects (``"v": 2``) elsewhere. Versions 0 (no ``"v"`` field) and 1 are JSON objects with
@@ -268,10 +274,18 @@ def spider_method(spider: Spider, name: Any) -> Callable[..., Any]:
     Allowed: a plain function defined by the spider's class or a base class, except dunders,
     what ``scrapy.Spider`` and ``object`` define (``parse`` excepted: it is meant to be
     overridden), and private helpers of Scrapy's own spiders other than their callbacks
-    (:data:`GENERIC_SPIDER_CALLBACKS`). Looked up on the class, so an instance attribute of
-    the same name (a spider argument) never stands in for it.
+    (:data:`GENERIC_SPIDER_CALLBACKS`). A spider class with ``stored_callbacks`` (a set of
+    names) allows only those: its other methods (a helper such as ``is_short_link``) are
+    not callbacks. Looked up on the class, so an instance attribute of the same name (a
+    spider argument) never stands in for it.
     """
     check_callback_name(name)
+    listed = getattr(type(spider), "stored_callbacks", None)
+    if listed is not None and name not in listed:
+        raise _refuse(
+            f"{name!r} is not a callback of spider {spider.name!r} (its stored_callbacks: "
+            f"{', '.join(sorted(listed))})"
+        )
     definer = next((cls for cls in type(spider).__mro__ if name in vars(cls)), None)
     if definer is None:
         raise _refuse(f"spider {spider.name!r} has no method {name!r}")
@@ -324,13 +338,31 @@ class RequestDecoder:
     max_bytes: int = defaults.FRONTIER_MAX_REQUEST_BYTES
     #: Request classes a stored request may name besides :data:`REQUEST_CLASSES`.
     extra_classes: frozenset[str] = frozenset()
+    #: What a stored request's ``meta`` may change of how it is fetched.
+    meta_policy: StoredMeta = field(default_factory=StoredMeta, compare=False)
 
     @classmethod
-    def from_settings(cls, settings: BaseSettings) -> Self:
+    def from_settings(cls, settings: BaseSettings, stats: StatsCollector | None = None) -> Self:
+        """The crawl's decoder; what it drops of stored requests' ``meta`` is counted in
+        ``stats``."""
         max_bytes = settings.getint("FRONTIER_MAX_REQUEST_BYTES")
         if max_bytes <= 0:
             raise ValueError(f"FRONTIER_MAX_REQUEST_BYTES must be positive, got {max_bytes}")
-        return cls(max_bytes, frozenset(settings.getlist("FRONTIER_REQUEST_CLASSES")))
+        return cls(
+            max_bytes,
+            frozenset(settings.getlist("FRONTIER_REQUEST_CLASSES")),
+            StoredMeta.from_settings(settings, stats),
+        )
+
+    def vetted(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` of a stored request with its ``meta`` vetted (see
+        :mod:`bloom_frontier.frontier.storedmeta`)."""
+        if kwargs.get("meta"):
+            try:
+                kwargs["meta"] = self.meta_policy.vet(kwargs["meta"], kwargs["url"])
+            except StoredMetaRefused as exc:
+                raise _refuse(str(exc)) from None
+        return kwargs
 
     def checked_text(self, stored: str | bytes, what: str = "stored request") -> str:
         """``stored`` as text, size-checked and UTF-8."""
@@ -439,6 +471,7 @@ class RequestDecoder:
         are checked here as far as they can be without the spider)."""
         try:
             request_class, kwargs = self.fields(self.loads(text))
+            kwargs = self.vetted(kwargs)
             for name in ("callback", "errback"):
                 if kwargs.get(name) is not None:
                     check_callback_name(kwargs[name])
@@ -468,6 +501,7 @@ class RequestDecoder:
                 if not named.keys().isdisjoint(meta):
                     raise _refuse("meta has an entry its shape names too")
                 meta.update(named)
+            kwargs = self.vetted(kwargs)
             for name in ("callback", "errback"):
                 if kwargs.get(name) is None:
                     continue

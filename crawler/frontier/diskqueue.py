@@ -34,7 +34,7 @@ class _JsonRequests:
         self.spider = crawler.spider
         # Stored requests are read back strictly (bloom_frontier.frontier.decode), under the
         # crawl's FRONTIER_MAX_REQUEST_BYTES and FRONTIER_REQUEST_CLASSES, as from Redis.
-        self.decoder = RequestDecoder.from_settings(crawler.settings)
+        self.decoder = RequestDecoder.from_settings(crawler.settings, crawler.stats)
         super().__init__(key)  # type: ignore[call-arg]
 
     @classmethod

@@ -25,6 +25,7 @@ from w3lib.url import safe_url_string
 
 from bloom_frontier.canonical import InvalidURL, dedupe_key
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
+from bloom_frontier.logtext import short
 from bloom_frontier.meta import (
     DEDUPE_CHECKED_META,
     DEDUPE_KEY_META,
@@ -109,7 +110,7 @@ class OffsiteFilter:
         domain = urlparse_cached(request).hostname
         if domain and domain not in self._domains:
             self._domains.add(domain)
-            logger.debug("Filtered offsite request to %r: %s", domain, request)
+            logger.debug("Filtered offsite request to %r: %s", short(domain), short(request))
             stats.inc_value("offsite/domains")
         stats.inc_value("offsite/filtered")
         return True
@@ -322,16 +323,16 @@ class RequestKeyer:
         self.stats.inc_value(f"dupefilter/failed/{name}")
         cause = (name, str(exc))
         if cause in self._logged_failures and not self.debug:
-            logger.debug("Cannot key %s: %s: %s", request, name, exc)
+            logger.debug("Cannot key %s: %s: %s", short(request), name, short(exc))
             return
         self._logged_failures.add(cause)
         logger.error(
             "Cannot key %s, dropped (counted as dupefilter/failed/%s; further URLs failing "
             "the same way are logged at DEBUG): %s: %s",
-            request,
+            short(request),
             name,
             name,
-            exc,
+            short(exc),
             exc_info=exc,
         )
 
@@ -368,7 +369,7 @@ class RequestKeyer:
             self.stats.inc_value("dupefilter/filtered", duplicates)
 
     def _log_duplicate(self, request: Request | str, key: str) -> None:
-        logger.debug("Filtered duplicate request %s (key %s)", request, key)
+        logger.debug("Filtered duplicate request %s (key %s)", short(request), short(key))
         self._logged_duplicate = True
 
 

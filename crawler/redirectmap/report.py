@@ -3,14 +3,18 @@
 
 Each category is a function of the csv/jsonl export's columns (:data:`CATEGORIES`), so the
 counts on the page are the counts a script gets from the export; the canonical category is a
-function of ``scrapy canonicals``' export (:func:`canonical_problem`).
+function of ``scrapy canonicals``' export (:func:`canonical_problem`). Every row names the page
+that linked to its source (:func:`linked_from`); the sources of one redirect spiral (every hop
+a new URL, up to the hop cap) are listed as one row naming their pattern (:func:`spirals`).
 """
 
 from __future__ import annotations
 
 import html
+import itertools
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from bloom_frontier.pipelines.reader import StoredChain
@@ -98,12 +102,98 @@ def why_no_target(row: Row) -> str:
     return reason or outcome
 
 
+def arrivals(rows: Iterable[Row]) -> dict[str, str]:
+    """Each URL some chain was redirected to, and the URL redirecting to it (the first one
+    listed)."""
+    found: dict[str, str] = {}
+    for row in rows:
+        urls = row.get("urls") or ()
+        for before, after in itertools.pairwise(urls):
+            found.setdefault(after, before)
+    return found
+
+
+def linked_from(row: Row, arrived_from: Mapping[str, str]) -> str:
+    """What the "linked from" column says: the page whose link was followed to the source
+    (the stored referrer), else how the source was reached (``arrived_from``:
+    :func:`arrivals`)."""
+    if row.get("referrer"):
+        return str(row["referrer"])
+    if row["source"] in arrived_from:
+        return f"no link: reached by redirect from {arrived_from[row['source']]}"
+    return "none recorded: a start URL, or no Referer was sent"
+
+
 def hop_list(row: Row) -> str:
     """Each hop as ``status -> URL`` on its own line (the URLs the chain passed)."""
     urls = row.get("urls") or ()
     statuses = str(row["hop_statuses"]).split()
     return "\n".join(
         f"{status} \u2192 {url}" for status, url in zip(statuses, urls[1:], strict=False)
+    )
+
+
+#: Characters a URL pattern's fixed parts end (or start) at: ``?x=1`` and ``?x=12`` give
+#: ``?x=*``, not ``?x=1*``.
+DELIMITERS = "/?&=#;:.,-_~+"
+
+
+def _common_start(texts: Sequence[str]) -> str:
+    """The characters every text starts with."""
+    first, last = min(texts), max(texts)
+    size = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), None)
+    return first if size is None else first[:size]
+
+
+def url_pattern(urls: Sequence[str]) -> str:
+    """The URLs as one pattern: what they all start and end with around a ``*``, each part
+    cut at a delimiter.
+
+    >>> url_pattern(["https://e.org/a?x=1", "https://e.org/a?x=2", "https://e.org/a?x=10"])
+    'https://e.org/a?x=*'
+    >>> url_pattern(["https://e.org/p/1/", "https://e.org/p/1/x/", "https://e.org/p/1/x/x/"])
+    'https://e.org/p/1/*'
+    >>> url_pattern(["https://e.org/s12/index", "https://e.org/s13/index"])
+    'https://e.org/*/index'
+    """
+    head = _common_start(urls)
+    room = min(len(url) for url in urls) - len(head)
+    tail = _common_start([url[::-1] for url in urls])[:room][::-1]
+    if head and head[-1] not in DELIMITERS:
+        head = head[: max(head.rfind(c) for c in DELIMITERS) + 1]
+    if tail and tail[0] not in DELIMITERS:
+        cuts = [i for i, c in enumerate(tail) if c in DELIMITERS]
+        tail = tail[cuts[0] :] if cuts else ""
+    return f"{head}*{tail}"
+
+
+def spirals(rows: Iterable[Row]) -> list[list[Row]]:
+    """The sources of each redirect spiral, its first source first: rows that ended past the
+    hop cap (each hop a new URL) and share URLs, since every hop of a spiral is a source of
+    its own. Groups of one row are left out."""
+    groups: list[tuple[set[str], list[Row]]] = []
+    for row in rows:
+        if row["outcome"] != TOO_MANY_HOPS:
+            continue
+        urls = set(row.get("urls") or (row["source"],))
+        touching = [group for group in groups if group[0] & urls]
+        members = [row] + [member for _, group_rows in touching for member in group_rows]
+        groups = [group for group in groups if all(group is not t for t in touching)]
+        groups.append((urls.union(*(urls for urls, _ in touching)), members))
+    return [
+        sorted(members, key=lambda row: -int(row["hops"]))
+        for _, members in groups
+        if len(members) > 1
+    ]
+
+
+def why_spiral(group: Sequence[Row]) -> str:
+    """Why a spiral (:func:`spirals`) has no target: its pattern and length."""
+    first = group[0]
+    return (
+        f"spiral {url_pattern(first['urls'])}: every hop leads to a new URL; stopped at the "
+        f"hop cap after {first['hops']} hops (REDIRECT_MAX_HOPS), so its end was never "
+        f"fetched: no target for its {len(group)} sources"
     )
 
 
@@ -244,14 +334,25 @@ def _bar_chart(title: str, counts: list[tuple[str, int]], color: str) -> str:
     return "".join(parts)
 
 
+@dataclass(frozen=True)
+class Markup:
+    """A table cell already written as HTML (its text escaped by whoever wrote it)."""
+
+    html: str
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, Markup):
+        return value.html
+    return html.escape("" if value is None else str(value))
+
+
 def _table(headers: list[str], body: list[list[Any]], url_columns: set[int]) -> str:
     cells = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     lines = [f"<table><thead><tr>{cells}</tr></thead><tbody>"]
     for values in body[:MAX_LISTED]:
         tds = "".join(
-            f'<td class="url">{html.escape(str(v))}</td>'
-            if i in url_columns
-            else f"<td>{html.escape('' if v is None else str(v))}</td>"
+            f'<td class="url">{_cell(v)}</td>' if i in url_columns else f"<td>{_cell(v)}</td>"
             for i, v in enumerate(values)
         )
         lines.append(f"<tr>{tds}</tr>")
@@ -266,14 +367,46 @@ def _row_count(count: int) -> str:
     return f"{count} row" if count == 1 else f"{count} rows"
 
 
-def _section(ident: str, title: str, text: str, count: int, table: str) -> str:
+def _section(
+    ident: str, title: str, text: str, count: int, table: str, listed: int | None = None
+) -> str:
+    """A category: its title and count (of export rows), and its table, folded; ``listed``:
+    the table's rows, when fewer than ``count`` (a spiral's sources are one row)."""
+    folded = _row_count(count)
+    if listed is not None and listed != count:
+        folded = f"{_row_count(listed)} for {count} sources (each spiral is one row)"
     return (
         f'<section id="{ident}"><h2>{html.escape(title)} '
         f'(<span class="count" data-category="{ident}">{count}</span>)</h2>'
         f'<p class="lede">{html.escape(text)}</p>'
-        + (f"<details><summary>{_row_count(count)}</summary>{table}</details>" if count else "")
+        + (f"<details><summary>{folded}</summary>{table}</details>" if count else "")
         + "</section>"
     )
+
+
+def _source_rows(members: list[Row], arrived_from: Mapping[str, str]) -> list[list[Any]]:
+    """A category's table rows: one per source, one per spiral (:func:`spirals`) naming
+    its pattern, its length and why it has no target, its sources listed, folded."""
+    grouped = {id(row): group for group in spirals(members) for row in group}
+    body = []
+    for row in members:
+        group = grouped.get(id(row))
+        if group is not None and row is not group[0]:
+            continue
+        source: Any = row["source"]
+        target = row["target"] or why_no_target(row)
+        if group is not None:
+            sources = "\n".join(html.escape(member["source"]) for member in group)
+            source = Markup(
+                f"{html.escape(url_pattern(row['urls']))}<details><summary>spiral: "
+                f"{len(group)} sources</summary>{sources}</details>"
+            )
+            target = why_spiral(group)
+        body.append(
+            [source, linked_from(row, arrived_from), target, row["status"], hop_list(row),
+             row["outcome"], row["final_status"], row["flag"]]
+        )  # fmt: skip
+    return body
 
 
 def write_report(
@@ -287,20 +420,17 @@ def write_report(
     """Write the report page (``judge``: :func:`canonical_judge`; ``site`` and ``dated`` for
     its header); return each category's count."""
     data = [{**row.as_dict(), "urls": row.urls} for row in rows]
+    arrived_from = arrivals(data)
     counts: dict[str, int] = {}
     sections = []
-    headers = ["source", "target (or why none)", "status", "hops (status \u2192 URL)"]
-    headers += ["outcome", "final", "flag"]
+    headers = ["source", "linked from", "target (or why none)", "status"]
+    headers += ["hops (status \u2192 URL)", "outcome", "final", "flag"]
     for ident, title, text, member in CATEGORIES:
         members = [row for row in data if member(row)]
         counts[ident] = len(members)
-        body = [
-            [r["source"], r["target"] or why_no_target(r), r["status"], hop_list(r),
-             r["outcome"], r["final_status"], r["flag"]]
-            for r in members
-        ]  # fmt: skip
-        table = _table(headers, body, {0, 1, 3})
-        sections.append(_section(ident, title, text, len(members), table))
+        body = _source_rows(members, arrived_from)
+        table = _table(headers, body, {0, 1, 2, 4})
+        sections.append(_section(ident, title, text, len(members), table, len(body)))
     groups = variant_groups(data)
     counts["variants"] = len(groups)
     body = [

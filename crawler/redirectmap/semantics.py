@@ -17,6 +17,9 @@ is written from the :class:`SourceRow` list :func:`redirect_sources` returns.
   flagged ones in). Loops, blocked (private) targets, too-many-hops, errors and chains whose
   end is unknown are never entries; ``skip`` says why a row is not one.
 * ``permanent_only`` leaves every row that is not permanent end to end out entirely.
+* **referrer**: the page whose link was followed to the source (the ``Referer`` of the
+  newest chain starting there); None for a source only reached by redirect, a start URL, or
+  a chain recorded without one.
 
 Pure: no I/O; the caller reads the store.
 """
@@ -58,6 +61,7 @@ class SourceRow:
     reason: str | None = None
     #: The source, then each hop's target in order (the audit report shows them).
     urls: tuple[str, ...] = ()
+    referrer: str | None = None
 
     @property
     def host(self) -> str:
@@ -80,6 +84,7 @@ class SourceRow:
             "reason": self.reason,
             "host": self.host,
             "source_key": self.source_key,
+            "referrer": self.referrer,
         }
 
 
@@ -176,6 +181,7 @@ class _Graph:
         self.same_key: dict[str, StoredHop] = {}  # by source URL
         self.ends: dict[str, StoredChain] = {}
         self.pages: dict[str, Mapping[str, object]] = {}
+        self.referrers: dict[str, str] = {}  # by source URL: the page linking to it
         for page in pages:
             if page.get("key"):
                 self.pages[str(page["key"])] = page
@@ -190,6 +196,8 @@ class _Graph:
                     self.same_key[hop.source_url] = hop
             if chain.outcome != SEEN and chain.hops:
                 self.ends[_target_node(chain.hops[-1])] = chain
+            if chain.referrer and chain.hops:
+                self.referrers[chain.hops[0].source_url] = chain.referrer
 
     def walk(self, first: StoredHop) -> tuple[list[StoredHop], str, StoredChain | None]:
         """The hops from ``first`` to the end, the end's outcome and the chain that ended
@@ -296,6 +304,7 @@ def _row(graph: _Graph, first: StoredHop, hosts: frozenset[str], options: MapOpt
         skip=skip,
         reason=reason,
         urls=(first.source_url, *(hop.target_url or hop.location for hop in path)),
+        referrer=graph.referrers.get(first.source_url),
     )
 
 

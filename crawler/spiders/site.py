@@ -5,15 +5,17 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Iterator
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from lxml import etree
 from scrapy import Request, Spider
 from scrapy.http import Response, TextResponse
+from twisted.internet.threads import deferToThread
 
 from bloom_frontier.canonical import resolve_link
 from bloom_frontier.canonical.resolve import RESOLVED_LINKS, LinkResolver
+from bloom_frontier.frontier.bounded import over_page_cap
 from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.services import CrawlServices
 from bloom_frontier.shorteners import Shorteners, shorteners_from_settings
@@ -22,12 +24,12 @@ if TYPE_CHECKING:
     from bloom_frontier.services import SeenLinks
 
 #: Elements whose ``href`` is a link to follow.
+LINK_TAGS = ("a", "area")
 LINK_XPATH = "//a/@href | //area/@href"
 BASE_XPATH = "//base[@href][1]/@href"
-_LINK_HREFS = etree.XPath(LINK_XPATH, smart_strings=False)
-#: :data:`LINK_XPATH` on a page without ``<area>`` (most): one pass over the tree, not two
-#: and a merge in document order.
-_A_HREFS = etree.XPath("//a/@href", smart_strings=False)
+#: How many links of each tag a page has (counted only past ``PAGE_MAX_LINKS``; a union
+#: of the two costs twice as much).
+_COUNT_LINKS = {tag: etree.XPath(f"count(//{tag}[@href])") for tag in LINK_TAGS}
 
 
 def page_tree(response: TextResponse) -> Any:
@@ -38,16 +40,36 @@ def page_tree(response: TextResponse) -> Any:
     return selector.root
 
 
-def page_links(response: TextResponse) -> list[str]:
-    """The ``href`` values of the page's ``<a>`` and ``<area>`` elements, in document order:
-    what ``response.xpath(LINK_XPATH).getall()`` gives, read off the lxml tree Scrapy parsed
-    without a parsel ``Selector`` per value (a page of the Python docs has ~290 links)."""
+def page_links(response: TextResponse, limit: int = 0) -> tuple[list[str], bool]:
+    """The ``href`` values of the page's ``<a>`` and ``<area>`` elements, in document order
+    (what ``response.xpath(LINK_XPATH).getall()`` gives), the first ``limit`` of them (0:
+    all), and whether the page has more. Read off the lxml tree Scrapy parsed, element by
+    element, without a parsel ``Selector`` per value and without reading past ``limit``: a
+    page of a million links costs what its first ``limit`` cost."""
     root = page_tree(response)
     if root is None:
-        return response.xpath(LINK_XPATH).getall()
+        hrefs = response.xpath(LINK_XPATH).getall()
+        return (hrefs[:limit], True) if limit and len(hrefs) > limit else (hrefs, False)
+    hrefs = []
+    for element in root.iter(*LINK_TAGS):
+        href = element.get("href")
+        if href is None:
+            continue
+        if len(hrefs) == limit and limit:
+            return hrefs, True
+        hrefs.append(href)
+    return hrefs, False
+
+
+def count_links(response: TextResponse) -> int:
+    """How many ``<a href>`` and ``<area href>`` the page has (in C: a second for a million;
+    a crawl asks in a thread)."""
+    root = page_tree(response)
+    if root is None:
+        return len(response.xpath(LINK_XPATH))
     # lxml answers at once for a tag name the document never uses.
-    query = _A_HREFS if next(root.iter("area"), None) is None else _LINK_HREFS
-    return query(root)  # type: ignore[no-any-return]
+    tags = [tag for tag in LINK_TAGS if next(root.iter(tag), None) is not None]
+    return sum(int(_COUNT_LINKS[tag](root)) for tag in tags)
 
 
 def _base_href(response: TextResponse) -> str | None:
@@ -112,6 +134,9 @@ class SiteSpider(Spider):
     """
 
     name = "site"
+    #: The only methods a stored request may name as its callback or errback
+    #: (``bloom_frontier.frontier.decode.spider_method``): not ``is_short_link`` & co.
+    stored_callbacks: ClassVar[frozenset[str]] = frozenset({"parse"})
 
     @classmethod
     def check_arguments(cls, start_url: str | None = None, **arguments: str) -> None:
@@ -193,13 +218,16 @@ class SiteSpider(Spider):
 
     def followed_urls(self, response: TextResponse) -> Iterator[str]:
         """The URLs of the page's links that stay on the allowed hosts (counted:
-        ``links/extracted``, ``links/junk``, ``links/offsite``). Resolved and judged once
-        per link, not once per page that has it (:class:`~bloom_frontier.canonical.resolve.
-        LinkResolver`, :meth:`follows`)."""
+        ``links/extracted``, ``links/junk``, ``links/offsite``), among its first
+        ``PAGE_MAX_LINKS`` links (the others unread, :meth:`_count_over_cap`). Resolved and
+        judged once per link, not once per page that has it
+        (:class:`~bloom_frontier.canonical.resolve.LinkResolver`, :meth:`follows`)."""
         base = page_base(response)
         stats = self.crawler.stats
-        hrefs = page_links(response)
+        hrefs, more = page_links(response, self.settings.getint("PAGE_MAX_LINKS"))
         stats.inc_value("links/extracted", len(hrefs))
+        if more:
+            self._count_over_cap(response, len(hrefs))
         junk = offsite = 0
         verdicts = self._verdicts_now()
         try:
@@ -219,6 +247,19 @@ class SiteSpider(Spider):
                 stats.inc_value("links/junk", junk)
             if offsite:
                 stats.inc_value("links/offsite", offsite)
+
+    def _count_over_cap(self, response: TextResponse, taken: int) -> None:
+        """Count the links of ``response`` past the ``taken`` ones (``PAGE_MAX_LINKS``) in a
+        thread, off Twisted's loop, then :func:`over_page_cap`: a page's links are read
+        from its tree no more meanwhile (the ones taken are strings by then)."""
+        stats = self.crawler.stats
+        counting = deferToThread(count_links, response)
+        counting.addCallback(lambda total: over_page_cap(stats, response, taken, total - taken))
+        counting.addErrback(
+            lambda failure: self.logger.error(
+                "Cannot count the links of %s: %s", response.url[:200], failure.value
+            )
+        )
 
     def follows(self, url: str) -> bool:
         """True if the link ``url`` stays on the allowed hosts (or is a short link to

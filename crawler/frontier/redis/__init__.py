@@ -112,13 +112,16 @@ SCRIPTS = (
 POLITENESS_SCRIPTS = ("turn", "pause", "paused", "waiting")
 
 
-def _warn_about_setup(client: redis.Redis) -> None:
-    """Warn about settings that would lose the crawl."""
+def _warn_about_setup(client: Client, keys: FrontierKeys) -> None:
+    """Warn about a Redis set-up that would lose the crawl: once per crawl, by its first
+    worker (the one that sets the ``setup_warned`` marker, :mod:`.layout`); commands and
+    later workers stay quiet."""
     try:
-        persistence = client.info("persistence")
+        unsafe = client.info("persistence").get("aof_enabled") == 0
+        first = unsafe and client.set(keys.setup_warned, 1, nx=True)
     except redis.RedisError:
-        return  # INFO may be disabled (managed Redis): nothing to check
-    if persistence.get("aof_enabled") == 0:
+        return  # INFO may be disabled (managed Redis), the marker refused: nothing to say
+    if first:
         logger.warning(
             "Redis at %s has no append-only file: a Redis restart loses what changed since "
             "its last snapshot (queued requests, leases, seen keys). Turn on appendonly.",
@@ -308,7 +311,7 @@ class RedisFrontier:
                 max_expiries=settings.getint("FRONTIER_MAX_EXPIRIES"),
                 spider=spider,
                 limits=HostLimits.from_settings(settings),
-                decoder=RequestDecoder.from_settings(settings),
+                decoder=RequestDecoder.from_settings(settings, stats),
                 quarantine_cap=settings.getint("FRONTIER_QUARANTINE_MAX"),
                 older=older,
                 partitions=settings.getint("FRONTIER_PARTITIONS"),
@@ -316,7 +319,6 @@ class RedisFrontier:
         except BaseException:
             client.close()
             raise
-        _warn_about_setup(client)
         logger.info(
             "Shared frontier %s at %s (worker %s, leases of %ss)",
             prefix,
@@ -335,6 +337,7 @@ class RedisFrontier:
         )
         frontier.keyer.for_crawler(crawler)
         frontier.outbox.on_gone = partial(stop_worker, crawler)
+        _warn_about_setup(frontier.client, frontier.keys)
         return frontier
 
     # --- admission -------------------------------------------------------------------
@@ -357,12 +360,11 @@ class RedisFrontier:
         verdict is not known yet (sent in the background, or Redis away) every request is
         returned, and ``on_late_duplicates`` gets the duplicates once it is.
         """
-        return self.admission.admit(
-            self.leases.take(parent),
-            children,
-            after=after,
-            on_late_duplicates=on_late_duplicates,
-        )
+        lease = self.leases.take(parent)
+        with self.leases.keeping(lease):  # extended while the batch is keyed
+            return self.admission.admit(
+                lease, children, after=after, on_late_duplicates=on_late_duplicates
+            )
 
     def enqueue(self, request: Request) -> bool:
         """Admit a request the engine scheduled directly (start requests, ``dont_filter``

@@ -97,12 +97,19 @@ Keys named per item, under the same prefix (methods of :class:`FrontierKeys`):
   fetching it now (:mod:`bloom_frontier.frontier.redis.politeness`).
 - ``<prefix>:workers`` SET of worker ids, ``<prefix>:worker:<id>`` STRING (expiring): the
   workers' published status records (:mod:`bloom_frontier.frontier.status`).
+- ``<prefix>:progress`` HASH: the crawl's progress as its workers report it, kept after they
+  exit: ``started`` and ``updated`` (ms on Redis' clock: the first report, the last),
+  ``pages:<id>``, ``items:<id>``, ``bytes:<id>`` (each worker's totals so far)
+  (:mod:`bloom_frontier.frontier.status`).
 - ``<prefix>:limits`` HASH: the crawl-wide counts behind ``CLOSESPIDER_*`` (``pages``,
   ``items``) and the crawl's first start (``started``, ms on Redis' clock)
   (:mod:`bloom_frontier.frontier.limits`).
 - ``<prefix>:learned`` STRING: the crawl's learned parameter rules (JSON), of the version in
   ``learned_version``, so every worker keys with the same rules
   (:mod:`bloom_frontier.learning.state`).
+- ``<prefix>:setup_warned`` STRING: set (``SET NX``) by the first worker of the crawl that
+  found Redis without an append-only file, which warns about it; later workers find it and
+  stay quiet (:mod:`bloom_frontier.frontier.redis`).
 
 Partitions (``FRONTIER_PARTITIONS`` = N, :mod:`bloom_frontier.frontier.redis.partitions`): with N =
 1
@@ -272,6 +279,16 @@ class FrontierKeys:
     def worker(self, owner: str) -> str:
         """One worker's latest status record."""
         return f"{self.prefix}:worker:{owner}"
+
+    @property
+    def setup_warned(self) -> str:
+        """Marks the crawl's warning about the Redis set-up as given."""
+        return f"{self.prefix}:setup_warned"
+
+    @property
+    def progress(self) -> str:
+        """The crawl's start, last report and each worker's totals."""
+        return f"{self.prefix}:progress"
 
     @property
     def limits(self) -> str:

@@ -49,7 +49,8 @@ import secrets
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,7 @@ from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestDecoder, Requ
 from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Answer
 from bloom_frontier.frontier.redis.protocol import FrontierGone, LeaseReply
 from bloom_frontier.frontier.serialize import RequestNotSerializable, request_to_json
+from bloom_frontier.logtext import short
 from bloom_frontier.meta import FRONTIER_LEASE_META, FRONTIER_TURN_META
 from bloom_frontier.redis_client import text
 
@@ -147,6 +149,9 @@ class Leases:
         self.from_thread = False
         #: Leases the lease script granted whose delivery has not reached the loop yet.
         self._arriving: set[str] = set()
+        #: Leases taken from the book whose answer is being made (a page's last links
+        #: keyed), not in the outbox yet (:meth:`keeping`).
+        self._answering: set[str] = set()
         #: When the last heartbeat began (``time.monotonic()``).
         self._last_beat: float | None = None
         #: Leases whose request was overdue at the last :meth:`answer_dropped`.
@@ -306,6 +311,20 @@ class Leases:
             return self.take_id(lease)
         return None
 
+    @contextmanager
+    def keeping(self, lease: str | None) -> Iterator[None]:
+        """Keep extending ``lease``, taken from the book, while its answer is made (a page's
+        links keyed and their records built, which takes a while for many): until it waits
+        in the outbox, which the heartbeat extends too."""
+        if lease is None:
+            yield
+            return
+        self._answering.add(lease)
+        try:
+            yield
+        finally:
+            self._answering.discard(lease)
+
     def take_id(self, lease: str) -> str:
         del self._held[lease]
         self._responded.discard(lease)
@@ -394,7 +413,9 @@ class Leases:
             url = self._held[lease]
             self.take_id(lease)
             self.stats.inc_value("frontier/unanswered")
-            logger.warning("Request %s (lease %s) was dropped after its download", url, lease)
+            logger.warning(
+                "Request %s (lease %s) was dropped after its download", short(url), lease
+            )
             reason = "dropped after its download (no response, no replacement, no error)"
             self.fail_lease(lease, reason, url=url, request_json=None)
         return len(dropped)
@@ -435,10 +456,12 @@ class Leases:
         """The leases the heartbeat extends: every lease this worker still works on and
         has not found lost, whether its delivery is on its way to the loop, its request is
         buffered, queued in a downloader slot, downloading or being handled, or its answer
-        waits in the outbox (a batch sent again after a stale answer included). Reads
-        copies, so the heartbeat thread may call it while the other threads change them."""
+        waits in the outbox (a batch sent again after a stale answer included), or is being
+        made (:meth:`keeping`). Reads copies, so the heartbeat thread may call it while the
+        other threads change them."""
         lost = set(self._lost)
-        working = [*set(self._arriving), *list(self._held), *self.outbox.leases()]
+        working = [*set(self._arriving), *list(self._held), *set(self._answering)]
+        working += self.outbox.leases()
         return [lease for lease in dict.fromkeys(working) if lease not in lost]
 
     def extend(self, leases: list[str]) -> list[str]:
@@ -454,7 +477,8 @@ class Leases:
     def note_lost(self, lost: list[Any]) -> None:
         """Note the leases the heartbeat found taken over, among those still held or whose
         answer was not sent yet (an answer sent meanwhile released its lease: not lost)."""
-        unanswered = {*self._arriving, *self._held, *self.outbox.leases(unsent=True)}
+        unanswered = {*self._arriving, *self._held, *self._answering}
+        unanswered.update(self.outbox.leases(unsent=True))
         self._lost &= {*self._held, *self.outbox.leases()}  # forget the answered ones
         lost = [lease for lease in map(text, lost) if lease in unanswered]
         if lost:
@@ -529,7 +553,7 @@ class Leases:
 
         def counted(_: int) -> None:
             self.stats.inc_value("frontier/failed")
-            logger.info("Request %s failed for good: %s", url or lease, reason)
+            logger.info("Request %s failed for good: %s", short(url or lease), short(reason))
 
         on_reply = self.reply_handler(lease, refused=none_done, accepted=counted)
 

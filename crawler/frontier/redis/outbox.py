@@ -151,6 +151,8 @@ class Outbox:
                 return not self._answers
             while self._answers:
                 answer = self._answers[0]
+                if answer.after is not None and not answer.after.called:
+                    return False  # kept: its lease expires unless it fires (records unsaved)
                 answer.attempt()
                 if not self._settle(answer):
                     return False
@@ -260,7 +262,9 @@ class Outbox:
 
     def close(self) -> bool:
         """Deliver what can be delivered, from now on in the caller's thread, and stop
-        retrying; True when nothing is left."""
+        retrying; True when nothing is left. An answer whose ``after`` has not fired (its
+        page's records not committed) stays undelivered, with those behind it: their leases
+        expire and the pages are fetched again."""
         if self.background is not None:
             self.background.close()  # the attempt under way ends
             self.background = None

@@ -238,6 +238,33 @@ class Sizes:
 
 
 @dataclass(frozen=True)
+class Holders:
+    """holders.lua's reply: one partition's sizes and the leases each worker holds now, read
+    atomically (the leases per worker add up to ``sizes.leased``)."""
+
+    sizes: Sizes
+    #: Worker id -> leases it holds ('' for leases without an owner).
+    leases: dict[str, int]
+
+    @classmethod
+    def from_reply(cls, reply: Any) -> Self:
+        items = _list(reply, "holders")
+        if len(items) < 3 or (len(items) - 3) % 2:
+            raise MalformedReply("holders", reply)
+        sizes = Sizes(*(_int(value, "holders", reply) for value in items[:3]))
+        try:
+            leases = {
+                text(owner): _int(count, "holders", reply)
+                for owner, count in zip(items[3::2], items[4::2], strict=True)
+            }
+        except (AttributeError, UnicodeDecodeError):
+            raise MalformedReply("holders", reply) from None
+        if sum(leases.values()) != sizes.leased:
+            raise MalformedReply("holders", reply)
+        return cls(sizes, leases)
+
+
+@dataclass(frozen=True)
 class CrawlTotals:
     """limits.lua's reply: the crawl's pages and items so far (this report included), and
     milliseconds since its first worker started, on the Redis server's clock."""

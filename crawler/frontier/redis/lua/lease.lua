@@ -47,7 +47,7 @@ for _, id in ipairs(expired) do
     local _, host = lane_parts(redis.call('HGET', LANES, id) or '')
     local reason = 'lease expired ' .. max_expiries .. ' times (workers killed or stalled on it)'
     redis.call('HSET', FAILED, url, cjson.encode({url = url, reason = reason, worker = cjson.null,
-      failed_at = now / 1000, request = record or cjson.null,
+      failed_at = now / 1000, attempts = max_expiries, request = record or cjson.null,
       shape = shape_id and redis.call('HGET', SHAPES, shape_id) or cjson.null,
       host = host or cjson.null}))
     drop(id)
