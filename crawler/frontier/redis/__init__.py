@@ -508,7 +508,7 @@ class RedisFrontier:
         """Deliver what can be delivered, then release the connection."""
         if self.background is not None:
             self.background.close()
-        if not self.outbox.close():
+        if not self.outbox.close() and self.outbox.lost is None:  # lost: they are moot
             logger.error(
                 "%d frontier updates could not be delivered before closing; their leases "
                 "will expire and the pages be fetched again",

@@ -248,7 +248,7 @@ class Outbox:
         if self.lost is not None:
             return
         self.lost = error
-        self.stats.set_value("frontier/lost", str(error))
+        self.stats.set_value("frontier/lost", 1)
         if self.on_gone is None:
             raise error
         self.on_gone(error)
