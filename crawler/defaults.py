@@ -150,6 +150,10 @@ FRONTIER_MAX_REQUEST_BYTES = 1_048_576
 # --quarantine` lists them, --requeue-quarantined / --drop-quarantined act on them. At most
 # this many records are kept; past it the oldest are dropped (counted).
 FRONTIER_QUARANTINE_MAX = 10_000
+# A Redis whose maxmemory-policy may evict keys (allkeys-*, volatile-*) loses queued requests,
+# leases or seen keys when its memory fills, so a worker (and `seed`) refuses it at start.
+# True: crawl anyway (a loss is still noticed: the crawl's identity key goes with the rest).
+FRONTIER_ALLOW_EVICTION = False
 # Request classes a stored request may name besides Scrapy's own (Request, FormRequest,
 # JsonRequest, XmlRpcRequest), as dotted paths. Checked as text before anything is imported.
 FRONTIER_REQUEST_CLASSES: list[str] = []

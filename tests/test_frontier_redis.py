@@ -570,7 +570,7 @@ def test_each_script_names_only_the_keys_it_uses_and_the_layout_documents_them()
         named = script_keys(name)
         assert set(named) <= set(every_key), name
         assert len(set(named)) == len(named) < len(every_key), name
-    assert script_keys("heartbeat") == ("leases", "owners")
+    assert script_keys("heartbeat") == ("leases", "owners", "identity")
     assert "seen" not in script_keys("lease")
     # Every script of the frontier, whoever runs it, has a type for each key it names (its
     # type-check prelude is built from layout.KEY_TYPES).

@@ -21,7 +21,7 @@ from scrapy.utils.test import get_crawler
 
 import bloom_frontier.defaults as project_defaults
 from bloom_frontier.frontier.redis import RedisFrontier, quarantine
-from bloom_frontier.frontier.redis.layout import KEY_TYPES, FrontierKeys, lane_rank
+from bloom_frontier.frontier.redis.layout import FrontierKeys, lane_rank
 from tests.httpserver import Page, TestServer, html
 from tests.redirect_server import ROOT, SCRAPY, scrapy
 from tests.test_decode import ShopCrawlSpider
@@ -348,23 +348,3 @@ def test_the_documented_acl_lets_a_worker_crawl_and_confines_it(redis_url: str) 
                 worker.client.flushall()
         finally:
             worker.close()
-
-
-def test_a_key_someone_overwrote_refuses_the_step_whole(worker: RedisFrontier) -> None:
-    """Validate, then write: every script checks its keys' types first. The parent's lease
-    is not released when its links cannot be marked seen (before, BF.INSERT failed after the
-    release: the links were lost), and a lease changes nothing when a key is not its type."""
-    assert set(FrontierKeys.names()) <= set(KEY_TYPES)  # and the per-crawl limits key
-    worker.admit(None, [Request("https://example.com/")])
-    [parent] = worker.lease(1)
-    worker.client.delete(worker.keys.seen)
-    worker.client.set(worker.keys.seen, "not a filter")
-    worker.admit(parent, [Request("https://example.com/child")])
-    assert stat(worker, "frontier/errors") == 1
-    assert worker.client.zcard(worker.keys.leases) == 1  # the page keeps its lease
-    assert worker.client.zcard(worker.keys.queue) == 0
-    worker.client.zadd(worker.keys.leases, {worker.client.zrange(worker.keys.leases, 0, 0)[0]: 1})
-    worker.client.set(worker.keys.host_busy, "not a hash")
-    with pytest.raises(redis.ResponseError, match="host_busy holds a string, not a hash"):
-        worker.lease(1)
-    assert worker.client.hlen(worker.keys.expiries) == 0  # the expired lease not counted

@@ -8,9 +8,12 @@ A crawl that cannot work (unknown spider, Redis down or refusing the password, a
 ``JOBDIR`` another crawl or a ``rebuild-filter`` is using, a ``METRICS_PORT`` taken or without
 the ``[metrics]`` extra, a seen filter (``JOBDIR`` or Redis)
 filled under other rules, a spider argument the spider refuses, a ``REQUEST_FINGERPRINTER_CLASS``
-that tells apart requests the frontier would merge)
+that tells apart requests the frontier would merge, a Redis that may evict keys, a crawl
+whose state in Redis a worker found lost or damaged)
 stops before the engine starts, with one line saying what is wrong and what to do
 (:mod:`bloom_frontier.commands._failures`), instead of a traceback from inside the running engine.
+A worker that stopped because the crawl's state in Redis was lost
+(:mod:`bloom_frontier.frontier.redis.identity`) exits 1, not 0.
 
 A crawl that stops because its record store cannot be written (a full disk, the SQLite file
 deleted: :mod:`bloom_frontier.pipelines.recorder`) ends with that line and exit status 2.
@@ -37,6 +40,9 @@ from bloom_frontier.addon import BloomFrontierAddon, check_fingerprinter
 from bloom_frontier.canonical.rules import rules_from_settings
 from bloom_frontier.commands._failures import CommandFailed, fails_cleanly, report
 from bloom_frontier.compat import asyncio_reactor_path
+from bloom_frontier.frontier.redis.identity import LOST_REASON, check_start
+from bloom_frontier.frontier.redis.layout import FrontierKeys
+from bloom_frontier.frontier.redis.partitions import partition_keys
 from bloom_frontier.metrics import MetricsSetupError, check_metrics_setup
 from bloom_frontier.pipelines.database import make_engine, store_url_from
 from bloom_frontier.pipelines.recorder import FAILED_STAT
@@ -118,6 +124,8 @@ def check_crawl_setup(settings: BaseSettings, spider_name: str, arguments: dict[
         prefix = settings["FRONTIER_KEY_PREFIX"] % {"spider": spider_name}
         try:
             require_bloom(client, f"{prefix}:bloom-probe")
+            parts = partition_keys(client, FrontierKeys.for_prefix(prefix))
+            check_start(client, parts, settings, report=False)  # the worker's log reports
             if manifest := read_manifest(client, prefix):
                 current = manifest["current"]
                 refuse_other_rules(settings, current["rules"], current["key"])
@@ -168,6 +176,7 @@ def crawler_process(settings: Settings) -> CrawlerProcess | AsyncCrawlerProcess:
 
 class Command(ScrapyCrawlCommand):
     requires_crawler_process = False  # made in run(), after the checks
+    crawler: Crawler | None = None
 
     def _create_crawler(self, spidercls: type[Spider] | str) -> Crawler:
         self.crawler = super()._create_crawler(spidercls)
@@ -180,7 +189,9 @@ class Command(ScrapyCrawlCommand):
             check_crawl_setup(self.settings, args[0], opts.spargs)
         self.crawler_process = crawler_process(self.settings)
         super().run(args, opts)
+        stats = self.crawler.stats if self.crawler is not None else None
         # A crawl stopped because its record store could not be written ends with why.
-        stats = self.crawler.stats
         if stats is not None and (failed := stats.get_value(FAILED_STAT)):
             report(self, CommandFailed(failed))
+        elif stats is not None and stats.get_value("finish_reason") == LOST_REASON:
+            self.exitcode = 1  # the frontier's state was lost (its worker said so): not "finished"

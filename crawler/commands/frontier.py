@@ -29,6 +29,7 @@ from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
 from bloom_frontier.frontier import liveview
 from bloom_frontier.frontier.politeness import HostLimits
 from bloom_frontier.frontier.redis import quarantine
+from bloom_frontier.frontier.redis.identity import check_readable
 from bloom_frontier.frontier.redis.layout import FrontierKeys
 from bloom_frontier.frontier.redis.partitions import partition_keys
 from bloom_frontier.frontier.reset import CrawlStillRunning, crawl_keys, reset_crawl
@@ -145,6 +146,8 @@ class Command(ScrapyCommand):
                 client.close()
             return
         try:
+            # A key of the wrong type, a crawl a worker found damaged: one line, exit 2.
+            check_readable(client, partition_keys(client, FrontierKeys.for_prefix(prefix)))
             if opts.quarantine or opts.requeue_quarantined or opts.drop_quarantined:
                 self.quarantine(client, FrontierKeys.for_prefix(prefix), opts)
                 return

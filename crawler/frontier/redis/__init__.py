@@ -25,23 +25,30 @@ arguments it takes); :mod:`.protocol` parses what they answer. One module per co
 - :mod:`.politeness`: the crawl-wide politeness state in Redis, as one worker uses it;
 - :mod:`.outbox`: answers delivered in order, waiting while Redis is away;
 - :mod:`.state`: sizes and failure records;
+- :mod:`.identity`: the crawl's state trusted only while it is the crawl's (its identity,
+  checked by every worker's step; Redis' eviction policy and memory; keys of the wrong
+  type): a wiped frontier stops every worker with one line, never "finished";
 - :mod:`.upgrade`: a crawl queued by an older release moved to lanes when a worker starts.
 
 So each page is fetched at least once, and twice only when its lease expired while it was
 being fetched (worker killed, or stalled longer than the lease). Redis being unreachable or
-refusing writes never crashes the crawl nor drops an answer.
+refusing writes never crashes the crawl nor drops an answer; Redis losing the crawl's state
+(restarted without persistence, flushed, keys evicted or overwritten) stops the worker
+(:mod:`.identity`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.python.failure import Failure
 
 from bloom_frontier import defaults
 from bloom_frontier.background import BackgroundThread, PeriodicThread
@@ -49,14 +56,15 @@ from bloom_frontier.frontier import failure_reason
 from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestDecoder
 from bloom_frontier.frontier.keys import RequestKeyer
 from bloom_frontier.frontier.politeness import HostLimits
-from bloom_frontier.frontier.redis import state
+from bloom_frontier.frontier.redis import identity, state
 from bloom_frontier.frontier.redis.admission import Admission
 from bloom_frontier.frontier.redis.layout import FrontierKeys
 from bloom_frontier.frontier.redis.leases import Leases, worker_id
 from bloom_frontier.frontier.redis.lua import FrontierScripts
 from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
-from bloom_frontier.frontier.redis.partitions import Partitions, partition_count
+from bloom_frontier.frontier.redis.partitions import Partitions, partition_count, partition_keys
 from bloom_frontier.frontier.redis.politeness import HostPoliteness
+from bloom_frontier.frontier.redis.protocol import FrontierGone
 from bloom_frontier.frontier.redis.upgrade import upgrade_layout
 from bloom_frontier.meta import FRONTIER_LEASE_META, FRONTIER_QUEUED_META
 from bloom_frontier.redis_client import Client, describe, redis_from_url, require_bloom
@@ -121,6 +129,24 @@ def _warn_about_setup(client: Client, keys: FrontierKeys) -> None:
         )
 
 
+def stop_worker(crawler: Crawler, error: FrontierGone) -> None:
+    """The crawl's state in Redis is gone (:mod:`.identity`): say so in one line and close
+    the spider with :data:`.identity.LOST_REASON`, never "finished" (``scrapy crawl`` exits
+    non-zero). Its leases and answers are moot: the state they belonged to is gone."""
+    from scrapy.utils.defer import deferred_from_coro
+
+    assert crawler.spidercls is not None and crawler.engine is not None
+    logger.error("%s; this worker stops", str(error).replace("SPIDER", crawler.spidercls.name))
+    closing = deferred_from_coro(crawler.engine.close_spider_async(reason=identity.LOST_REASON))
+    closing.addErrback(_closed_already)
+
+
+def _closed_already(failure: Failure) -> None:
+    """The spider was closing or closed already (the loss met while it closed): the line
+    above said it; its finish reason stands."""
+    logger.debug("Spider already closed: %s", failure.value)
+
+
 class RedisFrontier:
     """The frontier of one crawl in Redis, as seen by one worker (see the module docstring).
 
@@ -162,6 +188,7 @@ class RedisFrontier:
         self.partitions = Partitions(
             client, keys, partition_count(client, keys, partitions), SCRIPTS + POLITENESS_SCRIPTS
         )
+        identity.run_as(self.partitions.scripts, identity.adopt(client, self.partitions.keys))
         self.politeness = HostPoliteness(
             client, keys, limits or HostLimits(), stats, self.partitions
         )
@@ -270,6 +297,7 @@ class RedisFrontier:
             keyer = RequestKeyer.from_settings(stats, settings)
             # After `scrapy rebuild-filter`: the current generation and the older layers.
             keys, older = redis_layers(client, keys, settings, keyer)
+            identity.check_start(client, partition_keys(client, keys), settings)
             if moved := upgrade_layout(client, keys):
                 logger.warning("Moved %d requests of an older release's queue to lanes", moved)
             seen = seen_filter_from_settings(client, keys.seen, settings)
@@ -308,6 +336,7 @@ class RedisFrontier:
             crawler.settings, crawler.spidercls.name, crawler.stats, crawler.spider
         )
         frontier.keyer.for_crawler(crawler)
+        frontier.outbox.on_gone = partial(stop_worker, crawler)
         _warn_about_setup(frontier.client, frontier.keys)
         return frontier
 
@@ -378,21 +407,35 @@ class RedisFrontier:
     # --- leases ----------------------------------------------------------------------
 
     def lease(self, count: int) -> list[Request]:
-        """Lease up to ``count`` requests (see :meth:`.leases.Leases.lease`)."""
-        return self.leases.lease(count)
+        """Lease up to ``count`` requests (see :meth:`.leases.Leases.lease`); none once the
+        crawl's state is gone (:meth:`.outbox.Outbox.gone`: raised the first time without a
+        crawler)."""
+        try:
+            return self.leases.lease(count)
+        except FrontierGone as exc:
+            self.outbox.gone(exc)
+            return []
 
     def lease_later(self, count: int) -> Deferred[list[Request]]:
         """Lease up to ``count`` requests from the background thread (in the caller's
         thread without one); errbacks with Redis' error. Afterwards :meth:`seems_drained`
         tells whether the crawl looked drained then."""
         leasing = self.call(self.leases.lease_replies, count)
-        return leasing.addCallback(self.leases.take_delivery)
+        return leasing.addCallbacks(self.leases.take_delivery, self._lease_failed)
+
+    def _lease_failed(self, failure: Failure) -> list[Request] | Failure:
+        """The crawl's state in Redis is gone: this worker stops (:meth:`.outbox.Outbox.gone`;
+        nothing leased meanwhile). Any other error goes on to the caller."""
+        if not failure.check(FrontierGone):
+            return failure
+        self.outbox.gone(failure.value)
+        return []
 
     def seems_drained(self) -> bool:
         """:meth:`is_drained` as of the last lease call, without asking Redis: nothing
         queued nor leased anywhere then, and nothing held or waiting here now."""
         sizes = self.leases.shared_sizes
-        return sizes == (0, 0) and not self.outbox and not self.leases
+        return sizes == (0, 0) and not self.outbox and not self.leases and not self.outbox.lost
 
     def responded(self, request: Request) -> None:
         """A response for ``request`` reached the engine (see :meth:`.leases.Leases.responded`)."""
@@ -448,7 +491,7 @@ class RedisFrontier:
     def is_drained(self) -> bool:
         """True when the whole crawl is done: nothing queued, no lease outstanding in any
         worker, no answer of this worker waiting. Raises ``REDIS_UNAVAILABLE`` errors."""
-        if self.outbox or self.leases:
+        if self.outbox or self.leases or self.outbox.lost:
             return False
         queued, leased, _failed = state.sizes(self.partitions.scripts)
         return queued == 0 and leased == 0
@@ -465,7 +508,7 @@ class RedisFrontier:
         """Deliver what can be delivered, then release the connection."""
         if self.background is not None:
             self.background.close()
-        if not self.outbox.close():
+        if not self.outbox.close() and self.outbox.lost is None:  # lost: they are moot
             logger.error(
                 "%d frontier updates could not be delivered before closing; their leases "
                 "will expire and the pages be fetched again",

@@ -44,7 +44,20 @@ learned_version     STRING  the version of the crawl's learned parameter rules (
                             the rules themselves: ``<prefix>:learned``, below). Admission
                             scripts take the version their batch was keyed under and answer
                             ``stale`` when it moved (:mod:`.admission`)
+identity            STRING  ``<random id>.<ms on Redis' clock>``: the crawl's identity, written
+                            by its first start (a worker or ``seed``), checked by every lease,
+                            admission, failure and heartbeat script; missing or another one:
+                            the crawl's state was lost (Redis restarted without persistence,
+                            flushed, keys evicted), the worker stops. ``lost:<why>`` after a
+                            key of the crawl's state was found overwritten (:mod:`.identity`)
 ==================  ======  =================================================================
+
+A fixed key holding another type than its own (someone wrote over it) is moved aside by the
+first script that meets it, to ``<key>:foreign:<ms><µs>`` (its content kept for a look):
+one of :data:`VITAL_KEYS` held requests or what tells them apart, so the crawl's state is
+incomplete, ``identity`` becomes ``lost:<why>`` and every worker stops; any other (counts,
+politeness, records) starts over empty and the crawl goes on, with a warning
+(:mod:`bloom_frontier.frontier.redis.lua`).
 
 The queue
 ---------
@@ -185,7 +198,17 @@ KEY_TYPES = {
     "limits": "hash",
     "host_partition": "hash",
     "partition_hosts": "hash",
+    "identity": "string",
 }
+
+#: Fixed keys whose loss loses requests or what tells them apart (the queue, the leased
+#: requests, the seen filter, the shapes compact records name, the id counter whose restart
+#: would reuse request ids): found of another type, the crawl stops (see the module
+#: docstring). The others are rebuilt empty and the crawl goes on.
+VITAL_KEYS = frozenset(
+    {"queue", "requests", "lanes", "leases", "owners", "seq", "seen", "staged", "shapes",
+     "shape_ids", "identity"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -215,6 +238,7 @@ class FrontierKeys:
     quarantine_order: str
     quarantine_dropped: str
     learned_version: str
+    identity: str
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Self:

@@ -59,7 +59,7 @@ import redis
 from bloom_frontier import defaults
 from bloom_frontier.frontier.decode import DEFAULT_DECODER, RequestDecoder, RequestNotLoadable
 from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Answer
-from bloom_frontier.frontier.redis.protocol import LeaseReply
+from bloom_frontier.frontier.redis.protocol import FrontierGone, LeaseReply
 from bloom_frontier.frontier.serialize import RequestNotSerializable, request_to_json
 from bloom_frontier.logtext import short
 from bloom_frontier.meta import FRONTIER_LEASE_META, FRONTIER_TURN_META
@@ -436,6 +436,9 @@ class Leases:
             return
         try:
             lost = self.extend(leases)
+        except FrontierGone as exc:  # the crawl's state is gone: the worker stops
+            self._on_loop(self.outbox.gone, exc)
+            return
         except redis.RedisError as exc:
             self._on_loop(self.heartbeat_failed, exc)
             return

@@ -15,7 +15,10 @@ answer waits here is still this worker's: the heartbeat extends it (:meth:`Outbo
 When Redis is unreachable or refuses writes (restart, AOF loading, failover, out of
 memory), an answer waits, with every later answer behind it, and is retried with backoff
 until Redis takes it. A script is never half-applied: Redis refuses it before its first
-write, or runs it to the end.
+write, or runs it to the end. When the crawl's state in Redis is gone
+(:class:`.protocol.FrontierGone`: restarted without persistence, flushed, evicted, a key
+holding requests overwritten), no answer can land: the outbox drops them, and the worker
+stops (:meth:`Outbox.gone`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
+
+from bloom_frontier.frontier.redis.protocol import FrontierGone
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -108,6 +113,10 @@ class Outbox:
         self._retry_call: Any = None
         #: Called on the loop after answers released leases (their hosts have room again).
         self.on_released: Callable[[], None] | None = None
+        #: Stops the worker when the crawl's state is gone (None: :meth:`gone` raises).
+        self.on_gone: Callable[[FrontierGone], None] | None = None
+        #: Why the crawl's state is gone, once it is (the worker stops; nothing is drained).
+        self.lost: FrontierGone | None = None
 
     def __len__(self) -> int:
         """Answers not yet delivered."""
@@ -214,7 +223,9 @@ class Outbox:
             self._retry_delay = min(self._retry_delay * 2, OUTBOX_RETRY_MAX)
             return False
         self._answers.popleft()
-        if isinstance(error, redis.RedisError):
+        if isinstance(error, FrontierGone):
+            self.gone(error)
+        elif isinstance(error, redis.RedisError):
             # A reply no retry can change (a bug, or a key of the wrong type): say so
             # loudly, keep crawling.
             logger.error("Frontier update %s failed; dropped: %r", answer.name, error)
@@ -229,6 +240,18 @@ class Outbox:
             logger.info("Redis is back; frontier updates delivered")
             self._retry_delay = OUTBOX_RETRY_MIN
         return True
+
+    def gone(self, error: FrontierGone) -> None:
+        """The crawl's state in Redis is gone: the first time, stop the worker
+        (:attr:`on_gone`), or raise ``error`` without one (a command, a test); answers
+        meeting it later are dropped silently (the worker says it once)."""
+        if self.lost is not None:
+            return
+        self.lost = error
+        self.stats.set_value("frontier/lost", 1)
+        if self.on_gone is None:
+            raise error
+        self.on_gone(error)
 
     def _schedule_flush(self, delay: float) -> None:
         if self._retry_call is not None and self._retry_call.active():

@@ -9,12 +9,14 @@ import base64
 import json
 import logging
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis
 
 from bloom_frontier.frontier.redis.lua import FrontierScripts
 
 if TYPE_CHECKING:
-    import redis
     from scrapy.statscollectors import StatsCollector
 
     from bloom_frontier.frontier.politeness import HostLimits
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from bloom_frontier.frontier.redis.partitions import Partitions
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Seconds a robots.txt fetched by one worker is shared with the others (Redis keys
 #: ``<prefix>:robots_txt:<url>``, expiring). Longer would keep more of them in Redis; a
@@ -87,11 +91,24 @@ class HostPoliteness:
     def strike(self, host: str) -> int:
         """Count a 429/503 answer without ``Retry-After`` from ``host``: how many in a row,
         across all workers, now."""
-        return int(self.client.hincrby(self.partitions.keys_of(host).host_strikes, host, 1))
+        strikes = self.partitions.keys_of(host).host_strikes
+        return int(self._healed(host, lambda: self.client.hincrby(strikes, host, 1)))
 
     def clear_strikes(self, host: str) -> None:
         """``host`` answered something else: its next 429/503 starts a new count."""
-        self.client.hdel(self.partitions.keys_of(host).host_strikes, host)
+        strikes = self.partitions.keys_of(host).host_strikes
+        self._healed(host, lambda: self.client.hdel(strikes, host))
+
+    def _healed(self, host: str, call: Callable[[], T]) -> T:
+        """``call()`` (a command on ``host``'s partition); when a key it touches holds
+        another type, moved aside by the heal script (:mod:`.lua`) and called again."""
+        try:
+            return call()
+        except redis.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+        self.partitions.run(self.partitions.of_host(host), "heal")
+        return call()
 
     def pause(self, host: str, seconds: float) -> float:
         """Pause ``host`` for every worker for ``seconds`` (crawl-wide backoff): the

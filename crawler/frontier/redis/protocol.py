@@ -5,7 +5,9 @@ classmethod per reply) or a :class:`Status`; nothing else reads a reply by posit
 that is not what its script answers (a script edited on one side only, a mangled value)
 raises :class:`MalformedReply`, a ``redis.RedisError``, so callers treat it as a fault of
 Redis' side and never meet an ``IndexError`` deep in their own code. The scripts' headers
-(``lua/<name>.lua``) say what each one takes and returns.
+(``lua/<name>.lua``) say what each one takes and returns. A script's error reply saying the
+crawl's state is gone or damaged becomes a typed error too (:func:`script_error`):
+:class:`FrontierLost`, :class:`FrontierDamaged`, :class:`KeyOfWrongType`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import redis
 
-from bloom_frontier.redis_client import text
+from bloom_frontier.redis_client import RedisSetupError, text
 
 if TYPE_CHECKING:
     from typing import Self
@@ -287,3 +289,71 @@ class Requeued:
     @classmethod
     def from_reply(cls, reply: Any) -> Self:
         return cls(*_ints(reply, "requeue_quarantined", 2))
+
+
+# --- a crawl whose state is gone ----------------------------------------------------------
+
+
+class _StateError(redis.exceptions.ResponseError, RedisSetupError):
+    """The crawl's state in Redis is not what the frontier wrote: a ``redis.ResponseError``
+    (callers treating any Redis error keep doing so), and a :class:`RedisSetupError` (a
+    command says it in one ``error:`` line)."""
+
+    headline: ClassVar[str]
+    advice: ClassVar[str] = (
+        "the crawl is incomplete: reset it (scrapy frontier SPIDER --reset) and crawl again"
+    )
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        headline = f"the frontier's state in Redis was {self.headline}"
+        super().__init__(f"{headline} ({detail}); {self.advice}")
+
+
+class FrontierGone(_StateError):
+    """The crawl's state in Redis cannot be trusted any more: the worker stops (one line, a
+    non-zero exit)."""
+
+
+class FrontierLost(FrontierGone):
+    """The crawl's identity is missing or another one (:mod:`.identity`): everything the
+    worker knew of the crawl is gone."""
+
+    headline = "lost: restarted without persistence, flushed or evicted"
+
+
+class FrontierDamaged(FrontierGone):
+    """A fixed key holding requests (:data:`.layout.VITAL_KEYS`) was overwritten: moved aside,
+    the crawl marked lost."""
+
+    headline = "damaged"
+
+
+class KeyOfWrongType(_StateError):
+    """A script that moves no key (a command's, politeness') met a fixed key of another type
+    and refused; a worker moves it aside (:mod:`.lua`)."""
+
+    headline = "damaged"
+    advice = "a worker moves it aside (and stops if it held requests)"
+
+
+class KeysMovedAside(redis.exceptions.ResponseError):
+    """A worker's step moved fixed keys of the wrong type aside and did nothing else: the
+    keys start over empty, the step is run again (:class:`.lua.FrontierScripts`)."""
+
+
+#: The marker a script's error reply starts with -> the error it means.
+_SCRIPT_ERRORS: dict[str, type[redis.exceptions.ResponseError]] = {
+    "FRONTIER_LOST": FrontierLost,
+    "FRONTIER_DAMAGED": FrontierDamaged,
+    "KEY_WRONG": KeyOfWrongType,
+    "KEY_MOVED": KeysMovedAside,
+}
+
+
+def script_error(error: redis.exceptions.ResponseError) -> redis.exceptions.ResponseError:
+    """The typed error a script's error reply stands for (``error`` itself for any other:
+    a bug, or Redis refusing the command)."""
+    marker, _, detail = str(error).partition(" ")
+    kind = _SCRIPT_ERRORS.get(marker)
+    return error if kind is None else kind(detail)

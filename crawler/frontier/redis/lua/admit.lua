@@ -1,4 +1,4 @@
--- KEYS: queue requests lanes leases owners seq queued seen expiries in_flight host_busy shapes shape_ids learned_version
+-- KEYS: queue requests lanes leases owners seq queued seen expiries in_flight host_busy shapes shape_ids learned_version identity
 -- Admit requests into the frontier, marking their keys seen and queueing the new ones in
 -- one atomic step; when they were produced by handling a leased request (the parent), the
 -- parent's lease is released in the same step, so a crash can never lose them.

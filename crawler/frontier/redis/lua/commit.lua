@@ -1,4 +1,4 @@
--- KEYS: queue requests lanes leases owners seq queued expiries staged in_flight host_busy quarantine quarantine_order quarantine_dropped shapes shape_ids learned_version
+-- KEYS: queue requests lanes leases owners seq queued expiries staged in_flight host_busy quarantine quarantine_order quarantine_dropped shapes shape_ids learned_version identity
 -- Step 3 of 3 of admitting a batch staged by stage.lua, once step 2 marked its keys in the
 -- sharded seen filter: queue the requests that step flagged new (and those never checked),
 -- then drop the batch and its lease (releasing the parent), atomically.

@@ -1,4 +1,4 @@
--- KEYS: leases owners
+-- KEYS: leases owners identity
 -- Extend the leases a live worker still holds.
 -- ARGV: owner, lease TTL in ms, ids. Returns the ids whose lease this owner no longer holds.
 local owner, ttl = ARGV[1], tonumber(ARGV[2])

@@ -1,4 +1,4 @@
--- KEYS: queue requests lanes leases owners seq queued failed expiries staged in_flight host_next host_busy host_delay quarantine quarantine_order quarantine_dropped shapes shape_ids
+-- KEYS: queue requests lanes leases owners seq queued failed expiries staged in_flight host_next host_busy host_delay quarantine quarantine_order quarantine_dropped shapes shape_ids identity
 -- Lease up to N requests to a worker, best priority level first among those whose host is
 -- ready (pick_ready: lanes of hosts that are not are passed over, within the first
 -- FRONTIER_POLITENESS_SCAN lanes of the queue). Leases that expired (their worker died or

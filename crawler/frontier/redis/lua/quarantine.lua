@@ -1,4 +1,4 @@
--- KEYS: queue requests lanes leases owners seq queued expiries in_flight host_busy quarantine quarantine_order quarantine_dropped
+-- KEYS: queue requests lanes leases owners seq queued expiries in_flight host_busy quarantine quarantine_order quarantine_dropped identity
 -- A leased request its worker could not decode goes to quarantine with the reason, and its
 -- lease is released: it is answered, so it never expires nor counts against anyone's retries.
 -- ARGV: owner, id, reason, quarantine cap. Returns 1, or 0 if refused (see claim()).

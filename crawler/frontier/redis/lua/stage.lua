@@ -1,4 +1,4 @@
--- KEYS: queue lanes leases owners seq queued staged learned_version
+-- KEYS: queue lanes leases owners seq queued staged learned_version identity
 -- Step 1 of 3 of admitting a batch whose keys go to a sharded seen filter (its shards are on
 -- other slots, out of reach of a script here): keep the batch in the frontier, under a lease
 -- of this worker, BEFORE any of its keys is marked seen. Step 2 marks the keys in the shards;
