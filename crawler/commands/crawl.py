@@ -3,7 +3,8 @@
 An entry point (``bloom_frontier.entry_points.Crawl``), so a user's project that adds the add-on
 gets these checks too; a project without the add-on gets Scrapy's command unchanged.
 
-A crawl that cannot work (unknown spider, Redis down or refusing the password, a
+A crawl that cannot work (unknown spider, a setting of the defaults table with a value it may
+not have (:mod:`bloom_frontier.validation`), Redis down or refusing the password, a
 ``REDIS_URL`` or ``STORE_URL`` that is not one, a proxy the SSRF guard cannot vouch for, a
 ``JOBDIR`` another crawl or a ``rebuild-filter`` is using, a seen filter (``JOBDIR`` or Redis)
 filled under other rules, a spider argument the spider refuses, a ``REQUEST_FINGERPRINTER_CLASS``
@@ -31,7 +32,7 @@ from scrapy.utils.request import RequestFingerprinter
 
 from bloom_frontier.addon import BloomFrontierAddon, check_fingerprinter
 from bloom_frontier.canonical.rules import rules_from_settings
-from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
+from bloom_frontier.commands._failures import CommandFailed, reports_failures
 from bloom_frontier.compat import asyncio_reactor_path
 from bloom_frontier.pipelines.database import make_engine, store_url_from
 from bloom_frontier.pipelines.schema import upgrade_schema
@@ -46,6 +47,7 @@ from bloom_frontier.seen.layers import (
 )
 from bloom_frontier.spiders.site import SpiderArgumentError
 from bloom_frontier.ssrf import check_proxy_setup
+from bloom_frontier.validation import check_settings
 
 if TYPE_CHECKING:
     import argparse
@@ -100,7 +102,9 @@ def check_crawl_setup(settings: BaseSettings, spider_name: str, arguments: dict[
     spidercls = get_spider_loader(settings).load(spider_name)
     check_spider_arguments(spidercls, arguments)
     settings = settings.copy()
+    spidercls.update_settings(settings)  # its custom_settings, then the add-on's, as Scrapy does
     BloomFrontierAddon.claim(settings)
+    check_settings(settings)
     check_proxy_setup(settings)
     check_request_fingerprinter(settings, spidercls)
     if settings.get("REDIS_URL"):
@@ -159,7 +163,7 @@ def crawler_process(settings: Settings) -> CrawlerProcess | AsyncCrawlerProcess:
 class Command(ScrapyCrawlCommand):
     requires_crawler_process = False  # made in run(), after the checks
 
-    @fails_cleanly
+    @reports_failures
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         if len(args) == 1 and uses_addon(self.settings):
