@@ -1,11 +1,18 @@
-"""A short, human-readable summary at the end of every crawl."""
+"""A short, human-readable summary at the end of every crawl.
+
+"Documents fetched" counts the 200 responses that reached the engine (stat
+:data:`DOCUMENTS_STAT`, robots.txt's own taken off), not the downloader's status counts: a
+response Scrapy refuses after its download (a compressed body past ``DOWNLOAD_MAXSIZE`` once
+decompressed, dropped by ``HttpCompressionMiddleware``) is counted by the downloader as a 200
+but is no document.
+"""
 
 from __future__ import annotations
 
 import logging
 import pprint
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy import Spider, signals
 
@@ -13,9 +20,13 @@ if TYPE_CHECKING:
     from typing import Self
 
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
     from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
+
+#: 200 responses that reached the engine (robots.txt's among them): what the spider got.
+DOCUMENTS_STAT = "summary/response_received_status_count/200"
 
 
 def summarize(stats: dict[str, object], elapsed: float) -> str:
@@ -36,7 +47,7 @@ def summarize(stats: dict[str, object], elapsed: float) -> str:
     if count("links/junk"):
         rejected["junk-scheme"] = count("links/junk")
     statuses = prefixed("downloader/response_status_count/")
-    documents = statuses.get("200", 0) - count("robotstxt/response_status_count/200")
+    documents = count(DOCUMENTS_STAT) - count("robotstxt/response_status_count/200")
     redirects = sum(n for status, n in statuses.items() if status.startswith("3"))
     lines = [
         "Crawl summary",
@@ -72,12 +83,17 @@ class CrawlSummary:
         assert crawler.stats is not None
         extension = cls(crawler.stats, not crawler.settings.getbool("STATS_DUMP"))
         crawler.signals.connect(extension.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(extension.response_received, signal=signals.response_received)
         crawler.signals.connect(extension.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(extension.engine_stopped, signal=signals.engine_stopped)
         return extension
 
     def spider_opened(self, spider: Spider) -> None:
         self.started = time.monotonic()
+
+    def response_received(self, response: Response, **_: Any) -> None:
+        if response.status == 200:
+            self.stats.inc_value(DOCUMENTS_STAT)
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
         elapsed = time.monotonic() - self.started
