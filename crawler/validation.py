@@ -254,7 +254,8 @@ RULES: Mapping[str, Rule] = {
 
 def check_settings(settings: BaseSettings) -> None:
     """:class:`InvalidSetting` for the first setting of :data:`RULES` whose value in
-    ``settings`` is not allowed (in the defaults table's order)."""
+    ``settings`` is not allowed (in the defaults table's order). A setting ``settings`` do
+    not hold at all (settings made without the table's defaults) is not judged."""
     for name, rule in RULES.items():
-        if (problem := rule.problem(settings, name)) is not None:
+        if name in settings and (problem := rule.problem(settings, name)) is not None:
             raise InvalidSetting(f"{name} {problem}")
