@@ -12,6 +12,9 @@ that tells apart requests the frontier would merge)
 stops before the engine starts, with one line saying what is wrong and what to do
 (:mod:`bloom_frontier.commands._failures`), instead of a traceback from inside the running engine.
 
+Its first SIGTERM or Ctrl-C says what the worker waits for; the second stops it at once
+(:mod:`bloom_frontier.stopping`).
+
 A spider checks its ``-a`` arguments here when it has a ``check_arguments(**arguments)``
 class method raising :class:`~bloom_frontier.spiders.site.SpiderArgumentError` (as the
 ``site`` spider does).
@@ -47,6 +50,7 @@ from bloom_frontier.seen.layers import (
 )
 from bloom_frontier.spiders.site import SpiderArgumentError
 from bloom_frontier.ssrf import check_proxy_setup
+from bloom_frontier.stopping import StopControl
 from bloom_frontier.validation import check_settings
 
 if TYPE_CHECKING:
@@ -166,7 +170,14 @@ class Command(ScrapyCrawlCommand):
     @reports_failures
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
-        if len(args) == 1 and uses_addon(self.settings):
+        addon = len(args) == 1 and uses_addon(self.settings)
+        if addon:
             check_crawl_setup(self.settings, args[0], opts.spargs)
         self.crawler_process = crawler_process(self.settings)
+        stop = None
+        if addon and self.settings.getbool("TWISTED_REACTOR_ENABLED"):
+            stop = StopControl(self.crawler_process)
+            stop.install()
         super().run(args, opts)
+        if stop is not None:
+            stop.exit_if_forced()

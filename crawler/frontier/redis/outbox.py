@@ -142,6 +142,8 @@ class Outbox:
                 return not self._answers
             while self._answers:
                 answer = self._answers[0]
+                if answer.after is not None and not answer.after.called:
+                    return False  # closing: its lease expires, the page is fetched again
                 answer.attempt()
                 if not self._settle(answer):
                     return False
@@ -237,7 +239,9 @@ class Outbox:
 
     def close(self) -> bool:
         """Deliver what can be delivered, from now on in the caller's thread, and stop
-        retrying; True when nothing is left."""
+        retrying; True when nothing is left. An answer whose ``after`` has not fired (a
+        page whose records are not committed: a crawl stopped by a signal) is not
+        delivered, nor those behind it: their leases expire and the pages are fetched again."""
         if self.background is not None:
             self.background.close()  # the attempt under way ends
             self.background = None
