@@ -106,25 +106,18 @@ def integer(minimum: int, maximum: int | None = None, unit: str = "") -> Checked
     )
 
 
-def number(
-    minimum: float, *, above: bool = False, maximum: float | None = None, unit: str
-) -> Checked:
-    """A finite number from ``minimum`` (above it, with ``above``), up to ``maximum``."""
+def number(minimum: float, *, above: bool = False, unit: str) -> Checked:
+    """A finite number from ``minimum`` (above it, with ``above``)."""
     bounds = f"above {minimum:g}" if above else f"of at least {minimum:g}"
-    if maximum is not None:
-        bounds += f" and at most {maximum:g}"
     return Checked(
         f"a number {bounds} ({unit})",
         BaseSettings.getfloat,
-        lambda value: (
-            math.isfinite(value)
-            and (value > minimum if above else value >= minimum)
-            and (maximum is None or value <= maximum)
-        ),
+        lambda value: math.isfinite(value) and (value > minimum if above else value >= minimum),
     )
 
 
 def one_of(choices: Iterable[str]) -> Checked:
+    """One of ``choices`` (text, as given)."""
     names = tuple(choices)
     return Checked(f"one of {', '.join(map(repr, names))}", BaseSettings.get, names.__contains__)
 
