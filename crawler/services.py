@@ -21,9 +21,10 @@ ones before it):
 
 When the spider closes they close in reverse: the learner and the policy hold nothing to
 close; the frontier closes (persists its filter, delivers its last answers, releases its
-connection); then the recorder writes everything left, which Scrapy awaits before the process
-exits. The closing is connected to ``spider_closed`` when the first service is built, after
-the extensions' own receivers, which may still use the services then.
+connection), a shared one once the answers waiting for their pages' records may be sent (a
+crawl stopped by a signal); then the recorder writes everything left, which Scrapy awaits
+before the process exits. The closing is connected to ``spider_closed`` when the first
+service is built, after the extensions' own receivers, which may still use the services then.
 """
 
 from __future__ import annotations
@@ -141,10 +142,27 @@ class CrawlServices:
 
     def spider_closed(self, **_: Any) -> Coroutine[Any, Any, None] | None:
         """Close the services built, in the reverse of their order (module docstring): the
-        frontier at once, then the recorder's last writes, a coroutine Scrapy awaits."""
+        frontier, then the recorder's last writes, a coroutine Scrapy awaits."""
+        if self._recorder is None:
+            if self._frontier is not None:
+                self._frontier.close()
+            return None
+        return self._close(self._recorder)
+
+    async def _close(self, recorder: Recorder) -> None:
+        """A shared frontier closes once the answers waiting for their pages' records (a
+        crawl stopped by a signal) may be sent: it answers their leases as it closes instead
+        of leaving them to expire. While the store cannot write this waits (the first
+        signal says so; a second stops the worker at once, :mod:`bloom_frontier.stopping`)."""
+        from scrapy.utils.defer import maybe_deferred_to_future
+
+        from bloom_frontier.frontier.redis import RedisFrontier
+
+        if isinstance(self._frontier, RedisFrontier):
+            await maybe_deferred_to_future(self._frontier.answers_ready())
         if self._frontier is not None:
             self._frontier.close()
-        return self._recorder.close() if self._recorder is not None else None
+        await recorder.close()
 
 
 def services_of(crawler: Crawler) -> CrawlServices:

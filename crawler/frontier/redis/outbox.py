@@ -129,6 +129,10 @@ class Outbox:
             if answer.lease is not None and not (unsent and answer.started)
         ]
 
+    def waiting_for(self) -> list[Deferred[Any]]:
+        """The ``after`` of every waiting answer that may not be sent yet."""
+        return [a.after for a in self._answers if a.after is not None and not a.after.called]
+
     def flush(self) -> bool:
         """Deliver waiting answers in order; True when none is left waiting. In the
         background, only starts the next deliveries (False while some are under way)."""
