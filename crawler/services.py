@@ -151,15 +151,31 @@ class CrawlServices:
 
     async def _close(self, recorder: Recorder) -> None:
         """A shared frontier closes once the answers waiting for their pages' records (a
-        crawl stopped by a signal) may be sent: it answers their leases as it closes instead
-        of leaving them to expire. While the store cannot write this waits (the first
-        signal says so; a second stops the worker at once, :mod:`bloom_frontier.stopping`)."""
+        crawl stopped by a signal or a limit) may be sent: it answers their leases as it
+        closes instead of leaving them to expire. While the store cannot write this waits,
+        as long as the store's last writes may (``close_timeout``), then the frontier leaves
+        those leases to expire (the first signal says what it waits for; a second stops the
+        worker at once, :mod:`bloom_frontier.stopping`)."""
         from scrapy.utils.defer import maybe_deferred_to_future
+        from twisted.internet import reactor
+        from twisted.internet.defer import Deferred
 
         from bloom_frontier.frontier.redis import RedisFrontier
 
         if isinstance(self._frontier, RedisFrontier):
-            await maybe_deferred_to_future(self._frontier.answers_ready())
+            # Not a timeout on the answers' own Deferreds: cancelling one would fire it, and
+            # the outbox would send its answer.
+            waited: Deferred[None] = Deferred()
+
+            def done(_: object = None) -> None:
+                if not waited.called:
+                    waited.callback(None)
+
+            self._frontier.answers_ready().addBoth(done)
+            timer = reactor.callLater(recorder.store.close_timeout, done)  # type: ignore[attr-defined]
+            await maybe_deferred_to_future(waited)
+            if timer.active():
+                timer.cancel()
         if self._frontier is not None:
             self._frontier.close()
         await recorder.close()
