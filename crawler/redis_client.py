@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.connection import parse_url
 from redis.retry import Retry
 
 #: Seconds to wait for a reply; generous because one batch command may carry thousands of keys.
@@ -84,6 +86,54 @@ class RedisSetupError(RuntimeError):
     """Redis is reachable but cannot serve the crawl (e.g. no Bloom module); says the fix."""
 
 
+#: How a REDIS_URL is written, for the messages that refuse one.
+URL_FORM = (
+    "redis://host:port/db (rediss:// for TLS, redis+cluster://host:port for a cluster, "
+    "unix:///path/redis.sock; a user and password go before the host as user:password@)"
+)
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as a ``REDIS_URL`` (ending with how one is written), or
+    None. Never quotes the user or password part, even when a ``/`` in an unencoded
+    password makes the URL split there."""
+    scheme, separator, rest = url.partition("://")
+    if not separator or scheme not in SCHEMES:
+        return (
+            f"must start with {', '.join(s + '://' for s in SCHEMES)}, not {scheme[:20]}://"
+            if separator
+            else f"is not a URL: use {URL_FORM}"
+        )
+    authority = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if "@" in rest.split("?", 1)[0] and "@" not in authority:
+        return (
+            "has a user or password holding '/', '?' or '#': percent-encode them there "
+            f"(%2F, %3F, %23); use {URL_FORM}"
+        )
+    host = authority.rpartition("@")[2]
+    plain = CLUSTER_SCHEMES.get(scheme, scheme)
+    try:
+        parts = urlsplit(f"{plain}://{rest}")
+        port = parts.port
+    except ValueError:
+        if host.startswith("[") and "]" not in host:
+            return f"has an IPv6 address without its closing ']' ({host!r}): use {URL_FORM}"
+        port_text = host.rpartition("]")[2].rpartition(":")[2]
+        return f"has a port that is not a number from 1 to 65535 ({port_text!r}): use {URL_FORM}"
+    if port == 0:
+        return f"has port 0: use a port from 1 to 65535 in {URL_FORM}"
+    database = unquote(parts.path).strip("/")
+    if plain != "unix" and database and not database.isdigit():
+        return f"names database {database!r}, not a number: use {URL_FORM}"
+    if scheme in CLUSTER_SCHEMES and database not in ("", "0"):
+        return f"names database {database} of a cluster, which has only database 0"
+    try:
+        parse_url(f"{plain}://{rest}")
+    except ValueError as error:  # a query argument redis-py refuses; says which, not its value
+        return f"is refused by redis-py: {error}"
+    return None
+
+
 def redis_from_url(url: str, **options: object) -> Client:
     """A client for ``redis://[[user]:password@]host:port/db`` or ``rediss://`` (TLS), or a
     cluster client for ``redis+cluster://`` / ``rediss+cluster://`` (database 0 only).
@@ -92,12 +142,9 @@ def redis_from_url(url: str, **options: object) -> Client:
     arguments (``?ssl_cert_reqs=none``, ``?ssl_ca_certs=/path/ca.pem``) or ``options``,
     which override the defaults here.
     """
+    if problem := url_problem(url):
+        raise RedisSetupError(f"REDIS_URL {problem}")
     scheme, _, rest = url.partition("://")
-    if scheme not in SCHEMES:
-        raise RedisSetupError(
-            f"REDIS_URL must start with {', '.join(s + '://' for s in SCHEMES)}, not "
-            f"{scheme[:20]}://"
-        )
     defaults: dict[str, object] = {
         "socket_timeout": SOCKET_TIMEOUT,
         "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT,

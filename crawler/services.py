@@ -21,9 +21,10 @@ ones before it):
 
 When the spider closes they close in reverse: the learner and the policy hold nothing to
 close; the frontier closes (persists its filter, delivers its last answers, releases its
-connection); then the recorder writes everything left, which Scrapy awaits before the process
-exits. The closing is connected to ``spider_closed`` when the first service is built, after
-the extensions' own receivers, which may still use the services then.
+connection), a shared one once the answers waiting for their pages' records may be sent (a
+crawl stopped by a signal); then the recorder writes everything left, which Scrapy awaits
+before the process exits. The closing is connected to ``spider_closed`` when the first
+service is built, after the extensions' own receivers, which may still use the services then.
 """
 
 from __future__ import annotations
@@ -141,10 +142,43 @@ class CrawlServices:
 
     def spider_closed(self, **_: Any) -> Coroutine[Any, Any, None] | None:
         """Close the services built, in the reverse of their order (module docstring): the
-        frontier at once, then the recorder's last writes, a coroutine Scrapy awaits."""
+        frontier, then the recorder's last writes, a coroutine Scrapy awaits."""
+        if self._recorder is None:
+            if self._frontier is not None:
+                self._frontier.close()
+            return None
+        return self._close(self._recorder)
+
+    async def _close(self, recorder: Recorder) -> None:
+        """A shared frontier closes once the answers waiting for their pages' records (a
+        crawl stopped by a signal or a limit) may be sent: it answers their leases as it
+        closes instead of leaving them to expire. While the store cannot write this waits,
+        as long as the store's last writes may (``close_timeout``), then the frontier leaves
+        those leases to expire (the first signal says what it waits for; a second stops the
+        worker at once, :mod:`bloom_frontier.stopping`)."""
+        from scrapy.utils.defer import maybe_deferred_to_future
+        from twisted.internet import reactor
+        from twisted.internet.defer import Deferred
+
+        from bloom_frontier.frontier.redis import RedisFrontier
+
+        if isinstance(self._frontier, RedisFrontier):
+            # Not a timeout on the answers' own Deferreds: cancelling one would fire it, and
+            # the outbox would send its answer.
+            waited: Deferred[None] = Deferred()
+
+            def done(_: object = None) -> None:
+                if not waited.called:
+                    waited.callback(None)
+
+            self._frontier.answers_ready().addBoth(done)
+            timer = reactor.callLater(recorder.store.close_timeout, done)  # type: ignore[attr-defined]
+            await maybe_deferred_to_future(waited)
+            if timer.active():
+                timer.cancel()
         if self._frontier is not None:
             self._frontier.close()
-        return self._recorder.close() if self._recorder is not None else None
+        await recorder.close()
 
 
 def services_of(crawler: Crawler) -> CrawlServices:

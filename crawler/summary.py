@@ -1,12 +1,19 @@
 """A short, human-readable summary at the end of every crawl: its figures, where its records
-went and the commands to run next."""
+went and the commands to run next.
+
+"Documents fetched" counts the 200 responses that reached the engine (stat
+:data:`DOCUMENTS_STAT`, robots.txt's own taken off), not the downloader's status counts: a
+response Scrapy refuses after its download (a compressed body past ``DOWNLOAD_MAXSIZE`` once
+decompressed, dropped by ``HttpCompressionMiddleware``) is counted by the downloader as a 200
+but is no document.
+"""
 
 from __future__ import annotations
 
 import logging
 import shlex
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from scrapy import Spider, signals
@@ -18,6 +25,7 @@ if TYPE_CHECKING:
     from typing import Self
 
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
@@ -25,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 #: Width of a summary line's label, so values line up.
 LABEL_WIDTH = 24
+
+#: 200 responses that reached the engine (robots.txt's among them): what the spider got.
+DOCUMENTS_STAT = "summary/response_received_status_count/200"
 
 
 def _line(label: str, value: object) -> str:
@@ -52,7 +63,7 @@ def summarize(stats: dict[str, object], elapsed: float, reason: str) -> str:
     if count("links/over_page_cap"):  # beyond PAGE_MAX_LINKS on one page
         rejected["over-page-cap"] = count("links/over_page_cap")
     statuses = prefixed("downloader/response_status_count/")
-    documents = statuses.get("200", 0) - count("robotstxt/response_status_count/200")
+    documents = count(DOCUMENTS_STAT) - count("robotstxt/response_status_count/200")
     redirects = sum(n for status, n in statuses.items() if status.startswith("3"))
     lines = [
         "Crawl summary",
@@ -135,12 +146,17 @@ class CrawlSummary:
         assert crawler.spidercls is not None
         extension = cls(crawler.stats, where_next(crawler.settings, crawler.spidercls.name))
         crawler.signals.connect(extension.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(extension.response_received, signal=signals.response_received)
         crawler.signals.connect(extension.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(extension.engine_stopped, signal=signals.engine_stopped)
         return extension
 
     def spider_opened(self, spider: Spider) -> None:
         self.started = time.monotonic()
+
+    def response_received(self, response: Response, **_: Any) -> None:
+        if response.status == 200:
+            self.stats.inc_value(DOCUMENTS_STAT)
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
         elapsed = time.monotonic() - self.started

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError
 
 from bloom_frontier.extras import require_extra
 from bloom_frontier.pipelines.schema import upgrade_schema
@@ -47,6 +48,32 @@ def normalize_store_url(url: str | None) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+#: How a STORE_URL is written, for the messages that refuse one.
+URL_FORM = (
+    "sqlite:///path/crawl.sqlite or postgresql://host:port/db (a user and password go "
+    "before the host as user:password@)"
+)
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as a ``STORE_URL`` (ending with how one is written), or
+    None. Never quotes the user or password part."""
+    try:
+        parsed = make_url(normalize_store_url(url))
+    except ArgumentError:
+        return f"is not a database URL: use {URL_FORM}"
+    except ValueError:  # SQLAlchemy's int() of the port
+        # SQLAlchemy takes everything up to the last "@" as user and password ("/" too).
+        host = url.partition("://")[2].split("?", 1)[0].rpartition("@")[2].split("/", 1)[0]
+        if host.startswith("[") and "]" not in host:
+            return f"has an IPv6 address without its closing ']' ({host!r}): use {URL_FORM}"
+        port = host.rpartition("]")[2].rpartition(":")[2]
+        return f"has a port that is not a number from 1 to 65535 ({port!r}): use {URL_FORM}"
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        return f"has port {parsed.port}, not one from 1 to 65535: use {URL_FORM}"
+    return None
 
 
 def store_url_from(settings: BaseSettings) -> str:

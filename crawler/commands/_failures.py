@@ -29,6 +29,7 @@ from bloom_frontier.pipelines.schema import SchemaError
 from bloom_frontier.redis_client import RedisSetupError
 from bloom_frontier.seen.joblock import JobdirBusy
 from bloom_frontier.ssrf import ProxyWithGuard
+from bloom_frontier.validation import InvalidSetting, check_settings
 
 if TYPE_CHECKING:
     from scrapy.commands import ScrapyCommand
@@ -65,6 +66,7 @@ def explain(error: BaseException) -> str | None:
         error,
         (
             CommandFailed,
+            InvalidSetting,
             FrontierConflict,
             RedisSetupError,
             ProxyWithGuard,
@@ -125,7 +127,7 @@ def report(command: ScrapyCommand, error: BaseException) -> None:
     command.exitcode = EXIT_FAILED
 
 
-def fails_cleanly(run: Run) -> Run:
+def reports_failures(run: Run) -> Run:
     """Decorate a command's ``run``: errors a user can cause end it with one line."""
 
     @functools.wraps(run)
@@ -141,3 +143,16 @@ def fails_cleanly(run: Run) -> Run:
             report(command, error)
 
     return wrapper  # type: ignore[return-value]
+
+
+def fails_cleanly(run: Run) -> Run:
+    """:func:`reports_failures`, once the command's settings are checked (a value a setting
+    may not have ends the command before it uses any)."""
+
+    @functools.wraps(run)
+    def checked(command: ScrapyCommand, *args: Any, **kwargs: Any) -> None:
+        if command.settings is not None:
+            check_settings(command.settings)
+        run(command, *args, **kwargs)
+
+    return reports_failures(checked)  # type: ignore[arg-type]

@@ -3,7 +3,8 @@
 An entry point (``bloom_frontier.entry_points.Crawl``), so a user's project that adds the add-on
 gets these checks too; a project without the add-on gets Scrapy's command unchanged.
 
-A crawl that cannot work (unknown spider, Redis down or refusing the password, a
+A crawl that cannot work (unknown spider, a setting of the defaults table with a value it may
+not have (:mod:`bloom_frontier.validation`), Redis down or refusing the password, a
 ``REDIS_URL`` or ``STORE_URL`` that is not one, a proxy the SSRF guard cannot vouch for, a
 ``JOBDIR`` another crawl or a ``rebuild-filter`` is using, a ``METRICS_PORT`` taken or without
 the ``[metrics]`` extra, a seen filter (``JOBDIR`` or Redis)
@@ -17,6 +18,9 @@ A worker that stopped because the crawl's state in Redis was lost
 
 A crawl that stops because its record store cannot be written (a full disk, the SQLite file
 deleted: :mod:`bloom_frontier.pipelines.recorder`) ends with that line and exit status 2.
+
+Its first SIGTERM or Ctrl-C says what the worker waits for; the second stops it at once
+(:mod:`bloom_frontier.stopping`).
 
 A spider checks its ``-a`` arguments here when it has a ``check_arguments(**arguments)``
 class method raising :class:`~bloom_frontier.spiders.site.SpiderArgumentError` (as the
@@ -38,7 +42,7 @@ from scrapy.utils.request import RequestFingerprinter
 
 from bloom_frontier.addon import BloomFrontierAddon, check_fingerprinter
 from bloom_frontier.canonical.rules import rules_from_settings
-from bloom_frontier.commands._failures import CommandFailed, fails_cleanly, report
+from bloom_frontier.commands._failures import CommandFailed, report, reports_failures
 from bloom_frontier.compat import asyncio_reactor_path
 from bloom_frontier.frontier.redis.identity import LOST_REASON, check_start
 from bloom_frontier.frontier.redis.layout import FrontierKeys
@@ -58,6 +62,8 @@ from bloom_frontier.seen.layers import (
 )
 from bloom_frontier.spiders.site import SpiderArgumentError
 from bloom_frontier.ssrf import check_proxy_setup
+from bloom_frontier.stopping import StopControl
+from bloom_frontier.validation import check_settings
 
 if TYPE_CHECKING:
     import argparse
@@ -112,7 +118,9 @@ def check_crawl_setup(settings: BaseSettings, spider_name: str, arguments: dict[
     spidercls = get_spider_loader(settings).load(spider_name)
     check_spider_arguments(spidercls, arguments)
     settings = settings.copy()
+    spidercls.update_settings(settings)  # its custom_settings, then the add-on's, as Scrapy does
     BloomFrontierAddon.claim(settings)
+    check_settings(settings)
     check_proxy_setup(settings)
     check_request_fingerprinter(settings, spidercls)
     try:
@@ -182,13 +190,20 @@ class Command(ScrapyCrawlCommand):
         self.crawler = super()._create_crawler(spidercls)
         return self.crawler
 
-    @fails_cleanly
+    @reports_failures
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
-        if len(args) == 1 and uses_addon(self.settings):
+        addon = len(args) == 1 and uses_addon(self.settings)
+        if addon:
             check_crawl_setup(self.settings, args[0], opts.spargs)
         self.crawler_process = crawler_process(self.settings)
+        stop = None
+        if addon and self.settings.getbool("TWISTED_REACTOR_ENABLED"):
+            stop = StopControl(self.crawler_process)
+            stop.install()
         super().run(args, opts)
+        if stop is not None:
+            stop.exit_if_forced()
         stats = self.crawler.stats if self.crawler is not None else None
         # A crawl stopped because its record store could not be written ends with why.
         if stats is not None and (failed := stats.get_value(FAILED_STAT)):

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred, DeferredList, maybeDeferred
 from twisted.python.failure import Failure
 
 from bloom_frontier import defaults
@@ -480,6 +480,11 @@ class RedisFrontier:
     def flush(self) -> bool:
         """Deliver waiting answers in order; True when none is left waiting."""
         return self.outbox.flush()
+
+    def answers_ready(self) -> Deferred[Any]:
+        """Fires once every waiting answer may be sent (the records of the pages whose
+        leases they answer committed)."""
+        return DeferredList(self.outbox.waiting_for())
 
     @property
     def pending_answers(self) -> int:

@@ -138,6 +138,10 @@ class Outbox:
             if answer.lease is not None and not (unsent and answer.started)
         ]
 
+    def waiting_for(self) -> list[Deferred[Any]]:
+        """The ``after`` of every waiting answer that may not be sent yet."""
+        return [a.after for a in self._answers if a.after is not None and not a.after.called]
+
     def flush(self) -> bool:
         """Deliver waiting answers in order; True when none is left waiting. In the
         background, only starts the next deliveries (False while some are under way)."""
@@ -263,8 +267,9 @@ class Outbox:
     def close(self) -> bool:
         """Deliver what can be delivered, from now on in the caller's thread, and stop
         retrying; True when nothing is left. An answer whose ``after`` has not fired (its
-        page's records not committed) stays undelivered, with those behind it: their leases
-        expire and the pages are fetched again."""
+        page's records not committed: a crawl stopped by a signal, or a store that cannot
+        write) stays undelivered, with those behind it: their leases expire and the pages
+        are fetched again."""
         if self.background is not None:
             self.background.close()  # the attempt under way ends
             self.background = None
