@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from bloom_frontier.migration.answers import MigrationAnswer
+from bloom_frontier.migration.validate import MapRow, Rebase, base_origin
 from bloom_frontier.redirectmap.apache import write_apache
 from bloom_frontier.redirectmap.matching import Entry, request_key
 from bloom_frontier.redirectmap.nginx import write_nginx
@@ -309,3 +310,39 @@ def test_an_unreachable_site_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith(f"error: cannot reach the site at {base} ("), result.stderr
     assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("pairs", "base", "target_base", "expected"),
+    [
+        # Same site: nothing moves.
+        ([("https://www.e.com/a", "https://www.e.com/b")], "https://www.e.com", None,
+         ("https://www.e.com/a", "https://www.e.com/b")),
+        # A migration map of two crawls, checked on staging: both onto --base.
+        ([("https://www.e.com/a", "https://new.e.com/b")], "https://staging.e.com", None,
+         ("https://staging.e.com/a", "https://staging.e.com/b")),
+        # A domain change: the redirects on the old host, the pages on the new one.
+        ([("https://old.com/a?x=1", "https://new.com/b")], "https://old.com", "https://new.com",
+         ("https://old.com/a?x=1", "https://new.com/b")),
+        # A bulk map on the hosts under test keeps its targets wherever they are.
+        ([("http://127.0.0.1:8080/a", "http://127.0.0.1:9090/b")], "http://127.0.0.1:8080", None,
+         ("http://127.0.0.1:8080/a", "http://127.0.0.1:9090/b")),
+    ],
+)  # fmt: skip
+def test_sources_and_targets_are_rebased_as_the_docs_say(
+    pairs: list[tuple[str, str]], base: str, target_base: str | None, expected: tuple[str, str]
+) -> None:
+    rows = [MapRow(1, source, target) for source, target in pairs]
+    rebase = Rebase.of(rows, base_origin(base, "--base"), target_base)
+    assert (rebase.source(rows[0].source), rebase.target(rows[0].target or "")) == expected
+
+
+def test_a_partner_target_is_kept_when_the_map_moves() -> None:
+    rows = [
+        MapRow(1, "https://www.e.com/a", "https://new.e.com/a"),
+        MapRow(2, "https://www.e.com/b", "https://new.e.com/b"),
+        MapRow(3, "https://www.e.com/shop", "https://partner.org/shop"),
+    ]
+    rebase = Rebase.of(rows, "https://staging.e.com", None)
+    assert rebase.target("https://new.e.com/b") == "https://staging.e.com/b"
+    assert rebase.target("https://partner.org/shop") == "https://partner.org/shop"
