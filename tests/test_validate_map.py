@@ -346,3 +346,36 @@ def test_a_partner_target_is_kept_when_the_map_moves() -> None:
     rebase = Rebase.of(rows, "https://staging.e.com", None)
     assert rebase.target("https://new.e.com/b") == "https://staging.e.com/b"
     assert rebase.target("https://partner.org/shop") == "https://partner.org/shop"
+
+
+def spiral(path: str) -> Page | None:
+    """``/spiral/N`` redirects to ``/spiral/N+1``, for ever."""
+    if path.startswith("/spiral/"):
+        return redirect(f"/spiral/{int(path.rsplit('/', 1)[1]) + 1}")
+    return None
+
+
+def test_the_hop_cap_and_robots_txt_hold(tmp_path: Path) -> None:
+    routes = {
+        "/robots.txt": Page("User-agent: *\nDisallow: /closed/\n", content_type="text/plain"),
+        "/old": redirect("/closed/page"),
+        "/*": spiral,
+    }
+    with TestServer(routes) as server:
+        bulk = tmp_path / "bulk.csv"
+        bulk.write_text(
+            f"{server.url}/spiral/0,{server.url}/done\n{server.url}/old,{server.url}/closed/page\n",
+            encoding="utf-8",
+        )
+        result = scrapy(
+            "validate-map", str(bulk), "--base", server.url, "--format", "jsonl",
+            "-s", "REDIRECT_MAX_HOPS=3",
+        )  # fmt: skip
+        fetched = server.paths()
+    assert result.returncode == 1, result.stderr
+    capped, closed = map(json.loads, result.stdout.splitlines())
+    assert capped["problems"] == ["too-many-hops"]
+    assert [hop["url"] for hop in capped["hops"]] == [f"{server.url}/spiral/{n}" for n in (1, 2, 3)]
+    assert "/spiral/3" not in fetched  # the hop past the cap is not fetched
+    assert closed["problems"] == ["robots"]
+    assert "/closed/page" not in fetched
