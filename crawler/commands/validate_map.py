@@ -85,7 +85,9 @@ class Command(ScrapyCommand):
         except MapInputError as exc:
             raise CommandFailed(str(exc)) from None
         if all(row.skip is not None for row in rows):
-            raise CommandFailed(f"{args[0]} holds no entry to check ({len(rows)} rows skipped)")
+            raise CommandFailed(
+                f"{args[0]} holds no entry to check: all {len(rows)} rows are skipped"
+            )
         self.crawler_process.crawl(
             MapCheckSpider,
             rows=rows,

@@ -564,7 +564,8 @@ class MapCheckSpider(Spider):
         elif isinstance(error, IgnoreRequest) and "robots.txt" in str(error):
             self.finish(walk, "robots", f"robots.txt disallows {request.url}")
         else:
-            self.finish(walk, "fetch-error", f"{request.url}: {type(error).__name__}: {error}")
+            detail = f"{request.url}: {type(error).__name__}: {str(error).rstrip('.')}"
+            self.finish(walk, "fetch-error", detail)
 
 
 def unreachable(verdicts: list[Verdict]) -> str | None:
