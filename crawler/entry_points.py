@@ -130,3 +130,7 @@ class SameContent(LazyCommand):
 
 class RebuildFilter(LazyCommand):
     target = "bloom_frontier.commands.rebuild_filter:Command"
+
+
+class ValidateMap(LazyCommand):
+    target = "bloom_frontier.commands.validate_map:Command"

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urljoin, urlsplit
 
 import tldextract
-from lxml import etree
 from scrapy import Request, Spider
 from scrapy.http import TextResponse
 from scrapy.http.request import NO_CALLBACK
@@ -42,10 +41,11 @@ from bloom_frontier.frontier.keys import carry_key
 from bloom_frontier.logtext import short
 from bloom_frontier.meta import CANONICAL_OF_META
 from bloom_frontier.middlewares.redirects import key_or_error
+from bloom_frontier.pagehints import head_canonicals, link_header_canonicals
 from bloom_frontier.pipelines.records import CanonicalHint, KeyAlias, rules_version_of
 from bloom_frontier.services import services_of
 from bloom_frontier.soft404 import is_home_page
-from bloom_frontier.spiders.site import page_base, page_tree
+from bloom_frontier.spiders.site import page_base
 
 if TYPE_CHECKING:
     from typing import Self
@@ -62,43 +62,11 @@ SOURCE_HEADER = "link-header"
 
 #: Offline: the Public Suffix List snapshot bundled with tldextract, never fetched.
 _EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
-#: One ``<uri>; params`` entry of a ``Link`` header.
-_LINK_VALUE = re.compile(r"<([^>]*)>([^<]*)")
-#: The ``<link>`` elements that may name a canonical URL.
-HEAD_LINKS = "//head//link[@rel and @href]"
-_HEAD_LINKS = etree.XPath(HEAD_LINKS)
-_LINK_PARAM = re.compile(r';\s*([A-Za-z0-9!#$&+.^_`|~*-]+)\s*=\s*(?:"([^"]*)"|([^;,\s]*))')
 #: ``meta`` keys a callback needs to handle a page, carried over to its canonical page:
 #: ``CrawlSpider._callback`` finds the page's rule by ``meta["rule"]``.
 CALLBACK_META = ("rule",)
 PAGE_PARAMS = frozenset({"page", "p", "pg", "paged", "pagenum", "page_num", "pageno"})
 _PAGE_PATH = re.compile(r"/page/(\d+)/?$", re.IGNORECASE)
-
-
-def link_header_canonicals(values: Iterable[bytes]) -> list[str]:
-    """The targets of every ``rel="canonical"`` link in ``Link`` header values."""
-    hrefs = []
-    for value in values:
-        for match in _LINK_VALUE.finditer(value.decode("latin-1")):
-            for param in _LINK_PARAM.finditer(match[2]):
-                rel = param[2] if param[2] is not None else param[3]
-                if param[1].lower() == "rel" and "canonical" in rel.lower().split():
-                    hrefs.append(match[1])
-                    break
-    return hrefs
-
-
-def head_canonicals(response: TextResponse) -> list[str]:
-    """The ``href`` of every ``<link>`` in ``<head>`` whose ``rel`` includes canonical
-    (read off the lxml tree Scrapy parsed, without a parsel ``Selector`` per ``<link>``)."""
-    root = page_tree(response)
-    if root is None:
-        links = [link.attrib for link in response.xpath(HEAD_LINKS)]
-    else:
-        links = [link.attrib for link in _HEAD_LINKS(root)]
-    return [
-        link["href"] for link in links if "canonical" in (link.get("rel") or "").lower().split()
-    ]
 
 
 def site_of(host: str) -> str:
