@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     from bloom_frontier.pipelines.recorder import Recorder
     from bloom_frontier.ssrf import SSRFPolicy
 
+#: Seconds between looks at the store while closing waits for its last commits.
+STORE_FAILURE_POLL = 0.5
+
 
 class SeenLinks(Protocol):
     """Drops a page's links certainly seen before a ``Request`` is built for them."""
@@ -153,12 +156,14 @@ class CrawlServices:
         """A shared frontier closes once the answers waiting for their pages' records (a
         crawl stopped by a signal or a limit) may be sent: it answers their leases as it
         closes instead of leaving them to expire. While the store cannot write this waits,
-        as long as the store's last writes may (``close_timeout``), then the frontier leaves
-        those leases to expire (the first signal says what it waits for; a second stops the
-        worker at once, :mod:`bloom_frontier.stopping`)."""
+        as long as the store's last writes may (``close_timeout``), or until the store has
+        failed (it will commit nothing more), then the frontier leaves those leases to expire
+        (the first signal says what it waits for; a second stops the worker at once,
+        :mod:`bloom_frontier.stopping`)."""
         from scrapy.utils.defer import maybe_deferred_to_future
         from twisted.internet import reactor
         from twisted.internet.defer import Deferred
+        from twisted.internet.task import LoopingCall
 
         from bloom_frontier.frontier.redis import RedisFrontier
 
@@ -173,7 +178,11 @@ class CrawlServices:
 
             self._frontier.answers_ready().addBoth(done)
             timer = reactor.callLater(recorder.store.close_timeout, done)  # type: ignore[attr-defined]
+            # A store that failed will commit nothing more: no answer can become ready.
+            failed = LoopingCall(lambda: recorder.store.failure is not None and done())
+            failed.start(STORE_FAILURE_POLL, now=True)
             await maybe_deferred_to_future(waited)
+            failed.stop()
             if timer.active():
                 timer.cancel()
         if self._frontier is not None:

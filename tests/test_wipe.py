@@ -106,6 +106,21 @@ def test_a_wiped_frontier_stops_every_worker_with_one_line(
     assert reset.returncode == 0, reset.stderr  # the stopped workers hold nothing back
 
 
+def test_redis_turned_evicting_during_the_crawl_stops_every_worker_with_one_line(
+    own_redis: RedisServer, tmp_path: Path, pg_url: str
+) -> None:
+    """A policy that was refused at start, set while the crawl runs (``CONFIG SET``): every
+    worker stops on its next heartbeat, before Redis evicts anything it needs. Before: exit
+    0, "finished", with the keys Redis evicted (queue, lanes, seen keys) silently lost."""
+    with TestServer(site_routes(), delay=1.0) as site:  # seconds of crawl left at the change
+        workers = [crawl_worker(f"{site.url}/", own_redis.url, pg_url) for _ in range(2)]
+        wait_for(lambda: len(site.paths()) >= 3)
+        with own_redis.client() as client:
+            client.config_set("maxmemory-policy", "allkeys-lru")
+        logs = [stopped_lost(process) for process in workers]
+    assert all("maxmemory-policy became allkeys-lru during the crawl" in log for log in logs)
+
+
 def test_a_fresh_crawl_starts_and_a_reset_one_starts_again(redis_url: str, tmp_path: Path) -> None:
     """Nothing seeded: the first worker writes the crawl's identity and crawls to the end; a
     crawl a worker found damaged is refused until `scrapy frontier --reset`, then runs."""

@@ -64,7 +64,7 @@ from bloom_frontier.frontier.redis.lua import FrontierScripts
 from bloom_frontier.frontier.redis.outbox import REDIS_UNAVAILABLE, Outbox
 from bloom_frontier.frontier.redis.partitions import Partitions, partition_count, partition_keys
 from bloom_frontier.frontier.redis.politeness import HostPoliteness
-from bloom_frontier.frontier.redis.protocol import FrontierGone
+from bloom_frontier.frontier.redis.protocol import FrontierGone, LeaseReply
 from bloom_frontier.frontier.redis.upgrade import upgrade_layout
 from bloom_frontier.meta import FRONTIER_LEASE_META, FRONTIER_QUEUED_META
 from bloom_frontier.redis_client import Client, describe, redis_from_url, require_bloom
@@ -174,6 +174,7 @@ class RedisFrontier:
         quarantine_cap: int = defaults.FRONTIER_QUARANTINE_MAX,
         older: OlderLayers | None = None,
         partitions: int = defaults.FRONTIER_PARTITIONS,
+        eviction: identity.EvictionWatch | None = None,
     ) -> None:
         if lease_ttl <= 0:
             raise ValueError(f"FRONTIER_LEASE_TTL must be positive, got {lease_ttl}")
@@ -182,6 +183,8 @@ class RedisFrontier:
         self.client = client
         self.keys = keys
         self.seen = seen
+        #: Looks for keys evicted during the crawl (None: FRONTIER_ALLOW_EVICTION).
+        self.eviction = eviction
         self.keyer = keyer
         self.stats = stats
         #: The queue's partitions (one by default: the crawl's own keys).
@@ -315,6 +318,11 @@ class RedisFrontier:
                 quarantine_cap=settings.getint("FRONTIER_QUARANTINE_MAX"),
                 older=older,
                 partitions=settings.getint("FRONTIER_PARTITIONS"),
+                eviction=(
+                    None
+                    if settings.getbool("FRONTIER_ALLOW_EVICTION")
+                    else identity.EvictionWatch(client)
+                ),
             )
         except BaseException:
             client.close()
@@ -420,8 +428,18 @@ class RedisFrontier:
         """Lease up to ``count`` requests from the background thread (in the caller's
         thread without one); errbacks with Redis' error. Afterwards :meth:`seems_drained`
         tells whether the crawl looked drained then."""
-        leasing = self.call(self.leases.lease_replies, count)
+        leasing = self.call(self._lease_replies, count)
         return leasing.addCallbacks(self.leases.take_delivery, self._lease_failed)
+
+    def _lease_replies(self, count: int) -> list[tuple[int, LeaseReply]]:
+        """:meth:`.leases.Leases.lease_replies`; when they say the crawl is drained, Redis is
+        asked (in the same thread) whether it evicted keys meanwhile: a crawl it emptied is
+        not finished (raises :class:`.protocol.FrontierLost`)."""
+        replies = self.leases.lease_replies(count)
+        drained = all(not r.requests and r.queued == 0 and r.leased == 0 for _, r in replies)
+        if drained and self.eviction is not None:
+            self.eviction.check(now=True)
+        return replies
 
     def _lease_failed(self, failure: Failure) -> list[Request] | Failure:
         """The crawl's state in Redis is gone: this worker stops (:meth:`.outbox.Outbox.gone`;
@@ -463,8 +481,17 @@ class RedisFrontier:
     def heartbeat(self) -> None:
         """Extend the leases of requests this worker is still working on, in every
         partition, in the caller's thread (in a crawl, :attr:`heartbeats` calls it from a
-        thread of its own)."""
+        thread of its own), then looks for keys Redis evicted meanwhile
+        (:class:`.identity.EvictionWatch`): the worker stops if it did."""
         self.leases.heartbeat()
+        if self.eviction is None:
+            return
+        try:
+            self.eviction.check()
+        except FrontierGone as exc:
+            self.leases.on_loop(self.outbox.gone, exc)
+        except redis.RedisError:
+            pass  # Redis away: the leases' own heartbeat counts and says it
 
     def release_all(self) -> int:
         """Give back every lease this worker holds; how many went back to the queue."""
@@ -495,11 +522,24 @@ class RedisFrontier:
 
     def is_drained(self) -> bool:
         """True when the whole crawl is done: nothing queued, no lease outstanding in any
-        worker, no answer of this worker waiting. Raises ``REDIS_UNAVAILABLE`` errors."""
+        worker, no answer of this worker waiting, nothing evicted. Raises
+        ``REDIS_UNAVAILABLE`` errors."""
         if self.outbox or self.leases or self.outbox.lost:
             return False
         queued, leased, _failed = state.sizes(self.partitions.scripts)
-        return queued == 0 and leased == 0
+        return queued == 0 and leased == 0 and not self._evicted()
+
+    def _evicted(self) -> bool:
+        """True, the worker stopping (:meth:`.outbox.Outbox.gone`), when Redis evicted keys
+        during the crawl or may evict them now: a crawl it emptied is not finished."""
+        if self.eviction is None:
+            return False
+        try:
+            self.eviction.check(now=True)
+        except FrontierGone as exc:
+            self.outbox.gone(exc)
+            return True
+        return False
 
     def counts(self) -> dict[str, int]:
         """Sizes of the shared state: queued, leased and failed requests, keys seen."""

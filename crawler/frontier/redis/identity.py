@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,8 @@ MEMORY_WARN = 0.9
 LOST_MARK = "lost:"
 #: Policies that never evict a key.
 NO_EVICTION = "noeviction"
+#: Seconds between the heartbeat's looks at Redis' eviction policy and count.
+EVICTION_CHECK = 5.0
 
 
 def adopt(client: redis.Redis, parts: list[FrontierKeys]) -> str:
@@ -107,16 +110,53 @@ def check_key_types(client: redis.Redis, parts: list[FrontierKeys], *, vital_onl
         raise KeyOfWrongType("; ".join(what for _, what in found))
 
 
-def _memory(client: redis.Redis) -> list[dict[str, Any]]:
-    """``INFO memory`` of the server (of each master, on a cluster); [] where INFO is
+def _info(client: redis.Redis, section: str) -> list[dict[str, Any]]:
+    """``INFO section`` of the server (of each master, on a cluster); [] where INFO is
     disabled (managed Redis: nothing to check)."""
     try:
         if isinstance(client, redis.RedisCluster):
-            replies = client.info("memory", target_nodes=redis.RedisCluster.PRIMARIES)
+            replies = client.info(section, target_nodes=redis.RedisCluster.PRIMARIES)
             return list(replies.values())
-        return [client.info("memory")]
+        return [client.info(section)]
     except redis.ResponseError:
         return []
+
+
+def _memory(client: redis.Redis) -> list[dict[str, Any]]:
+    return _info(client, "memory")
+
+
+class EvictionWatch:
+    """Redis must not evict the frontier's keys during the crawl either: the start refuses an
+    evicting policy, and the worker's heartbeat looks again every :data:`EVICTION_CHECK`
+    seconds (:meth:`check`): a policy turned evicting since (``CONFIG SET``), or keys evicted
+    since the worker started, is the frontier lost (an evicted key is queued requests,
+    leases or seen keys gone; which ones, nobody can tell). Off with
+    ``FRONTIER_ALLOW_EVICTION``."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.evicted_at_start = self.evicted()
+        self._next = 0.0
+
+    def evicted(self) -> int:
+        """Keys Redis has evicted since it started (all masters)."""
+        return sum(int(info.get("evicted_keys", 0)) for info in _info(self.client, "stats"))
+
+    def check(self, *, now: bool = False) -> None:
+        """Raise :class:`FrontierLost` when Redis evicts or may evict (see the class); at
+        most once per :data:`EVICTION_CHECK` seconds, unless ``now`` (before a worker calls
+        the crawl finished). Raises Redis' errors."""
+        now_s = time.monotonic()
+        if now_s < self._next and not now:
+            return
+        self._next = now_s + EVICTION_CHECK
+        for info in _memory(self.client):
+            policy = text(info.get("maxmemory_policy", NO_EVICTION))
+            if policy != NO_EVICTION:
+                raise FrontierLost(f"Redis' maxmemory-policy became {policy} during the crawl")
+        if (evicted := self.evicted() - self.evicted_at_start) > 0:
+            raise FrontierLost(f"Redis evicted {evicted} keys during the crawl")
 
 
 def check_memory(client: redis.Redis, settings: BaseSettings, *, report: bool = True) -> None:

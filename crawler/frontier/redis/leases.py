@@ -429,7 +429,7 @@ class Leases:
         now = time.monotonic()
         if self._last_beat is not None:
             gap_ms = round((now - self._last_beat) * 1000)
-            self._on_loop(self.stats.max_value, "frontier/heartbeat_longest_gap_ms", gap_ms)
+            self.on_loop(self.stats.max_value, "frontier/heartbeat_longest_gap_ms", gap_ms)
         self._last_beat = now
         leases = self.to_extend()
         if not leases:
@@ -437,14 +437,15 @@ class Leases:
         try:
             lost = self.extend(leases)
         except FrontierGone as exc:  # the crawl's state is gone: the worker stops
-            self._on_loop(self.outbox.gone, exc)
+            self.on_loop(self.outbox.gone, exc)
             return
         except redis.RedisError as exc:
-            self._on_loop(self.heartbeat_failed, exc)
+            self.on_loop(self.heartbeat_failed, exc)
             return
-        self._on_loop(self.note_lost, lost)
+        self.on_loop(self.note_lost, lost)
 
-    def _on_loop(self, function: Callable[..., object], *args: Any) -> None:
+    def on_loop(self, function: Callable[..., object], *args: Any) -> None:
+        """``function(*args)`` on Twisted's loop (now, off a crawl's heartbeat thread)."""
         if not self.from_thread:
             function(*args)
             return
