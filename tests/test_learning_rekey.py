@@ -7,6 +7,7 @@ What was fetched is read from the server's own log.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from bloom_frontier.pipelines.records import APPLIED
 from tests.httpserver import Page, TestServer
 from tests.learnsite import _page
-from tests.test_learning_crawl import crawl, rules_in
+from tests.test_learning_crawl import crawl, rules_in, scrapy
 
 #: The stat a queued request dropped when it is taken from the queue is counted under.
 DROPPED = "learn/dropped_queued"
@@ -101,3 +102,70 @@ def test_a_url_fetched_before_a_rule_was_learned_is_not_fetched_again_after(
     assert rules_in(f"sqlite:///{tmp_path / 'store.sqlite'}").get("127.0.0.1?view") == APPLIED
     assert_each_item_fetched_once(site, paths, log)
     assert stat(log, DROPPED) > 0, log[-3000:]
+
+
+class RefSite:
+    """``/`` links to ``/p/I?ref=1``, then to ``/p/I?ref=2`` (fetched first, depth-first):
+    ``ref`` changes nothing (the rule change under test strips it)."""
+
+    def __init__(self, pages: int = 10) -> None:
+        self.pages = pages
+
+    def page(self, path: str) -> Page | None:
+        parts = urlsplit(path)
+        if parts.path == "/":
+            links = [f"/p/{i}?ref={r}" for r in (1, 2) for i in range(self.pages)]
+            return _page("Index", "All pages.", links)
+        match = re.fullmatch(r"/p/(\d+)", parts.path)
+        if match is None or int(match.group(1)) >= self.pages:
+            return None
+        return _page(f"Page {match.group(1)}", f"Page {match.group(1)}: " + "text " * 30, [])
+
+    def server(self) -> TestServer:
+        return TestServer({"/*": self.page})
+
+
+STRIP_REF = json.dumps({"127.0.0.1": {"strip": ["ref"]}})
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["embedded", "shared"])
+def test_after_rebuild_filter_queued_variants_of_fetched_pages_are_not_fetched(
+    tmp_path: Path, shared: bool, request: pytest.FixtureRequest
+) -> None:
+    """A crawl stopped with variants queued; ``rebuild-filter --allow-merges`` makes ``ref``
+    a tracking parameter; the resumed crawl fetches no variant of a page fetched before,
+    and every page once (of two variants both queued, one)."""
+    site = RefSite()
+    store = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    frontier = (
+        f"REDIS_URL={request.getfixturevalue('redis_url')}"
+        if shared
+        else f"JOBDIR={tmp_path / 'job'}"
+    )
+    common = ["-s", f"STORE_URL={store}", "-s", frontier, "-s", "CANON_LEARN=off"]
+    with site.server() as server:
+        first = scrapy(
+            "crawl", "site", "-a", f"start_url={server.url}/", *common,
+            "-s", "CONCURRENT_REQUESTS=1", "-s", "CLOSESPIDER_PAGECOUNT=8",
+        )  # fmt: skip
+        assert first.returncode == 0, first.stderr[-3000:]
+        before = [path for path in server.paths() if path.startswith("/p/")]
+        rebuilt = scrapy(
+            "rebuild-filter", "site", *common, "-s", f"CANON_HOST_RULES={STRIP_REF}",
+            "--allow-merges",
+        )  # fmt: skip
+        assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr[-3000:]
+        assert "requests wait in the queue" in rebuilt.stdout, rebuilt.stdout
+        resumed = scrapy(
+            "crawl", "site", "-a", f"start_url={server.url}/", *common,
+            "-s", f"CANON_HOST_RULES={STRIP_REF}",
+        )  # fmt: skip
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        after = [path for path in server.paths() if path.startswith("/p/")][len(before) :]
+    fetched_before = {urlsplit(path).path for path in before}
+    resumed_pages = Counter(urlsplit(path).path for path in after)
+    assert fetched_before and len(fetched_before) < site.pages, before
+    assert resumed_pages == Counter(
+        {f"/p/{i}": 1 for i in range(site.pages) if f"/p/{i}" not in fetched_before}
+    ), (before, after)
+    assert stat(resumed.stderr, DROPPED) > 0, resumed.stderr[-3000:]
