@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections import Counter
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
+from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import APPLIED
-from tests.httpserver import Page, TestServer
+from tests.httpserver import Page, TestServer, redirect
 from tests.learnsite import _page
 from tests.test_learning_crawl import crawl, rules_in, scrapy
 
@@ -29,7 +31,7 @@ class ItemSite:
     changes nothing, and to items ``/item/I?view=c&xq=I`` (``xq`` matters, ``view`` does
     not; ``/item/I?xq=I`` itself is never linked). Each item is linked from one list and
     one tag, reached at different moments of the crawl: before ``view`` is learned and
-    after."""
+    after. Lists link to ``/go/N``, a redirect to ``/dest/N?view=c``, which tags link to."""
 
     def __init__(self, sections: int = 12) -> None:
         self.sections = sections
@@ -50,10 +52,14 @@ class ItemSite:
         if parts.path == "/":
             links = [f"/{s}/{j}" for s in ("list", "tag") for j in range(self.sections)]
             return _page("Index", "Lists and tags.", links)
-        match = re.fullmatch(r"/(list|tag|item)/(\d+)", parts.path)
+        match = re.fullmatch(r"/(list|tag|item|go|dest)/(\d+)", parts.path)
         if match is None:
             return None
         section, number = match.group(1), int(match.group(2))
+        if section == "go":
+            return redirect(f"/dest/{number}?view=c")
+        if section == "dest":
+            return _page(f"Destination {number}", f"Destination {number}. " * 20, [])
         if section == "item":
             if number >= self.items or params.get("xq") is None:
                 return None
@@ -66,6 +72,8 @@ class ItemSite:
         )
         links = [f"/{section}/{number}?view=c"]
         links += [self.item_url(i) for i in self.items_of(section, number)]
+        # A redirect to a page with the neutral parameter, and a link to it.
+        links.append(f"/go/{number}" if section == "list" else f"/dest/{number}?view=c")
         return _page(f"{section.title()} {number}", text, links)
 
     def server(self) -> TestServer:
@@ -169,3 +177,25 @@ def test_after_rebuild_filter_queued_variants_of_fetched_pages_are_not_fetched(
         {f"/p/{i}": 1 for i in range(site.pages) if f"/p/{i}" not in fetched_before}
     ), (before, after)
     assert stat(resumed.stderr, DROPPED) > 0, resumed.stderr[-3000:]
+
+
+def test_redirect_targets_are_keyed_with_the_learned_rules_like_the_links(tmp_path: Path) -> None:
+    """With ``view`` learned (applied in the store), the redirect target ``/dest/N?view=c``
+    is recorded under the key its link gets, ``/dest/N``, and fetched once."""
+    site = ItemSite()
+    path = tmp_path / "store.sqlite"
+    store = f"sqlite:///{path}"
+    crawl(site, store, "CANON_LEARN=apply", "CANON_LEARN_RECHECK=0")
+    assert rules_in(store).get("127.0.0.1?view") == APPLIED
+    with sqlite3.connect(path) as database:  # what the next crawl records, alone
+        database.execute("DELETE FROM url_aliases")
+    paths, log = crawl(site, store, "CANON_LEARN_RECHECK=0")  # keys with the applied rule
+    reader = StoreReader.from_url(store)
+    aliases = {alias["url"]: alias["key"] for alias in reader.url_aliases()}
+    reader.close()
+    targets = {url: key for url, key in aliases.items() if "/dest/" in url}
+    assert len(targets) == site.sections, (sorted(aliases), log[-3000:])
+    for url, key in targets.items():
+        assert key == "r2|" + url.removesuffix("?view=c"), (url, key)
+    dest = Counter(urlsplit(p).path for p in paths if p.startswith("/dest/"))
+    assert dest == Counter({f"/dest/{j}": 1 for j in range(site.sections)}), paths

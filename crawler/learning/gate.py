@@ -128,7 +128,7 @@ class LearnedRuleGate:
             or request.meta.get(LEARN_RECHECK_META)
         ):
             return
-        keyer: RequestKeyer = self.services.frontier.keyer  # type: ignore[attr-defined]
+        keyer = self.services.frontier.keyer
         live = keyer.live
         learned = (
             live is not None
