@@ -123,8 +123,8 @@ def test_the_gate_keys_again_only_requests_of_hosts_a_learned_rule_touches(
     assert keyed == []
     # With it, the request is keyed under the rules in force, and without the learned ones
     # (the key it may have been fetched under before the rule).
-    gate.process_request(carrying("https://other.org/a?x=1&from=nav"))
-    assert keyed == ["https://other.org/a?x=1&from=nav"] * 2
+    gate.process_request(carrying("https://other.org/b?x=1&from=nav"))
+    assert keyed == ["https://other.org/b?x=1&from=nav"] * 2
 
 
 def test_a_recheck_compares_with_the_variant_fetched_when_the_bare_url_was_not(

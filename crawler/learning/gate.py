@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
+    from bloom_frontier.frontier import Frontier
     from bloom_frontier.frontier.keys import RequestKeyer
     from bloom_frontier.learning.state import Learned
     from bloom_frontier.services import CrawlServices
@@ -108,6 +109,18 @@ def earlier_keys(plain: str, current: str) -> list[str]:
     return keys
 
 
+def mark_fetched(frontier: Frontier, keys: list[str], also_seen: bool = False) -> None:
+    """Add the fetch marks of ``keys`` (and, ``also_seen``, the keys themselves) to the
+    frontier's seen filter, off the loop on a shared frontier (its thread for Redis)."""
+    marks = [FETCHED_MARK + key for key in keys] + (keys if also_seen else [])
+    seen = frontier.seen  # type: ignore[attr-defined]
+    background = getattr(frontier, "background", None)
+    if background is None:
+        seen.add_many(marks)
+    else:
+        background.run(seen.add_many, marks).addErrback(lambda _: None)
+
+
 class LearnedRuleGate:
     """See the module docstring."""
 
@@ -128,20 +141,21 @@ class LearnedRuleGate:
             or request.meta.get(LEARN_RECHECK_META)
         ):
             return
-        keyer = self.services.frontier.keyer
+        frontier = self.services.frontier
+        keyer = frontier.keyer
         live = keyer.live
-        learned = (
-            live is not None
-            and carries_learned_names(request.url, live.learned)
-            and live.touches(key_host(carried))
-        )
-        if not learned and carried.startswith(keyer.current_rules().version + "|"):
-            if live is not None and "?" in request.url:  # no rule changed its key
-                self._mark_fetched(carried)
+        touched = live is not None and live.touches(key_host(carried))
+        current = carried.startswith(keyer.current_rules().version + "|")
+        if not touched and current:  # no rule changed its key
+            if self._marking() and "?" in request.url:
+                mark_fetched(frontier, [carried])
             return
+        new, earlier = carried, []
+        rekey = live is not None and touched and carries_learned_names(request.url, live.learned)
         try:
-            new, earlier = self._keys(keyer, request)
-            if learned and (new != carried or earlier):
+            if rekey or not current:
+                new, earlier = self._keys(keyer, request)
+            if rekey and (new != carried or earlier):
                 assert live is not None  # about to mark or drop: not under a rule revoked
                 version = live.version  # a moment ago
                 live.latest()
@@ -149,25 +163,21 @@ class LearnedRuleGate:
                     new, earlier = self._keys(keyer, request)
         except InvalidURL:
             return
-        seen = self.services.frontier.seen  # type: ignore[attr-defined]
-        if earlier and any(seen.contains_many([FETCHED_MARK + key for key in earlier])):
-            self._drop(request, new, "fetched under earlier rules")
+        seen = frontier.seen  # type: ignore[attr-defined]
+        probes = [new, *(key for key in earlier if key != carried)]  # not its own mark
+        if touched and any(seen.contains_many([FETCHED_MARK + key for key in probes])):
+            self._drop(request, new, "fetched already under this or an earlier key")
         if new != carried:
             carry_key(request, new)
             if not seen.add_many([new])[0]:
                 self._drop(request, new, "already seen")
-        if live is not None and "?" in request.url:
-            self._mark_fetched(new)
+        if self._marking() and "?" in request.url:
+            mark_fetched(frontier, [new])
 
-    def _mark_fetched(self, key: str) -> None:
-        """Add the fetch mark of ``key`` (off the loop on a shared frontier)."""
-        frontier = self.services.frontier
-        marks = [FETCHED_MARK + key]
-        background = getattr(frontier, "background", None)
-        if background is None:
-            frontier.seen.add_many(marks)  # type: ignore[attr-defined]
-        else:
-            background.run(frontier.seen.add_many, marks).addErrback(lambda _: None)
+    def _marking(self) -> bool:
+        """True if fetch marks are kept: learned rules may change keys in this crawl."""
+        learner = self.services.learner
+        return learner is not None and (learner.mode == "apply" or learner.has_applied)
 
     @staticmethod
     def _keys(keyer: RequestKeyer, request: Request) -> tuple[str, list[str]]:
