@@ -15,13 +15,24 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+from scrapy import Request
+from scrapy.exceptions import IgnoreRequest
+from scrapy.utils.test import get_crawler
 
+from bloom_frontier.canonical import dedupe_key
+from bloom_frontier.content.fingerprint import OK
+from bloom_frontier.learning.evidence import Page as LearnedPage
+from bloom_frontier.learning.evidence import Proposal
+from bloom_frontier.learning.gate import LearnedRuleGate
 from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import APPLIED
+from bloom_frontier.services import services_of
+from bloom_frontier.spiders.site import SiteSpider
 from tests.httpserver import Page, TestServer, redirect
 from tests.learnsite import _page
 from tests.test_learning_crawl import crawl, rules_in, scrapy
 
+ADDONS = {"bloom_frontier.Addon": 0}
 #: The stat a queued request dropped when it is taken from the queue is counted under.
 DROPPED = "learn/dropped_queued"
 
@@ -199,3 +210,35 @@ def test_redirect_targets_are_keyed_with_the_learned_rules_like_the_links(tmp_pa
         assert key == "r2|" + url.removesuffix("?view=c"), (url, key)
     dest = Counter(urlsplit(p).path for p in paths if p.startswith("/dest/"))
     assert dest == Counter({f"/dest/{j}": 1 for j in range(site.sections)}), paths
+
+
+def test_a_rule_applied_makes_the_bare_url_of_a_page_fetched_with_it_a_duplicate(
+    tmp_path: Path,
+) -> None:
+    """``/a`` was queued, then ``/a?p=1`` fetched, then ``p`` learned: ``/a`` is dropped
+    when it leaves the queue, and a link to ``/a?p=2`` found now is a duplicate."""
+    crawler = get_crawler(
+        SiteSpider,
+        {"ADDONS": ADDONS, "CANON_LEARN": "apply", "STORE_URL": f"sqlite:///{tmp_path / 's.db'}"},
+    )
+    services = services_of(crawler)
+    learner, frontier = services.learner, services.frontier
+    assert learner is not None
+    learner.live.current()
+    frontier.keyer.use_rules(learner.live)  # as spider_opened does
+    gate = LearnedRuleGate.from_crawler(crawler)
+    bare = Request("https://e.org/a")
+    assert frontier.admit(None, [bare]) == [bare]
+    fetched = "https://e.org/a?p=1"
+    plain = learner.live.without_learned()
+    learner.evidence.observe(LearnedPage(fetched, dedupe_key(fetched, plain), "the text", OK, 200))
+    learner._propose(Proposal("e.org", "p", ((fetched, "https://e.org/b?p=1"),)))
+    assert learner.live.learned == {"e.org": ["p"]}
+    with pytest.raises(IgnoreRequest):
+        gate.process_request(bare)
+    assert crawler.stats.get_value(DROPPED) == 1
+    assert frontier.admit(None, [Request("https://e.org/a?p=2")]) == []
+    # Another page of the host, never fetched, goes on.
+    other = Request("https://e.org/c")
+    assert frontier.admit(None, [other]) == [other]
+    gate.process_request(other)
