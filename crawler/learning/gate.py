@@ -12,17 +12,22 @@ and it carries, keyed nothing). Then:
 
 * its key under the rules in force differs and is already seen (another URL the new rules
   merge with it was admitted): dropped;
-* its keys under the crawl's earlier learned rules (the URL without some of the learned
-  parameters, down to none of them dropped) are probed for a *fetch mark*: one found means
-  this URL, or one equal to it under those rules, was fetched before (``/a?view=c&x=1``
-  fetched before ``view`` was learned, linked again after): dropped;
+* on a host a learned rule touches, its key under the rules in force and its keys under
+  the crawl's earlier learned rules (the URL without some of the learned parameters, down
+  to none of them dropped) are probed for a *fetch mark*: one found means this URL, or one
+  equal to it under those rules, was fetched before (``/a?view=c&x=1`` fetched before
+  ``view`` was learned, linked again after; ``/a`` queued when ``/a?view=c`` was fetched):
+  dropped;
 * otherwise its new key is marked seen and it goes on.
 
-A fetch mark is ``fetched|<key>``, added to the seen filter for each request with a query
-that goes on while learning is on (shared: from the frontier's thread, off the loop): the
-key it is fetched under. Admission marks cannot serve here: a request admitted under an
-earlier key may itself be dropped when it leaves the queue (its new key taken by a later
-copy), and the later copy must then be fetched.
+A fetch mark is ``fetched|<key>`` in the seen filter (:func:`mark_fetched`; shared: added
+from the frontier's thread, off the loop): the key each request with a query goes on under
+while learning applies rules, and, when a rule is applied, the key under it of each page the
+learner remembers it merges (:mod:`bloom_frontier.learning.extension`). Admission marks
+cannot serve here: a request admitted under an earlier key may itself be dropped when it
+leaves the queue (its new key taken by a later copy), and the later copy must then be
+fetched. On a shared frontier the probe and the mark of a re-keyed request are Redis calls
+made on the loop, only for requests of hosts a learned rule touches.
 
 A dropped request is counted (``learn/dropped_queued``), its lease released (shared
 frontier), ``request_dropped`` sent. Re-check fetches (:mod:`bloom_frontier.learning.recheck`)
