@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import logging
+import re
 import urllib.request
 import weakref
 from collections.abc import Iterable, Sequence
@@ -35,6 +36,7 @@ from twisted.internet.error import DNSLookupError
 
 from bloom_frontier import defaults
 from bloom_frontier.canonical import InvalidURL, canonicalize
+from bloom_frontier.canonical.structural import MAX_URL_LENGTH
 
 if TYPE_CHECKING:
     from typing import Self
@@ -111,6 +113,15 @@ def address_refusal(address: IPAddress) -> str | None:
         ("non-global", not address.is_global),
     )
     return next((reason for reason, hit in checks if hit), None)
+
+
+#: An http(s) URL whose authority is a plain host (ASCII letters, digits, dots and hyphens,
+#: or a bracketed IPv6 literal) and an optional port, with no user part: the canonicalizer and
+#: ``urlsplit`` cannot read another host in it, so :meth:`SSRFPolicy.refusal` judges that
+#: host alone (normalized and cached by :func:`host_key`) instead of canonicalizing the URL.
+_PLAIN_AUTHORITY = re.compile(
+    r"https?://([a-z0-9.-]+|\[[0-9a-f:.]+\])(?::[0-9]*)?(?=[/?#]|\Z)", re.IGNORECASE
+)
 
 
 def normalized_host(url: str) -> str | None:
@@ -229,6 +240,10 @@ class SSRFPolicy:
         scheme = url.partition(":")[0].lower() if ":" in url else ""
         if scheme not in self.schemes:
             return f"scheme:{scheme[:20] or 'none'}"
+        if len(url.partition("#")[0]) > MAX_URL_LENGTH:
+            return "too-long"  # the canonicalizer reads no host in it: neither does the guard
+        if plain := _PLAIN_AUTHORITY.match(url):  # one reading only: no spelling to differ
+            return self.host_refusal(host_key(plain[1]))
         # A widened scheme's host is read as an http URL's (the canonicalizer knows http).
         host = normalized_host(
             url if scheme in ("http", "https") else f"http:{url[len(scheme) + 1 :]}"

@@ -244,6 +244,8 @@ def project_settings(**overrides: object) -> BaseSettings:
         ("gopher://example.com/", "scheme:gopher"),
         ("javascript:alert(1)", "scheme:javascript"),
         ("http://[::1/", "invalid-host"),  # the canonicalizer rejects it: not "no refusal"
+        ("http://127.0.0.1/" + "a" * 9000, "too-long"),  # the canonicalizer reads no host
+        ("http://[::1]:80/" + "a" * 9000, "too-long"),
         ("HTTPS://intranet.example:8443/", None),
     ],
 )
