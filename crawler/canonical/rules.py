@@ -46,7 +46,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from bloom_frontier.canonical import tracking
 from bloom_frontier.canonical.errors import InvalidURL
 from bloom_frontier.canonical.identity import PROVIDER_HOSTS, Identity, identify
-from bloom_frontier.canonical.structural import canonicalize
+from bloom_frontier.canonical.structural import (
+    CLEAN_URL,
+    MAX_URL_LENGTH,
+    canonicalize,
+    clean_path_query,
+)
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -131,6 +136,7 @@ class RuleSet:
     _path_session: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     _hosts_with_pages: frozenset[str] = field(init=False, repr=False, compare=False)
     _host_cache: dict[str, _HostInfo] = field(init=False, repr=False, compare=False)
+    _origin_cache: dict[str, _Origin | None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.version or "|" in self.version:
@@ -150,6 +156,7 @@ class RuleSet:
                 scope.partition("/")[0] for scope in self.hosts if "/" in scope
             ),
             "_host_cache": {},
+            "_origin_cache": {},
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
@@ -213,6 +220,23 @@ class RuleSet:
             self._host_cache.clear()
         self._host_cache[authority] = info
         return info
+
+    def _origin(self, origin: str) -> _Origin | None:
+        """Stage-1 ``scheme://authority`` of a clean URL's ``origin`` (as written) and its
+        host's :class:`_HostInfo`, cached (bounded); None when stage 1 rejects the origin,
+        which the caller then reports through the general path."""
+        try:
+            head = canonicalize(origin)[:-1]  # "scheme://authority/": the empty path's "/"
+        except InvalidURL:
+            found = None
+        else:
+            authority = head[head.index(":") + 3 :]
+            info = self._host_cache.get(authority) or self._host_info(authority)
+            found = _Origin(head, info)
+        if len(self._origin_cache) >= HOST_CACHE_SIZE:
+            self._origin_cache.clear()
+        self._origin_cache[origin] = found
+        return found
 
     def _has_pages(self, host: str) -> bool:
         return bool(self._hosts_with_pages) and any(
@@ -284,6 +308,14 @@ class _HostInfo(NamedTuple):
     page_host: str | None
     maybe_dropped: frozenset[str] | None
     provider: bool
+
+
+class _Origin(NamedTuple):
+    """A clean URL's origin in stage-1 form (``head``: ``scheme://authority``) and its host's
+    rules."""
+
+    head: str
+    info: _HostInfo
 
 
 def _more_general(specific: HostRule | None, general: HostRule | None) -> HostRule | None:
@@ -448,11 +480,7 @@ def _may_drop(query: str, maybe_dropped: frozenset[str] | None, prefixes: tuple[
 
 
 def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Identity | None, str]:
-    """(stage-1 form, identity, key) of ``url``; rule names appended to ``fired`` if given.
-
-    The provider identity is read from the rewritten URL, so that a URL the rules make equal
-    to a video's URL gets the video's key, and a key's URL is its own key.
-    """
+    """(stage-1 form, identity, key) of ``url``; rule names appended to ``fired`` if given."""
     canonical = canonicalize(url)
     # Partitions and ``in``, not str.find(sub, start, end): its argument parsing costs more
     # than the search on these short strings.
@@ -460,8 +488,25 @@ def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Ide
     authority_start = 7 if head[4] == ":" else 8  # stage 1 gives http:// or https://
     authority = head[authority_start:].partition("/")[0]
     path_start = authority_start + len(authority)
-    path = head[path_start:]
     info = rules._host_cache.get(authority) or rules._host_info(authority)
+    return _apply_rules(canonical, head[:path_start], head[path_start:], query, info, rules, fired)
+
+
+def _apply_rules(
+    canonical: str,
+    origin: str,
+    path: str,
+    query: str,
+    info: _HostInfo,
+    rules: RuleSet,
+    fired: list[str] | None,
+) -> tuple[str, Identity | None, str]:
+    """(stage-1 form, identity, key) of the stage-1 URL ``canonical``, given split as
+    ``origin`` (``scheme://authority``), ``path`` and ``query`` ("" for none).
+
+    The provider identity is read from the rewritten URL, so that a URL the rules make equal
+    to a video's URL gets the video's key, and a key's URL is its own key.
+    """
     path_changes = "//" in path or ";" in path
     query_changes = bool(query) and _may_drop(query, info.maybe_dropped, rules._dropped_prefixes)
     if not (path_changes or query_changes or info.provider):
@@ -475,8 +520,7 @@ def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Ide
             rule = rules._lookup(info.page_host, new_path)
         new_query = _rewrite_query(query, rules, rule, fired) if query_changes else query
         if new_path != path or new_query is not query:
-            prefix = head[:path_start]
-            rewritten = f"{prefix}{new_path}?{new_query}" if new_query else f"{prefix}{new_path}"
+            rewritten = f"{origin}{new_path}?{new_query}" if new_query else f"{origin}{new_path}"
 
     if info.provider and (rule is None or not rule.is_off("identity")):
         identity = identify(rewritten)
@@ -497,6 +541,19 @@ def dedupe_key(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
 
     Raises :class:`~bloom_frontier.canonical.errors.InvalidURL` for URLs stage 1 rejects.
     """
+    # Fast path for a clean URL (plain host, nothing to encode): its origin's stage-1 form
+    # and host rules come from a cache, and the rest is stage 1's own code; the general path
+    # (:func:`_derive`) takes everything else, and every URL stage 1 rejects.
+    clean = CLEAN_URL.fullmatch(url) if type(url) is str and len(url) <= MAX_URL_LENGTH else None
+    if clean is not None:
+        origin, _, _, _, path, query = clean.groups()
+        found = rules._origin_cache.get(origin) or rules._origin(origin)
+        if found is not None:
+            path, query = clean_path_query(path, query)
+            head = found.head
+            canonical = f"{head}{path}?{query}" if query else f"{head}{path}"
+            if len(canonical) <= MAX_URL_LENGTH:
+                return _apply_rules(canonical, head, path, query or "", found.info, rules, None)[2]
     return _derive(url, rules, None)[2]
 
 
