@@ -47,6 +47,13 @@ HOSTS = st.sampled_from(
         "0x7f.1",
         "xn--bcher-kva.example",
         "bücher.example",
+        "\uff25\uff58\uff41\uff4d\uff50\uff4c\uff45\uff0ecom",  # fullwidth Example.com
+        "faß.de",
+        "x-.ß",
+        "\ud800.example",
+        "a\\b.example",
+        "%zz.example",
+        "ex ample.com",
         "ex%41mple.com",
         "[2001:db8::1]",
         "user:pw@example.com",

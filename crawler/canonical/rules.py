@@ -41,7 +41,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from bloom_frontier.canonical import tracking
 from bloom_frontier.canonical.errors import InvalidURL
@@ -136,7 +136,9 @@ class RuleSet:
     _path_session: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     _hosts_with_pages: frozenset[str] = field(init=False, repr=False, compare=False)
     _host_cache: dict[str, _HostInfo] = field(init=False, repr=False, compare=False)
-    _origin_cache: dict[str, _Origin | None] = field(init=False, repr=False, compare=False)
+    _origin_cache: dict[str, _Origin | Literal[False]] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not self.version or "|" in self.version:
@@ -221,14 +223,15 @@ class RuleSet:
         self._host_cache[authority] = info
         return info
 
-    def _origin(self, origin: str) -> _Origin | None:
+    def _origin(self, origin: str) -> _Origin | Literal[False]:
         """Stage-1 ``scheme://authority`` of a clean URL's ``origin`` (as written) and its
-        host's :class:`_HostInfo`, cached (bounded); None when stage 1 rejects the origin,
+        host's :class:`_HostInfo`, cached (bounded); False when stage 1 rejects the origin,
         which the caller then reports through the general path."""
+        found: _Origin | Literal[False]
         try:
             head = canonicalize(origin)[:-1]  # "scheme://authority/": the empty path's "/"
         except InvalidURL:
-            found = None
+            found = False
         else:
             authority = head[head.index(":") + 3 :]
             info = self._host_cache.get(authority) or self._host_info(authority)
@@ -547,8 +550,10 @@ def dedupe_key(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
     clean = CLEAN_URL.fullmatch(url) if type(url) is str and len(url) <= MAX_URL_LENGTH else None
     if clean is not None:
         origin, _, _, _, path, query = clean.groups()
-        found = rules._origin_cache.get(origin) or rules._origin(origin)
-        if found is not None:
+        found = rules._origin_cache.get(origin)
+        if found is None:
+            found = rules._origin(origin)
+        if found:
             path, query = clean_path_query(path, query)
             head = found.head
             canonical = f"{head}{path}?{query}" if query else f"{head}{path}"

@@ -54,11 +54,13 @@ _VALUES = re.compile(r"=[^&]*")
 #: Name sequences whose reordering :func:`_sort_query` remembers (emptied when full).
 ORDER_CACHE_SIZE = 20_000
 _ORDERS: dict[str, Callable[[list[str]], tuple[str, ...]] | None] = {}
-#: An already clean URL (lowercase scheme, plain host, no userinfo, nothing to percent-encode
-#: in path and query) skips cleaning and parsing: the common case, fast.
+#: An already clean URL (lowercase scheme, no userinfo, nothing to percent-encode in path and
+#: query) skips cleaning and parsing: the common case, fast. Its host is what the general path
+#: would take (no character that cleaning removes or that ends or splits an authority; no
+#: lone surrogate) and goes to the same host parser, IDNA and escapes included.
 #: Groups: origin (``scheme://host[:port]`` as written), scheme, host, port, path, query.
 CLEAN_URL = re.compile(
-    r"((https?)://([A-Za-z0-9.\-_]+)(?::([0-9]*))?)"
+    r"((https?)://([^\x00-\x20/?#@:\[\]\\\ud800-\udfff]+)(?::([0-9]*))?)"
     rf"(/[{PATH_SAFE}%]*)?(?:\?([{QUERY_SAFE}%]*))?(?:#.*)?",
     re.DOTALL,
 )
