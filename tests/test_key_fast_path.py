@@ -100,7 +100,7 @@ def outcome(key_of, url: str, rules: RuleSet) -> str:
     try:
         return key_of(url, rules)
     except InvalidURL as error:
-        return f"InvalidURL {error.reason}"
+        return f"InvalidURL {error.reason} {error.url!r} {error.detail}"
 
 
 def sorted_query_reference(query: str) -> str:

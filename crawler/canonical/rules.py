@@ -41,7 +41,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bloom_frontier.canonical import tracking
 from bloom_frontier.canonical.errors import InvalidURL
@@ -136,9 +136,8 @@ class RuleSet:
     _path_session: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     _hosts_with_pages: frozenset[str] = field(init=False, repr=False, compare=False)
     _host_cache: dict[str, _HostInfo] = field(init=False, repr=False, compare=False)
-    _origin_cache: dict[str, _Origin | Literal[False]] = field(
-        init=False, repr=False, compare=False
-    )
+    _origin_cache: dict[str, _Origin | _Refused] = field(init=False, repr=False, compare=False)
+    _name_reasons: dict[str, str | None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.version or "|" in self.version:
@@ -159,6 +158,7 @@ class RuleSet:
             ),
             "_host_cache": {},
             "_origin_cache": {},
+            "_name_reasons": {},
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
@@ -223,15 +223,15 @@ class RuleSet:
         self._host_cache[authority] = info
         return info
 
-    def _origin(self, origin: str) -> _Origin | Literal[False]:
+    def _origin(self, origin: str) -> _Origin | _Refused:
         """Stage-1 ``scheme://authority`` of a clean URL's ``origin`` (as written) and its
-        host's :class:`_HostInfo`, cached (bounded); False when stage 1 rejects the origin,
-        which the caller then reports through the general path."""
-        found: _Origin | Literal[False]
+        host's :class:`_HostInfo`, or why stage 1 refuses the origin (its host or port: the
+        same refusal as for any URL on it), cached (bounded)."""
+        found: _Origin | _Refused
         try:
             head = canonicalize(origin)[:-1]  # "scheme://authority/": the empty path's "/"
-        except InvalidURL:
-            found = False
+        except InvalidURL as error:
+            found = _Refused(error.reason, error.detail)
         else:
             authority = head[head.index(":") + 3 :]
             info = self._host_cache.get(authority) or self._host_info(authority)
@@ -263,6 +263,19 @@ class RuleSet:
                 break
             name = name[dot + 1 :]
         return _more_general(found, self.hosts.get(ANY_HOST))
+
+    def _hostless_drop_reason(self, name: str, value: str) -> str | None:
+        """:meth:`drop_reason` where no host rule applies, remembered per name (bounded)
+        unless the name is a shaped one, whose value decides."""
+        try:
+            return self._name_reasons[name]
+        except KeyError:
+            reason = self.drop_reason(name, value, None)
+            if name.lower() not in self.tracking_shapes:
+                if len(self._name_reasons) >= HOST_CACHE_SIZE:
+                    self._name_reasons.clear()
+                self._name_reasons[name] = reason
+            return reason
 
     def drop_reason(self, name: str, value: str, rule: HostRule | None) -> str | None:
         """The rule that removes query parameter ``name=value`` (stage-1 spelling) under
@@ -311,6 +324,14 @@ class _HostInfo(NamedTuple):
     page_host: str | None
     maybe_dropped: frozenset[str] | None
     provider: bool
+
+
+class _Refused(NamedTuple):
+    """Why stage 1 refuses every URL on an origin (:class:`InvalidURL` ``reason`` and
+    ``detail``, which do not depend on the rest of the URL)."""
+
+    reason: str
+    detail: str
 
 
 class _Origin(NamedTuple):
@@ -460,7 +481,10 @@ def _rewrite_query(
     kept = []
     for param in params:
         name, _, value = param.partition("=")
-        reason = rules.drop_reason(name, value, rule)
+        if rule is None:
+            reason = rules._hostless_drop_reason(name, value)
+        else:
+            reason = rules.drop_reason(name, value, rule)
         if reason is None:
             kept.append(param)
         elif fired is not None:
@@ -544,22 +568,22 @@ def dedupe_key(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
 
     Raises :class:`~bloom_frontier.canonical.errors.InvalidURL` for URLs stage 1 rejects.
     """
-    # Fast path for a clean URL (plain host, nothing to encode): its origin's stage-1 form
-    # and host rules come from a cache, and the rest is stage 1's own code; the general path
-    # (:func:`_derive`) takes everything else, and every URL stage 1 rejects.
+    # Fast path for a clean URL (no userinfo, nothing to encode in path and query): its
+    # origin's stage-1 form and host rules, or its refusal, come from a cache, and the rest
+    # is stage 1's own code; the general path (:func:`_derive`) takes everything else.
     clean = CLEAN_URL.fullmatch(url) if type(url) is str and len(url) <= MAX_URL_LENGTH else None
-    if clean is not None:
-        origin, _, _, _, path, query = clean.groups()
-        found = rules._origin_cache.get(origin)
-        if found is None:
-            found = rules._origin(origin)
-        if found:
-            path, query = clean_path_query(path, query)
-            head = found.head
-            canonical = f"{head}{path}?{query}" if query else f"{head}{path}"
-            if len(canonical) <= MAX_URL_LENGTH:
-                return _apply_rules(canonical, head, path, query or "", found.info, rules, None)[2]
-    return _derive(url, rules, None)[2]
+    if clean is None:
+        return _derive(url, rules, None)[2]
+    origin, _, _, _, path, query = clean.groups()
+    found = rules._origin_cache.get(origin) or rules._origin(origin)
+    if type(found) is _Refused:
+        raise InvalidURL(found.reason, url, found.detail)
+    path, query = clean_path_query(path, query)
+    head = found.head
+    canonical = f"{head}{path}?{query}" if query else f"{head}{path}"
+    if len(canonical) > MAX_URL_LENGTH:
+        return _derive(url, rules, None)[2]  # raises, with stage 1's own words
+    return _apply_rules(canonical, head, path, query or "", found.info, rules, None)[2]
 
 
 def explain(url: str, rules: RuleSet = DEFAULT_RULES) -> KeyExplanation:
