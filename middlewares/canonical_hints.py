@@ -22,6 +22,7 @@ spider follows; the canonical page goes to the callback of the page that named i
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import re
@@ -30,7 +31,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urljoin, urlsplit
 
-import tldextract
 from scrapy import Request, Spider
 from scrapy.http import TextResponse
 from scrapy.http.request import NO_CALLBACK
@@ -50,6 +50,7 @@ from bloom_frontier.spiders.site import page_base
 if TYPE_CHECKING:
     from typing import Self
 
+    import tldextract
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
@@ -60,8 +61,6 @@ logger = logging.getLogger(__name__)
 SOURCE_ELEMENT = "link-element"
 SOURCE_HEADER = "link-header"
 
-#: Offline: the Public Suffix List snapshot bundled with tldextract, never fetched.
-_EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 #: ``meta`` keys a callback needs to handle a page, carried over to its canonical page:
 #: ``CrawlSpider._callback`` finds the page's rule by ``meta["rule"]``.
 CALLBACK_META = ("rule",)
@@ -75,7 +74,19 @@ def site_of(host: str) -> str:
     try:
         return str(ipaddress.ip_address(host))
     except ValueError:
-        return _EXTRACT(host).top_domain_under_public_suffix or host
+        return _extractor()(host).top_domain_under_public_suffix or host
+
+
+@functools.cache
+def _extractor() -> tldextract.TLDExtract:
+    """Offline: the Public Suffix List snapshot bundled with tldextract, never fetched.
+
+    Imported on the first hint that needs it: tldextract (and the HTTP client it brings)
+    takes 0.03 s to import, which the start of a crawl does not need.
+    """
+    import tldextract
+
+    return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 
 
 def page_number(url: str) -> int | None:

@@ -163,13 +163,34 @@ def _check_dns_lengths(domain: str) -> None:
             raise HostError("empty label or label longer than 63 characters")
 
 
-@lru_cache(maxsize=65536)
 def normalize_host(host: str) -> str:
     """Return the canonical spelling of ``host`` (as found between ``//``/``@`` and ``:port``).
 
     Raises :class:`HostError` when the host is empty, contains forbidden code points, fails
     UTS #46, is a malformed IP literal or breaks DNS length limits.
     """
+    result = _host_or_refusal(host)
+    if type(result) is _Refusal:
+        raise HostError(str(result))
+    return result
+
+
+class _Refusal(str):
+    """Why a host was refused: cached like a result, raised afresh as a :class:`HostError`."""
+
+
+@lru_cache(maxsize=65536)
+def _host_or_refusal(host: str) -> str:
+    """:func:`_normalize_host`, cached both ways: a refused host (a page repeating a bad
+    link, a site with a broken host everywhere) costs its UTS #46 work once, like a good one."""
+    try:
+        return _normalize_host(host)
+    except HostError as error:
+        return _Refusal(error)
+
+
+def _normalize_host(host: str) -> str:
+    """The uncached work of :func:`normalize_host`."""
     if not host:
         raise HostError("empty host")
     if host[0] == "[":

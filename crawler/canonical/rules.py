@@ -46,7 +46,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from bloom_frontier.canonical import tracking
 from bloom_frontier.canonical.errors import InvalidURL
 from bloom_frontier.canonical.identity import PROVIDER_HOSTS, Identity, identify
-from bloom_frontier.canonical.structural import canonicalize
+from bloom_frontier.canonical.structural import (
+    CLEAN_URL,
+    MAX_URL_LENGTH,
+    canonicalize,
+    clean_path_query,
+)
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -131,6 +136,8 @@ class RuleSet:
     _path_session: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     _hosts_with_pages: frozenset[str] = field(init=False, repr=False, compare=False)
     _host_cache: dict[str, _HostInfo] = field(init=False, repr=False, compare=False)
+    _origin_cache: dict[str, _Origin | _Refused] = field(init=False, repr=False, compare=False)
+    _name_reasons: dict[str, str | None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.version or "|" in self.version:
@@ -150,6 +157,8 @@ class RuleSet:
                 scope.partition("/")[0] for scope in self.hosts if "/" in scope
             ),
             "_host_cache": {},
+            "_origin_cache": {},
+            "_name_reasons": {},
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
@@ -214,6 +223,24 @@ class RuleSet:
         self._host_cache[authority] = info
         return info
 
+    def _origin(self, origin: str) -> _Origin | _Refused:
+        """Stage-1 ``scheme://authority`` of a clean URL's ``origin`` (as written) and its
+        host's :class:`_HostInfo`, or why stage 1 refuses the origin (its host or port: the
+        same refusal as for any URL on it), cached (bounded)."""
+        found: _Origin | _Refused
+        try:
+            head = canonicalize(origin)[:-1]  # "scheme://authority/": the empty path's "/"
+        except InvalidURL as error:
+            found = _Refused(error.reason, error.detail)
+        else:
+            authority = head[head.index(":") + 3 :]
+            info = self._host_cache.get(authority) or self._host_info(authority)
+            found = _Origin(head, info)
+        if len(self._origin_cache) >= HOST_CACHE_SIZE:
+            self._origin_cache.clear()
+        self._origin_cache[origin] = found
+        return found
+
     def _has_pages(self, host: str) -> bool:
         return bool(self._hosts_with_pages) and any(
             host == name or host.endswith("." + name) for name in self._hosts_with_pages
@@ -236,6 +263,19 @@ class RuleSet:
                 break
             name = name[dot + 1 :]
         return _more_general(found, self.hosts.get(ANY_HOST))
+
+    def _hostless_drop_reason(self, name: str, value: str) -> str | None:
+        """:meth:`drop_reason` where no host rule applies, remembered per name (bounded)
+        unless the name is a shaped one, whose value decides."""
+        try:
+            return self._name_reasons[name]
+        except KeyError:
+            reason = self.drop_reason(name, value, None)
+            if name.lower() not in self.tracking_shapes:
+                if len(self._name_reasons) >= HOST_CACHE_SIZE:
+                    self._name_reasons.clear()
+                self._name_reasons[name] = reason
+            return reason
 
     def drop_reason(self, name: str, value: str, rule: HostRule | None) -> str | None:
         """The rule that removes query parameter ``name=value`` (stage-1 spelling) under
@@ -284,6 +324,22 @@ class _HostInfo(NamedTuple):
     page_host: str | None
     maybe_dropped: frozenset[str] | None
     provider: bool
+
+
+class _Refused(NamedTuple):
+    """Why stage 1 refuses every URL on an origin (:class:`InvalidURL` ``reason`` and
+    ``detail``, which do not depend on the rest of the URL)."""
+
+    reason: str
+    detail: str
+
+
+class _Origin(NamedTuple):
+    """A clean URL's origin in stage-1 form (``head``: ``scheme://authority``) and its host's
+    rules."""
+
+    head: str
+    info: _HostInfo
 
 
 def _more_general(specific: HostRule | None, general: HostRule | None) -> HostRule | None:
@@ -425,7 +481,10 @@ def _rewrite_query(
     kept = []
     for param in params:
         name, _, value = param.partition("=")
-        reason = rules.drop_reason(name, value, rule)
+        if rule is None:
+            reason = rules._hostless_drop_reason(name, value)
+        else:
+            reason = rules.drop_reason(name, value, rule)
         if reason is None:
             kept.append(param)
         elif fired is not None:
@@ -448,11 +507,7 @@ def _may_drop(query: str, maybe_dropped: frozenset[str] | None, prefixes: tuple[
 
 
 def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Identity | None, str]:
-    """(stage-1 form, identity, key) of ``url``; rule names appended to ``fired`` if given.
-
-    The provider identity is read from the rewritten URL, so that a URL the rules make equal
-    to a video's URL gets the video's key, and a key's URL is its own key.
-    """
+    """(stage-1 form, identity, key) of ``url``; rule names appended to ``fired`` if given."""
     canonical = canonicalize(url)
     # Partitions and ``in``, not str.find(sub, start, end): its argument parsing costs more
     # than the search on these short strings.
@@ -460,8 +515,25 @@ def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Ide
     authority_start = 7 if head[4] == ":" else 8  # stage 1 gives http:// or https://
     authority = head[authority_start:].partition("/")[0]
     path_start = authority_start + len(authority)
-    path = head[path_start:]
     info = rules._host_cache.get(authority) or rules._host_info(authority)
+    return _apply_rules(canonical, head[:path_start], head[path_start:], query, info, rules, fired)
+
+
+def _apply_rules(
+    canonical: str,
+    origin: str,
+    path: str,
+    query: str,
+    info: _HostInfo,
+    rules: RuleSet,
+    fired: list[str] | None,
+) -> tuple[str, Identity | None, str]:
+    """(stage-1 form, identity, key) of the stage-1 URL ``canonical``, given split as
+    ``origin`` (``scheme://authority``), ``path`` and ``query`` ("" for none).
+
+    The provider identity is read from the rewritten URL, so that a URL the rules make equal
+    to a video's URL gets the video's key, and a key's URL is its own key.
+    """
     path_changes = "//" in path or ";" in path
     query_changes = bool(query) and _may_drop(query, info.maybe_dropped, rules._dropped_prefixes)
     if not (path_changes or query_changes or info.provider):
@@ -475,8 +547,7 @@ def _derive(url: str, rules: RuleSet, fired: list[str] | None) -> tuple[str, Ide
             rule = rules._lookup(info.page_host, new_path)
         new_query = _rewrite_query(query, rules, rule, fired) if query_changes else query
         if new_path != path or new_query is not query:
-            prefix = head[:path_start]
-            rewritten = f"{prefix}{new_path}?{new_query}" if new_query else f"{prefix}{new_path}"
+            rewritten = f"{origin}{new_path}?{new_query}" if new_query else f"{origin}{new_path}"
 
     if info.provider and (rule is None or not rule.is_off("identity")):
         identity = identify(rewritten)
@@ -497,7 +568,22 @@ def dedupe_key(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
 
     Raises :class:`~bloom_frontier.canonical.errors.InvalidURL` for URLs stage 1 rejects.
     """
-    return _derive(url, rules, None)[2]
+    # Fast path for a clean URL (no userinfo, nothing to encode in path and query): its
+    # origin's stage-1 form and host rules, or its refusal, come from a cache, and the rest
+    # is stage 1's own code; the general path (:func:`_derive`) takes everything else.
+    clean = CLEAN_URL.fullmatch(url) if type(url) is str and len(url) <= MAX_URL_LENGTH else None
+    if clean is None:
+        return _derive(url, rules, None)[2]
+    origin, _, _, _, path, query = clean.groups()
+    found = rules._origin_cache.get(origin) or rules._origin(origin)
+    if type(found) is _Refused:
+        raise InvalidURL(found.reason, url, found.detail)
+    path, query = clean_path_query(path, query)
+    head = found.head
+    canonical = f"{head}{path}?{query}" if query else f"{head}{path}"
+    if len(canonical) > MAX_URL_LENGTH:
+        return _derive(url, rules, None)[2]  # raises, with stage 1's own words
+    return _apply_rules(canonical, head, path, query or "", found.info, rules, None)[2]
 
 
 def explain(url: str, rules: RuleSet = DEFAULT_RULES) -> KeyExplanation:

@@ -27,6 +27,8 @@ Rules, in order:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from operator import itemgetter
 
 from bloom_frontier.canonical._host import HostError, normalize_host
 from bloom_frontier.canonical._percent import (
@@ -47,10 +49,18 @@ _STRIP = "".join(map(chr, range(0x21)))
 _TAB_NEWLINE = str.maketrans("", "", "\t\n\r")
 SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _AUTHORITY_END = re.compile(r"[/?]")
-#: An already clean URL (lowercase scheme, plain host, no userinfo, nothing to percent-encode
-#: in path and query) skips cleaning and parsing: the common case, fast.
-_CLEAN_URL = re.compile(
-    r"(https?)://([A-Za-z0-9.\-_]+)(?::([0-9]*))?"
+#: A parameter's ``=value``: removing every one leaves the names (a value's own ``=`` included).
+_VALUES = re.compile(r"=[^&]*")
+#: Name sequences whose reordering :func:`_sort_query` remembers (emptied when full).
+ORDER_CACHE_SIZE = 20_000
+_ORDERS: dict[str, Callable[[list[str]], tuple[str, ...]] | None] = {}
+#: An already clean URL (lowercase scheme, no userinfo, nothing to percent-encode in path and
+#: query) skips cleaning and parsing: the common case, fast. Its host is what the general path
+#: would take (no character that cleaning removes or that ends or splits an authority; no
+#: lone surrogate) and goes to the same host parser, IDNA and escapes included.
+#: Groups: origin (``scheme://host[:port]`` as written), scheme, host, port, path, query.
+CLEAN_URL = re.compile(
+    r"((https?)://([^\x00-\x20/?#@:\[\]\\\ud800-\udfff]+)(?::([0-9]*))?)"
     rf"(/[{PATH_SAFE}%]*)?(?:\?([{QUERY_SAFE}%]*))?(?:#.*)?",
     re.DOTALL,
 )
@@ -157,18 +167,56 @@ def _split_any(url: str) -> tuple[str, str, str, str]:
         raise InvalidURL("bad-url", url, "lone surrogate") from None
 
 
+def _query_order(names: str) -> Callable[[list[str]], tuple[str, ...]] | None:
+    """How to sort parameters named ``names`` (``&``-joined, two or more) stably by name: an
+    ``itemgetter`` of the split parameters, or None if they are in order already."""
+    keys = names.split("&")
+    if keys == sorted(keys):
+        return None
+    return itemgetter(*sorted(range(len(keys)), key=keys.__getitem__))  # sorted() is stable
+
+
 def _sort_query(query: str) -> str:
-    """Drop empty parameters and sort the rest stably by key (repeated keys keep their order)."""
+    """Drop empty parameters and sort the rest stably by key (repeated keys keep their order).
+
+    The order depends on the names alone, which repeat far more than queries do, so it is
+    computed once per name sequence (a bounded cache) and applied with one ``itemgetter``.
+    """
     params = query.split("&")
     if "" in params:
         params = [param for param in params if param]
+        query = "&".join(params)
     if len(params) < 2:
-        return "&".join(params)
-    keys = [param.partition("=")[0] for param in params]
-    if keys == sorted(keys):
-        return "&".join(params)
-    order = sorted(range(len(params)), key=keys.__getitem__)  # sorted() is stable
-    return "&".join([params[index] for index in order])
+        return query
+    names = _VALUES.sub("", query)
+    try:
+        order = _ORDERS[names]
+    except KeyError:
+        if len(_ORDERS) >= ORDER_CACHE_SIZE:
+            _ORDERS.clear()
+        order = _ORDERS[names] = _query_order(names)
+    return query if order is None else "&".join(order(params))
+
+
+def clean_path_query(path: str | None, query: str | None) -> tuple[str, str | None]:
+    """Stage-1 path and query of a :data:`CLEAN_URL` match (its last two groups).
+
+    The part of :func:`canonicalize` after the authority, shared with the dedupe key's fast
+    path so that both give the same form by construction.
+    """
+    if not path:
+        path = "/"
+    else:
+        if "%" in path:
+            path = normalize_path(path)
+        if "/." in path:
+            path = remove_dot_segments(path)
+    if query:
+        if "%" in query:
+            query = normalize_query(query)
+        if "&" in query:
+            query = _sort_query(query)
+    return path, query
 
 
 def canonicalize(url: str) -> str:
@@ -182,22 +230,17 @@ def canonicalize(url: str) -> str:
     """
     if not isinstance(url, str):
         raise InvalidURL("bad-url", repr(url), "not a string")
-    clean = _CLEAN_URL.fullmatch(url) if len(url) <= MAX_URL_LENGTH else None
+    clean = CLEAN_URL.fullmatch(url) if len(url) <= MAX_URL_LENGTH else None
     if clean is None:
         scheme, authority, path, query = _split_any(url)
-    else:  # fast path (inlined: it is most of the cost): only escapes may need normalizing
-        scheme, host, port, path, query = clean.groups()
+        if "/." in path:
+            path = remove_dot_segments(path)
+        if query and "&" in query:
+            query = _sort_query(query)
+    else:  # fast path: only escapes may need normalizing
+        _, scheme, host, port, path, query = clean.groups()
         authority = _host_port(host, port, scheme, url)
-        if not path:
-            path = "/"
-        elif "%" in path:
-            path = normalize_path(path)
-        if query and "%" in query:
-            query = normalize_query(query)
-    if "/." in path:
-        path = remove_dot_segments(path)
-    if query and "&" in query:
-        query = _sort_query(query)
+        path, query = clean_path_query(path, query)
     result = f"{scheme}://{authority}{path}?{query}" if query else f"{scheme}://{authority}{path}"
     if len(result) > MAX_URL_LENGTH:
         raise InvalidURL("too-long", url, f"more than {MAX_URL_LENGTH} characters once encoded")
