@@ -73,6 +73,7 @@ from bloom_frontier.pipelines.tables import (
     chains,
     hops,
     key_aliases,
+    match_features,
     pages,
     param_rules,
     record_id,
@@ -203,6 +204,21 @@ _UPSERTS = {
     # carries the page's columns, so it lands whichever of the two is written first).
     "fingerprints": _Upsert(
         pages, ("id",), ("content_hash", "content_minhash", "content_norm", "content_kind")
+    ),
+    "match_features": _Upsert(
+        match_features,
+        ("id",),
+        (
+            "final_url",
+            "title",
+            "headings",
+            "main_hash",
+            "main_minhash",
+            "main_length",
+            "main_shingles",
+            "outlinks",
+            "recorded_at",
+        ),
     ),
     "shortener_answers": _Upsert(shortener_answers, ("id",), ("status", "location", "answered_at")),
     "param_rules": _Upsert(
@@ -436,6 +452,17 @@ class StoreWriter:
                 "content_kind": content.kind,
             },
         )
+        if content.features is not None:
+            self._buffer(
+                "match_features",
+                {
+                    "id": record_id(page.fetch_url),
+                    "fetch_url": page.fetch_url,
+                    "final_url": page.final_url,
+                    **content.features.row(),
+                    "recorded_at": page.at,
+                },
+            )
 
     def add_shortener_answer(self, answer: ShortenerAnswer) -> None:
         self._buffer(

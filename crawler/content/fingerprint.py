@@ -44,6 +44,9 @@ from __future__ import annotations
 import hashlib
 import html
 import re
+from collections.abc import Callable
+from itertools import pairwise
+from typing import NamedTuple
 
 import numpy as np
 import xxhash
@@ -340,12 +343,18 @@ def fingerprint(
         return ContentRecord(exact, None, RAW, kind)
     if norm == N2:
         exact, shingles = exact_and_shingles_n2(text)
-        markup = text
-    else:
-        markup = normalized = normalize_markup(text)
-        words = visible_words(normalized)
-        exact = hashlib.sha256(normalized.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-        shingles = shingle_hashes(words)
+        return content_record(exact, shingles, N2, text, status, flag)
+    normalized = normalize_markup(text)
+    exact = hashlib.sha256(normalized.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return content_record(
+        exact, shingle_hashes(visible_words(normalized)), N1, normalized, status, flag
+    )
+
+
+def content_record(
+    exact: str, shingles: np.ndarray, norm: str, markup: str, status: int, flag: str | None
+) -> ContentRecord:
+    """The record of a text document's exact fingerprint and shingle hashes."""
     return ContentRecord(
         exact=exact,
         minhash=signature_bytes(minhash_of_shingles(shingles)),
@@ -394,14 +403,76 @@ _POWERS: tuple[np.ndarray, np.ndarray] = (np.ones(1, np.uint64), np.ones(1, np.u
 def exact_and_shingles_n2(markup: str) -> tuple[str, np.ndarray]:
     """The ``n2`` exact fingerprint (SHA-256 of the text with whitespace runs as one space,
     stripped, a newline, the targets) and the shingle hashes of the text's words."""
-    text, targets = normalize_n2(markup)
-    data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    words = n2_words(markup)
+    return words.exact, _shingles(words.hashes)
+
+
+#: Spans of ``n2``'s shown markup (comments and unseen elements dropped) that hold a page's
+#: main content, each from just after a tag to just before one (``features.main_spans``).
+MainSpans = Callable[[str], list[tuple[int, int]]]
+#: A text piece ending like this may hold a timestamp that continues in the next piece.
+_CUT_TIMESTAMP = re.compile(r"(?:\d|<time>)\s*$")
+
+
+class N2Words(NamedTuple):
+    """What :func:`n2_words` finds: the exact fingerprint, the hashes of the text's words in
+    order, the hashes of the main content's words (None: none asked for or found), the
+    main content's markup (comments and unseen elements dropped) and the ``href`` values
+    of the page's tags (unquoted, not unescaped)."""
+
+    exact: str
+    hashes: np.ndarray
+    main: np.ndarray | None
+    main_markup: tuple[str, ...]
+    hrefs: list[str]
+
+
+def n2_words(markup: str, main_spans: MainSpans | None = None) -> N2Words:
+    """The ``n2`` exact fingerprint, the hashes of the text's words in order and, with
+    ``main_spans``, the main content's words and markup (:class:`N2Words`). The text is
+    masked piece by piece, cut where the main content starts and ends (at tags, so a
+    space): the same text as masked whole, checked at each cut (a tag or a timestamp that
+    could run across it makes the page masked whole and its main words left out)."""
+    shown = _UNSEEN.sub(" ", markup)
+    found = [[value.strip("\"'") for value in pattern.findall(shown)] for pattern in _TARGETS]
+    targets = " ".join(value for values in found for value in values)
+    spans = main_spans(shown) if main_spans is not None else []
+    cuts = [0, *(edge for span in spans for edge in span), len(shown)]
+    pieces = [mask_noise(_ANY_TAG.sub(" ", shown[a:b])) for a, b in pairwise(cuts)]
+    if spans and not _clean_cuts(shown, cuts, pieces):
+        spans, pieces = [], [mask_noise(_ANY_TAG.sub(" ", shown))]
+    encoded = [piece.encode("utf-8", "surrogatepass") for piece in pieces]
+    data = np.frombuffer(b"".join(encoded), dtype=np.uint8)
     space = _SPACE[data]
     kept = ~space
     kept[1:] |= ~space[:-1]  # a space right after a word stays, as one space
     collapsed = np.where(space, np.uint8(32), data)[kept].tobytes().strip()
-    exact = hashlib.sha256(b"%s\n%s" % (collapsed, targets.encode("utf-8", "surrogatepass")))
-    return exact.hexdigest()[:32], _shingles(word_hashes(_LOWER[data], space))
+    exact = hashlib.sha256(
+        b"%s\n%s" % (collapsed, mask_noise(targets).encode("utf-8", "surrogatepass"))
+    )
+    hashes = word_hashes(_LOWER[data], space)
+    if not spans:
+        return N2Words(exact.hexdigest()[:32], hashes, None, (), found[0])
+    # Piece i holds the words starting in its bytes; the main content: pieces 1, 3, 5...
+    word_starts = np.flatnonzero(~space & np.concatenate(([True], space[:-1])))
+    edges = np.cumsum([0, *map(len, encoded)])
+    first = np.searchsorted(word_starts, edges)
+    main = np.concatenate([hashes[first[i] : first[i + 1]] for i in range(1, len(pieces), 2)])
+    main_markup = tuple(shown[a:b] for a, b in spans)
+    return N2Words(exact.hexdigest()[:32], hashes, main, main_markup, found[0])
+
+
+def _clean_cuts(shown: str, cuts: list[int], pieces: list[str]) -> bool:
+    """True when masking ``shown`` cut at ``cuts`` gives what masking it whole gives: no
+    ``<`` left open before a cut (a tag running across it) and no piece ending where a
+    timestamp could go on in the next one."""
+    for position, cut in enumerate(cuts[1:-1], start=1):
+        previous = cuts[position - 1]
+        if shown.rfind("<", previous, cut) > shown.rfind(">", previous, cut):
+            return False
+        if _CUT_TIMESTAMP.search(pieces[position - 1][-16:]):
+            return False
+    return True
 
 
 def _powers(length: int) -> tuple[np.ndarray, np.ndarray]:
