@@ -4,11 +4,13 @@ A whole-page fingerprint changes with the boilerplate a migration changes (heade
 footer, cookie banner, "last updated" date), so matching reads the **main content** instead:
 
 * the first element marked ``role="main"``, else the first ``<main>``, else the first
-  ``<article>``; else the ``<body>`` without ``<header>``, ``<nav>``, ``<footer>``, ``<aside>``,
-  ``<form>`` and elements whose ``id``, ``class`` or ``role`` name boilerplate (cookie,
-  consent, banner, sidebar, menu, breadcrumb, navigation, footer, header);
-* within it, the visible text (comments, scripts, styles dropped, tags as spaces), with
-  dates (``2026-12-01``, ``December 3, 2026``, ``3 Dec 2026``), timestamps and ids masked.
+  ``<article>``, with what follows it outside boilerplate elements (a page merged into
+  another is often appended after its main element); else the ``<body>`` without
+  ``<header>``, ``<nav>``, ``<footer>``, ``<aside>``, ``<form>`` and elements whose
+  ``id``, ``class`` or ``role`` name boilerplate (cookie, consent, banner, sidebar, menu,
+  breadcrumb, navigation, footer, header): a "last updated" date goes with its footer;
+* within it, the visible text as ``n2`` reads it (comments, scripts, styles dropped, tags
+  as spaces, timestamps and ids masked; a date in the main text is content).
 
 Of that text: its words' 4-word shingles MinHashed as ``n2`` does (same permutations, so
 :func:`~bloom_frontier.content.fingerprint.similarity` and the LSH index apply), the exact hash
@@ -62,24 +64,11 @@ _BOILERPLATE = re.compile(
     re.I,
 )
 _ANY_TAG = re.compile(r"<[^>]*>")
-#: What the main text leaves out, in one pass: comments, unseen elements, and tags (as spaces).
-_NOT_TEXT = re.compile(
-    r"<(?:!--.*?-->|(script|style|noscript|template)\b.*?</\1\s*>|[^>]*>)", re.S | re.I
-)
 _TITLE = re.compile(r"<title\b[^>]*>(.*?)</title", re.S | re.I)
 _HEADING = re.compile(r"<h([1-3])\b[^>]*>(.*?)</h\1\s*>", re.S | re.I)
 _BASE = re.compile(r"""<base\b[^>]*?\shref\s*=\s*("[^"]*"|'[^']*'|[^\s"'>]+)""", re.I)
 _SCHEME = re.compile(r"([a-zA-Z][\w+.-]*):")
 _WEB = ("http", "https")
-_MONTH = (
-    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
-    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
-)
-#: What any date of :data:`_DATE` holds: a quick test that skips most pages' date pass.
-_MAY_DATE = re.compile(r"\d-\d\d-\d|[\da-z]\.?,? \d{4}")
-_DATE = re.compile(
-    rf"\b(?:\d{{4}}-\d{{2}}-\d{{2}}|{_MONTH}\s+\d{{1,2}},?\s+\d{{4}}|\d{{1,2}}\s+{_MONTH},?\s+\d{{4}})\b"
-)
 
 
 @lru_cache(maxsize=64)
@@ -114,18 +103,30 @@ def _role_main(shown: str) -> tuple[str, int] | None:
 
 def main_spans(shown: str) -> list[tuple[int, int]]:
     """Where the main content of ``shown`` (a page's markup without comments and unseen
-    elements) is: one span inside the first ``role="main"``, ``<main>`` or ``<article>``
-    element, else the ``<body>`` cut around its boilerplate elements (module docstring).
-    Each span starts just after a tag and ends just before one."""
+    elements) is: the first ``role="main"``, ``<main>`` or ``<article>`` element's content
+    and what follows it outside boilerplate elements (content a page appends after it: a
+    merged page), else the ``<body>`` cut around its boilerplate elements (module
+    docstring). Each span starts and ends at a tag's edge."""
+    main = None
     if (role := _role_main(shown)) is not None:
         tag, start = role
-        return [(start, _element_end(shown, tag, start))]
-    for pattern in (_MAIN, _ARTICLE):
-        found = pattern.search(shown)
-        if found:
-            return [(found.end(), _element_end(shown, found.group(1), found.end()))]
-    body = _BODY.search(shown)
-    position = body.end() if body else 0
+        main = start, _element_end(shown, tag, start)
+    else:
+        for pattern in (_MAIN, _ARTICLE):
+            if (found := pattern.search(shown)) is not None:
+                main = found.end(), _element_end(shown, found.group(1), found.end())
+                break
+    if main is None:
+        body = _BODY.search(shown)
+        return _outside_boilerplate(shown, body.end() if body else 0)
+    after = _outside_boilerplate(shown, main[1])
+    if after and after[0][0] == main[1]:
+        return [(main[0], after[0][1]), *after[1:]]
+    return [main, *after]
+
+
+def _outside_boilerplate(shown: str, position: int) -> list[tuple[int, int]]:
+    """The spans of ``shown`` from ``position`` on that are outside boilerplate elements."""
     spans = []
     while (found := _BOILERPLATE.search(shown, position)) is not None:
         spans.append((position, found.start()))

@@ -1,0 +1,470 @@
+"""The migration matcher: every old document sent to the new page that now holds its content.
+
+:func:`match_sites` reads two stores (a crawl of the old site, a crawl of the new one) and
+gives one :class:`~bloom_frontier.migration.answers.MigrationAnswer` per old document (a
+page fetched with status 200), from the match features the crawl recorded
+(:mod:`bloom_frontier.content.features`). Pure on what it reads. The evidence, strongest
+first, each method named as in :data:`~bloom_frontier.migration.answers.METHODS`:
+
+* ``exact``: the same main-content hash, unique on both sides (boilerplate does not count);
+* ``near-content``: main-content MinHash similarity of at least :data:`NEAR` with the best
+  candidate (LSH candidates, never all pairs) and a clear margin over the next;
+* ``title``: a similar title or first heading (site-wide title affixes such as
+  ``| Site`` stripped), unique on both sides, with some shared content;
+* ``url-tokens`` and ``graph``: the words of the path, and the old page's links whose
+  targets are already matched found again among the candidate's links: both only add to
+  content evidence, and decide a page too short for its content to tell;
+* ``merged``: an old page whose main content is contained in a new page that also holds
+  another old page, its first heading among that page's headings (both answers say so);
+* ``ambiguous`` (not an entry): two candidates too close to tell, ``runner_up`` filled;
+* ``removed`` (not an entry): nothing holds the content; ``suggestion`` is the new page of
+  its nearest matched parent (a page linking to it, the closest in path), else ``410``.
+
+One to one: a new page goes to the old page with the strongest evidence; another old page
+claiming it with strong evidence of its own is ambiguous, with weak evidence removed.
+
+Old redirects are answered as ``scrapy redirects`` reads them
+(:func:`~bloom_frontier.redirectmap.semantics.redirect_sources`): each source that is a map
+entry there gets its document's answer, method ``redirect``; other sources (loops, errors,
+off-site) get none.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
+from bloom_frontier.content.fingerprint import NUM_PERM, SOFT_404
+from bloom_frontier.content.lsh import BandIndex
+from bloom_frontier.migration.answers import MigrationAnswer
+from bloom_frontier.pipelines.reader import StoredDocument, StoreReader
+from bloom_frontier.pipelines.records import MatchFeatures
+from bloom_frontier.redirectmap.semantics import (
+    MapOptions,
+    as_uri,
+    redirect_sources,
+    without_dropped_params,
+)
+
+#: The similarity the LSH index finds candidates around (a banding of ``NUM_PERM`` values).
+CANDIDATE_THRESHOLD = 0.5
+#: Main-content similarity at or above which the best candidate is the page (with a margin).
+NEAR = 0.6
+#: How far ahead of the next candidate the best one must be (similarity).
+MARGIN = 0.15
+#: Least similarity a title match needs (removed pages share none with a namesake).
+TITLE_CONTENT = 0.25
+#: Share of an old page's main content a new page must hold to count as merged into it.
+CONTAINED = 0.7
+#: A main content of fewer words is short: its similarity says little.
+SHORT = 40
+#: Candidates from a title or heading index are taken only from groups this small.
+GROUP = 8
+#: Progress lines: one every this many old documents.
+PROGRESS_EVERY = 10_000
+
+_SEPARATORS = re.compile(r"\s+(?:[|\u2014\u2013:\u00b7]|-|::)\s+")
+_HEADING_MARKS = re.compile(r"[\u00b6\u00a7#]+\s*$")
+_TOKEN = re.compile(r"[a-z0-9]+")
+_STOP_TOKENS = frozenset({"html", "htm", "php", "aspx", "index", "www", "en"})
+
+
+@dataclass
+class _Side:
+    """One site's documents, as arrays and indexes the matcher reads."""
+
+    urls: list[str]
+    features: list[MatchFeatures]
+    signatures: np.ndarray  # documents x NUM_PERM, uint32
+    titles: list[str]
+    first_headings: list[str]
+
+    @classmethod
+    def of(cls, documents: dict[str, MatchFeatures]) -> _Side:
+        urls = list(documents)
+        features = [documents[url] for url in urls]
+        signatures = np.frombuffer(
+            b"".join(feature.main_minhash for feature in features), dtype="<u4"
+        ).reshape(len(features), NUM_PERM)
+        affixes = _common_affixes(feature.title for feature in features)
+        titles = [_title(feature.title, affixes) for feature in features]
+        heads = [_heading(feature.headings[0]) if feature.headings else "" for feature in features]
+        return cls(urls, features, signatures, titles, heads)
+
+
+@dataclass
+class _Proposal:
+    """An old document's best candidate, with what speaks for it."""
+
+    old: int
+    new: int | None
+    method: str
+    confidence: float
+    reason: str
+    runner_up: int | None = None
+    runner_up_confidence: float | None = None
+    contained: float = 0.0
+
+
+def _heading(text: str) -> str:
+    """A heading as compared: lower-cased, whitespace collapsed, anchor marks dropped."""
+    return " ".join(_HEADING_MARKS.sub("", text).lower().split())
+
+
+def _segments(title: str) -> list[str]:
+    return [part.strip() for part in _SEPARATORS.split(title) if part.strip()]
+
+
+def _common_affixes(titles: Iterable[str]) -> frozenset[str]:
+    """Title segments (split at ``|``, ``—``, ``-``...) that start or end a fifth or more of
+    a site's titles: its name, not a page's."""
+    titles = list(titles)
+    ends: Counter[str] = Counter()
+    for title in titles:
+        parts = _segments(title)
+        if len(parts) > 1:
+            ends.update({parts[0].lower(), parts[-1].lower()})
+    floor = max(3, len(titles) // 5)
+    return frozenset(part for part, count in ends.items() if count >= floor)
+
+
+def _title(title: str, affixes: frozenset[str]) -> str:
+    parts = [part for part in _segments(title) if part.lower() not in affixes]
+    return _heading(" ".join(parts))
+
+
+def _tokens(url: str) -> frozenset[str]:
+    """The words of a URL's path (file extensions and ``index`` left out)."""
+    return frozenset(_TOKEN.findall(urlsplit(url).path.lower())) - _STOP_TOKENS
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
+
+
+def documents_of(
+    documents: Iterable[StoredDocument], rules: RuleSet = DEFAULT_RULES
+) -> dict[str, MatchFeatures | None]:
+    """The 200 documents of a store by URL (the final URL as a map writes it, without the
+    parameters its key drops), with their features (None: recorded without, or a
+    soft 404); the first of pages sharing a URL."""
+    found: dict[str, MatchFeatures | None] = {}
+    for document in documents:
+        if document.status != 200:
+            continue
+        url = as_uri(without_dropped_params(document.final_url, rules))
+        features = None if document.kind == SOFT_404 else document.features
+        if found.get(url) is None:
+            found[url] = features
+    return found
+
+
+class _Matcher:
+    """Matching of one old side against one new side (see the module docstring)."""
+
+    def __init__(self, old: _Side, new: _Side, progress: Callable[[str], None] | None) -> None:
+        self.old, self.new, self.progress = old, new, progress
+        self.index: BandIndex[int] = BandIndex(CANDIDATE_THRESHOLD)
+        self.by_hash: defaultdict[str, list[int]] = defaultdict(list)
+        self.by_title: defaultdict[str, list[int]] = defaultdict(list)
+        self.by_heading: defaultdict[str, list[int]] = defaultdict(list)
+        for position, feature in enumerate(new.features):
+            if feature.main_shingles:
+                self.index.insert(position, feature.main_minhash)
+            self.by_hash[feature.main_hash].append(position)
+            for key in {new.titles[position], new.first_headings[position]} - {""}:
+                self.by_title[key].append(position)
+            for heading in {_heading(text) for text in feature.headings}:
+                self.by_heading[heading].append(position)
+        self.old_hashes = Counter(feature.main_hash for feature in old.features)
+        self.old_titles = Counter(old.titles) + Counter(old.first_headings)
+        self.new_urls = {url: position for position, url in enumerate(new.urls)}
+        self.old_urls = {url: position for position, url in enumerate(old.urls)}
+
+    def candidates(self, position: int) -> list[int]:
+        feature = self.old.features[position]
+        found = set(self.by_hash.get(feature.main_hash, ()))
+        if feature.main_shingles:
+            found |= self.index.query(feature.main_minhash)
+        for key in {self.old.titles[position], self.old.first_headings[position]} - {""}:
+            group = self.by_title.get(key, ())
+            if len(group) <= GROUP:
+                found.update(group)
+        return sorted(found)
+
+    def similarities(self, position: int, candidates: list[int]) -> np.ndarray:
+        if not candidates:
+            return np.zeros(0)
+        equal = self.new.signatures[candidates] == self.old.signatures[position]
+        return equal.mean(axis=1)
+
+    def contained(self, position: int, candidate: int, similarity: float) -> float:
+        """The estimated share of the old main content's shingles the candidate holds."""
+        size = self.old.features[position].main_shingles
+        other = self.new.features[candidate].main_shingles
+        if not size or similarity <= 0:
+            return 0.0
+        return min(1.0, similarity * (size + other) / ((1 + similarity) * size))
+
+    def propose(self, position: int) -> _Proposal:
+        """The old document's best candidate and the evidence for it (not yet one to one)."""
+        feature = self.old.features[position]
+        candidates = self.candidates(position)
+        sims = self.similarities(position, candidates)
+        same_hash = [c for c in candidates if self.new.features[c].main_hash == feature.main_hash]
+        if (
+            len(same_hash) == 1
+            and self.old_hashes[feature.main_hash] == 1
+            and feature.main_length > 0
+        ):
+            return _Proposal(position, same_hash[0], "exact", 1.0, "same main content")
+        if not candidates:
+            merged = self.merged_into(position)
+            reason = "no page of the new site shares its content or title"
+            return merged if merged is not None else self.removed(position, reason)
+        scores = [self.score(position, c, float(s)) for c, s in zip(candidates, sims, strict=True)]
+        order = sorted(range(len(candidates)), key=lambda i: -scores[i])
+        best = order[0]
+        second = order[1] if len(order) > 1 else None
+        new, sim, score = candidates[best], float(sims[best]), scores[best]
+        runner = candidates[second] if second is not None else None
+        runner_score = scores[second] if second is not None else 0.0
+        title_equal = self.title_equal(position, new)
+        short = feature.main_length < SHORT
+        contained = self.contained(position, new, sim)
+        if runner is not None and score - runner_score < MARGIN and sim >= TITLE_CONTENT:
+            return _Proposal(
+                position,
+                new,
+                "ambiguous",
+                round(min(score, 1.0), 3),
+                f"two close candidates: {score:.2f} and {runner_score:.2f}",
+                runner,
+                round(min(runner_score, 1.0), 3),
+            )
+        if not short and sim >= NEAR:
+            return _Proposal(
+                position, new, "near-content", round(sim, 3), f"main content {sim:.2f} similar",
+                runner, round(min(runner_score, 1.0), 3) if runner is not None else None,
+                contained,
+            )  # fmt: skip
+        if title_equal and (sim >= TITLE_CONTENT or (short and self.unique_title(position))):
+            return _Proposal(
+                position, new, "title", round(min(0.5 + sim / 2, 0.95), 3),
+                f"same title or heading, main content {sim:.2f} similar",
+                runner, round(min(runner_score, 1.0), 3) if runner is not None else None,
+                contained,
+            )  # fmt: skip
+        merged = self.merged_into(position)
+        if merged is not None:
+            return merged
+        return self.removed(position, f"closest new page only {sim:.2f} similar")
+
+    def score(self, position: int, candidate: int, similarity: float) -> float:
+        """How strongly a candidate is the old page: its content similarity, with a little
+        for an equal title or heading and for shared path words."""
+        bonus = 0.1 if self.title_equal(position, candidate) else 0.0
+        tokens = _jaccard(_tokens(self.old.urls[position]), _tokens(self.new.urls[candidate]))
+        return similarity + bonus + 0.05 * tokens
+
+    def title_equal(self, position: int, candidate: int) -> bool:
+        mine = {self.old.titles[position], self.old.first_headings[position]} - {""}
+        theirs = {self.new.titles[candidate], self.new.first_headings[candidate]}
+        return bool(mine & theirs)
+
+    def unique_title(self, position: int) -> bool:
+        """Its title or first heading names one old page and one new page."""
+        for key in {self.old.titles[position], self.old.first_headings[position]} - {""}:
+            if self.old_titles[key] == 1 and len(self.by_title.get(key, ())) == 1:
+                return True
+        return False
+
+    def merged_into(self, position: int) -> _Proposal | None:
+        """A new page holding this page's content under its first heading, among others."""
+        head = self.old.first_headings[position]
+        if not head:
+            return None
+        hosts = [c for c in self.by_heading.get(head, ()) if self.new.first_headings[c] != head]
+        if not hosts or len(hosts) > GROUP:
+            return None
+        sims = self.similarities(position, hosts)
+        shares = [self.contained(position, c, float(s)) for c, s in zip(hosts, sims, strict=True)]
+        best = int(np.argmax(shares))
+        if shares[best] < CONTAINED:
+            return None
+        return _Proposal(
+            position,
+            hosts[best],
+            "merged",
+            round(min(shares[best], 0.99), 3),
+            f"merged: {shares[best]:.2f} of its main content is in a page under its heading",
+            contained=shares[best],
+        )
+
+    def removed(self, position: int, reason: str) -> _Proposal:
+        return _Proposal(position, None, "removed", 0.0, reason)
+
+    def match(self) -> list[_Proposal]:
+        proposals = []
+        total = len(self.old.urls)
+        for position in range(total):
+            proposals.append(self.propose(position))
+            if self.progress is not None and (position + 1) % PROGRESS_EVERY == 0:
+                self.progress(f"matched {position + 1:,} of {total:,} old pages")
+        one_to_one(proposals)
+        return proposals
+
+
+#: Which proposal keeps a contested new page: the strongest method first, then confidence.
+_RANK = {"exact": 4, "near-content": 3, "title": 2, "merged": 1}
+
+
+def one_to_one(proposals: list[_Proposal]) -> None:
+    """Give each new page to one old page: the strongest claim keeps it; a merged claim
+    (or one holding a merged page's content) shares it, both marked merged; another strong
+    claim becomes ambiguous, a weak one removed."""
+    claims: defaultdict[int, list[_Proposal]] = defaultdict(list)
+    for proposal in proposals:
+        if proposal.new is not None and proposal.method in _RANK:
+            claims[proposal.new].append(proposal)
+    for new, group in claims.items():
+        if len(group) == 1:
+            continue
+        group.sort(key=lambda p: (_RANK[p.method], p.confidence), reverse=True)
+        keeper = group[0]
+        for other in group[1:]:
+            if other.method == "merged" or (
+                other.contained >= CONTAINED and keeper.method != "exact"
+            ):
+                other.method = "merged"
+                keeper.method = "merged"
+                keeper.reason = f"{keeper.reason}; another old page was merged into it"
+            elif other.method in ("exact", "near-content"):
+                other.runner_up, other.runner_up_confidence = other.new, other.confidence
+                other.method = "ambiguous"
+                other.reason = f"its closest new page is the match of another old page ({new})"
+            else:
+                other.new, other.method, other.confidence = None, "removed", 0.0
+                other.reason = "its closest new page is the match of another old page"
+
+
+def _suggestion(
+    position: int, old: _Side, parents: dict[int, list[int]], targets: dict[int, str]
+) -> str:
+    """Where a removed page's visitors could go: the new page of its matched parent closest
+    to it in path, else ``410`` (gone)."""
+    path = urlsplit(old.urls[position]).path
+    matched = [parent for parent in parents.get(position, ()) if parent in targets]
+    if not matched:
+        return "410"
+
+    def closeness(parent: int) -> tuple[int, int]:
+        other = urlsplit(old.urls[parent]).path
+        common = len(_common_prefix(path, other).rsplit("/", 1)[0])
+        return common, -len(other)
+
+    return targets[max(matched, key=closeness)]
+
+
+def _common_prefix(a: str, b: str) -> str:
+    size = 0
+    for left, right in zip(a, b, strict=False):
+        if left != right:
+            break
+        size += 1
+    return a[:size]
+
+
+def match_documents(
+    old: dict[str, MatchFeatures | None],
+    new: dict[str, MatchFeatures | None],
+    progress: Callable[[str], None] | None = None,
+) -> list[MigrationAnswer]:
+    """One answer per old document (by URL, with its features: :func:`documents_of`),
+    matched against the new site's documents (module docstring)."""
+    old_side = _Side.of({url: f for url, f in old.items() if f is not None})
+    new_side = _Side.of({url: f for url, f in new.items() if f is not None})
+    if progress is not None:
+        progress(f"matching {len(old):,} old pages against {len(new):,} new pages")
+    matcher = _Matcher(old_side, new_side, progress)
+    proposals = matcher.match()
+    targets = {
+        p.old: new_side.urls[p.new] for p in proposals if p.new is not None and p.method in _RANK
+    }
+    parents: defaultdict[int, list[int]] = defaultdict(list)
+    for position, feature in enumerate(old_side.features):
+        for link in feature.outlinks:
+            child = matcher.old_urls.get(as_uri(without_dropped_params(link)))
+            if child is not None and child != position:
+                parents[child].append(position)
+    answers = {}
+    for p in proposals:
+        url = old_side.urls[p.old]
+        target = new_side.urls[p.new] if p.new is not None else None
+        runner = new_side.urls[p.runner_up] if p.runner_up is not None else None
+        if p.method in _RANK:
+            answers[url] = MigrationAnswer(
+                url, target, p.confidence, p.method, True, p.reason, runner, p.runner_up_confidence
+            )
+        elif p.method == "ambiguous":
+            answers[url] = MigrationAnswer(
+                url, target, p.confidence, "ambiguous", False, p.reason, runner,
+                p.runner_up_confidence,
+            )  # fmt: skip
+        else:
+            suggestion = _suggestion(p.old, old_side, parents, targets)
+            answers[url] = MigrationAnswer(
+                url, None, 0.0, "removed", False, p.reason, suggestion=suggestion
+            )
+    for url, features in old.items():
+        if features is None:
+            answers[url] = MigrationAnswer(
+                url, None, 0.0, "removed", False,
+                "no match features recorded (not HTML, a soft 404, or crawled before they were)",
+                suggestion="410",
+            )  # fmt: skip
+    return [answers[url] for url in old]
+
+
+def redirect_answers(
+    reader: StoreReader, answers: list[MigrationAnswer], rules: RuleSet = DEFAULT_RULES
+) -> list[MigrationAnswer]:
+    """The old site's own redirects (map entries of ``scrapy redirects``), each answered as
+    the document it ended on."""
+    by_url = {answer.old: answer for answer in answers}
+    found = []
+    rows = redirect_sources(reader.chains(), list(reader.pages()), MapOptions(rules=rules))
+    for row in rows:
+        if not row.entry or row.target is None or row.source in by_url:
+            continue
+        document = by_url.get(row.target)
+        if document is None:
+            continue
+        found.append(
+            MigrationAnswer(
+                old=row.source,
+                new=document.new,
+                confidence=document.confidence,
+                method="redirect",
+                entry=document.entry,
+                reason=f"redirected to {row.target} in the old site ({document.method})",
+            )
+        )
+    return found
+
+
+def match_sites(
+    old: StoreReader, new: StoreReader, progress: Callable[[str], None] | None = None
+) -> list[MigrationAnswer]:
+    """One answer per old document of the ``old`` store, matched against the documents of
+    the ``new`` store, then one per old redirect source (module docstring)."""
+    old_documents = documents_of(old.documents())
+    new_documents = documents_of(new.documents())
+    answers = match_documents(old_documents, new_documents, progress)
+    return answers + redirect_answers(old, answers)
