@@ -20,8 +20,8 @@ from tests.crawls import ROOT, site_crawl_command
 from tests.httpserver import Page, TestServer, redirect
 
 OLD, NEW = "http://old.test", "http://new.test"
-VOCABULARY = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ra", "si", "tu") for b in (
-    "bar", "cen", "dol", "fim", "gor", "hul", "jat", "kev", "lum", "mox", "nip", "quor")]  # fmt: skip
+STEMS = ("bar", "cen", "dol", "fim", "gor", "hul", "jat", "kev", "lum", "mox", "nip", "quor")
+VOCABULARY = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ra", "si", "tu") for b in STEMS]
 
 
 def words(seed: int, count: int) -> list[str]:
@@ -202,6 +202,57 @@ def test_two_equal_candidates_are_ambiguous_not_guessed(tmp_path: Path) -> None:
     assert (answer.method, answer.entry) == ("ambiguous", False)
     assert {answer.new, answer.runner_up} == {f"{NEW}/copy-one/", f"{NEW}/copy-two/"}
     assert answer.runner_up_confidence is not None
+
+
+def test_the_link_graph_tells_two_equal_candidates_apart(tmp_path: Path) -> None:
+    """The new site holds the page twice, but only one copy sits where the old page sat:
+    linked from its matched parent and linking to its matched child."""
+    text = paragraphs(1)
+    hub, child = paragraphs(2), paragraphs(3)
+    answers = answers_of(
+        tmp_path,
+        {
+            "/hub.html": old_page("Hub", hub, ("/page.html",)),
+            "/page.html": old_page("Page", text, ("/child.html",)),
+            "/child.html": old_page("Child", child),
+        },
+        {
+            "/hub/": new_page("Hub", hub, ("/copy-one/",)),
+            "/copy-one/": new_page("Page", text, ("/child/",)),
+            "/copy-two/": new_page("Page", text),
+            "/child/": new_page("Child", child),
+        },
+    )
+    answer = answers["/page.html"]
+    assert (answer.new, answer.method, answer.entry) == (f"{NEW}/copy-one/", "graph", True)
+    assert answer.runner_up == f"{NEW}/copy-two/"
+
+
+def test_a_short_page_renamed_and_reworded_is_found_by_its_path(tmp_path: Path) -> None:
+    """Too short for its similarity to decide, a new title: its parent's links and the
+    words of its path find it."""
+    home = paragraphs(1)
+    answers = answers_of(
+        tmp_path,
+        {
+            "/index.html": old_page("Home", home, ("/support/contact-us.html",)),
+            "/support/contact-us.html": old_page(
+                "Contact", ["Write to the team at the usual address today."]
+            ),
+        },
+        {
+            "/index.html": new_page("Home", home, ("/support/contact-us/",)),
+            "/support/contact-us/": new_page(
+                "Get in touch", ["Write to the team at the usual address now."]
+            ),
+        },
+    )
+    answer = answers["/support/contact-us.html"]
+    assert (answer.new, answer.method, answer.entry) == (
+        f"{NEW}/support/contact-us/",
+        "url-tokens",
+        True,
+    )
 
 
 def test_a_removed_page_is_not_sent_to_its_closest_neighbour(tmp_path: Path) -> None:

@@ -84,6 +84,8 @@ class _Side:
     signatures: np.ndarray  # documents x NUM_PERM, uint32
     titles: list[str]
     first_headings: list[str]
+    children: list[set[int]]  # the documents each links to
+    parents: list[set[int]]  # the documents linking to each
 
     @classmethod
     def of(cls, documents: dict[str, MatchFeatures]) -> _Side:
@@ -95,7 +97,19 @@ class _Side:
         affixes = _common_affixes(feature.title for feature in features)
         titles = [_title(feature.title, affixes) for feature in features]
         heads = [_heading(feature.headings[0]) if feature.headings else "" for feature in features]
-        return cls(urls, features, signatures, titles, heads)
+        positions = {url: position for position, url in enumerate(urls)}
+        children: list[set[int]] = [set() for _ in urls]
+        parents: list[set[int]] = [set() for _ in urls]
+        for position, feature in enumerate(features):
+            for link in feature.outlinks:
+                child = positions.get(as_uri(without_dropped_params(link)))
+                if child is not None and child != position:
+                    children[position].add(child)
+                    parents[child].add(position)
+        return cls(urls, features, signatures, titles, heads, children, parents)
+
+    def neighbours(self, position: int) -> set[int]:
+        return self.children[position] | self.parents[position]
 
 
 @dataclass
@@ -110,6 +124,8 @@ class _Proposal:
     runner_up: int | None = None
     runner_up_confidence: float | None = None
     contained: float = 0.0
+    #: For a page left ambiguous or removed: its best candidates, for a second look.
+    candidates: tuple[int, ...] = ()
 
 
 def _heading(text: str) -> str:
@@ -184,8 +200,6 @@ class _Matcher:
                 self.by_heading[heading].append(position)
         self.old_hashes = Counter(feature.main_hash for feature in old.features)
         self.old_titles = Counter(old.titles) + Counter(old.first_headings)
-        self.new_urls = {url: position for position, url in enumerate(new.urls)}
-        self.old_urls = {url: position for position, url in enumerate(old.urls)}
 
     def candidates(self, position: int) -> list[int]:
         feature = self.old.features[position]
@@ -238,6 +252,7 @@ class _Matcher:
         title_equal = self.title_equal(position, new)
         short = feature.main_length < SHORT
         contained = self.contained(position, new, sim)
+        best_few = tuple(candidates[i] for i in order[:5])
         if runner is not None and score - runner_score < MARGIN and sim >= TITLE_CONTENT:
             return _Proposal(
                 position,
@@ -247,6 +262,7 @@ class _Matcher:
                 f"two close candidates: {score:.2f} and {runner_score:.2f}",
                 runner,
                 round(min(runner_score, 1.0), 3),
+                candidates=best_few,
             )
         if not short and sim >= NEAR:
             return _Proposal(
@@ -264,7 +280,7 @@ class _Matcher:
         merged = self.merged_into(position)
         if merged is not None:
             return merged
-        return self.removed(position, f"closest new page only {sim:.2f} similar")
+        return self.removed(position, f"closest new page only {sim:.2f} similar", best_few)
 
     def score(self, position: int, candidate: int, similarity: float) -> float:
         """How strongly a candidate is the old page: its content similarity, with a little
@@ -307,8 +323,67 @@ class _Matcher:
             contained=shares[best],
         )
 
-    def removed(self, position: int, reason: str) -> _Proposal:
-        return _Proposal(position, None, "removed", 0.0, reason)
+    def removed(self, position: int, reason: str, candidates: tuple[int, ...] = ()) -> _Proposal:
+        return _Proposal(position, None, "removed", 0.0, reason, candidates=candidates)
+
+    def second_look(self, proposals: list[_Proposal]) -> None:
+        """Old pages left ambiguous or removed, looked at again once the others are matched:
+        among their candidates and the unclaimed pages their matched parents link to, one
+        with some shared content (or an equal title) whose links meet the new pages of
+        theirs (``graph``: at least half of two or more), else whose path has the same words
+        (``url-tokens``), each clearly ahead of the others."""
+        target_of = {p.old: p.new for p in proposals if p.new is not None and p.method in _RANK}
+        claimed = set(target_of.values())
+        for proposal in proposals:
+            if proposal.method not in ("removed", "ambiguous"):
+                continue
+            position = proposal.old
+            pool = set(proposal.candidates)
+            for parent in self.old.parents[position]:
+                if (matched := target_of.get(parent)) is not None:
+                    pool |= self.new.children[matched]
+            pool -= claimed
+            found = self.by_graph_or_tokens(position, sorted(pool), target_of)
+            if found is None:
+                continue
+            new, method, confidence, reason = found
+            if proposal.method == "ambiguous" and proposal.new != new:
+                proposal.runner_up = proposal.new  # else it stays the other close candidate
+            proposal.new, proposal.method, proposal.confidence = new, method, confidence
+            proposal.reason = reason
+            claimed.add(new)
+            target_of[position] = new
+
+    def by_graph_or_tokens(
+        self, position: int, pool: list[int], target_of: dict[int, int]
+    ) -> tuple[int, str, float, str] | None:
+        """The one candidate of ``pool`` the link graph, else the URL's words, single out
+        (see :meth:`second_look`)."""
+        mapped = {target_of[n] for n in self.old.neighbours(position) if n in target_of}
+        tokens = _tokens(self.old.urls[position])
+        sims = self.similarities(position, pool)
+        scored = []
+        for candidate, sim in zip(pool, sims, strict=True):
+            if sim < TITLE_CONTENT and not self.title_equal(position, candidate):
+                continue
+            links = self.new.neighbours(candidate)
+            graph = len(mapped & links) / len(mapped) if len(mapped) >= 2 else 0.0
+            words = _jaccard(tokens, _tokens(self.new.urls[candidate]))
+            scored.append((graph, words, float(sim), candidate))
+        for rank, method, floor in ((0, "graph", 0.5), (1, "url-tokens", 0.6)):
+            ordered = sorted(scored, key=lambda row: row[rank], reverse=True)
+            if not ordered or ordered[0][rank] < floor:
+                continue
+            if len(ordered) > 1 and ordered[1][rank] > ordered[0][rank] - 0.3:
+                continue
+            graph, words, sim, candidate = ordered[0]
+            value = ordered[0][rank]
+            what = (
+                "of its matched links meet the page's links" if rank == 0 else "path words shared"
+            )
+            reason = f"{value:.2f} {what}, main content {sim:.2f} similar"
+            return candidate, method, round(min(0.5 + value * 0.4, 0.9), 3), reason
+        return None
 
     def match(self) -> list[_Proposal]:
         proposals = []
@@ -318,11 +393,12 @@ class _Matcher:
             if self.progress is not None and (position + 1) % PROGRESS_EVERY == 0:
                 self.progress(f"matched {position + 1:,} of {total:,} old pages")
         one_to_one(proposals)
+        self.second_look(proposals)
         return proposals
 
 
 #: Which proposal keeps a contested new page: the strongest method first, then confidence.
-_RANK = {"exact": 4, "near-content": 3, "title": 2, "merged": 1}
+_RANK = {"exact": 4, "near-content": 3, "title": 2, "merged": 1, "graph": 0, "url-tokens": 0}
 
 
 def one_to_one(proposals: list[_Proposal]) -> None:
@@ -354,13 +430,11 @@ def one_to_one(proposals: list[_Proposal]) -> None:
                 other.reason = "its closest new page is the match of another old page"
 
 
-def _suggestion(
-    position: int, old: _Side, parents: dict[int, list[int]], targets: dict[int, str]
-) -> str:
+def _suggestion(position: int, old: _Side, targets: dict[int, str]) -> str:
     """Where a removed page's visitors could go: the new page of its matched parent closest
     to it in path, else ``410`` (gone)."""
     path = urlsplit(old.urls[position]).path
-    matched = [parent for parent in parents.get(position, ()) if parent in targets]
+    matched = [parent for parent in sorted(old.parents[position]) if parent in targets]
     if not matched:
         return "410"
 
@@ -397,12 +471,6 @@ def match_documents(
     targets = {
         p.old: new_side.urls[p.new] for p in proposals if p.new is not None and p.method in _RANK
     }
-    parents: defaultdict[int, list[int]] = defaultdict(list)
-    for position, feature in enumerate(old_side.features):
-        for link in feature.outlinks:
-            child = matcher.old_urls.get(as_uri(without_dropped_params(link)))
-            if child is not None and child != position:
-                parents[child].append(position)
     answers = {}
     for p in proposals:
         url = old_side.urls[p.old]
@@ -418,7 +486,7 @@ def match_documents(
                 p.runner_up_confidence,
             )  # fmt: skip
         else:
-            suggestion = _suggestion(p.old, old_side, parents, targets)
+            suggestion = _suggestion(p.old, old_side, targets)
             answers[url] = MigrationAnswer(
                 url, None, 0.0, "removed", False, p.reason, suggestion=suggestion
             )
