@@ -62,10 +62,15 @@ MARGIN = 0.15
 TITLE_CONTENT = 0.25
 #: Share of an old page's main content a new page must hold to count as merged into it.
 CONTAINED = 0.7
+#: The share a page under the old page's heading must hold (the heading is evidence too; a
+#: small page's share is estimated from a low similarity, so with a wide error).
+UNDER_HEADING = 0.5
 #: A main content of fewer words is short: its similarity says little.
 SHORT = 40
 #: Candidates from a title or heading index are taken only from groups this small.
 GROUP = 8
+#: Pages sharing a heading that are looked at for a merged page (its content measured in each).
+HEADING_HOSTS = 200
 #: Progress lines: one every this many old documents.
 PROGRESS_EVERY = 10_000
 
@@ -302,17 +307,22 @@ class _Matcher:
         return False
 
     def merged_into(self, position: int) -> _Proposal | None:
-        """A new page holding this page's content under its first heading, among others."""
+        """A new page holding this page's content under its first heading, among others,
+        clearly more of it than any other page with that heading (a common heading such as
+        "Introduction" is under many: at most :data:`HEADING_HOSTS` are looked at)."""
         head = self.old.first_headings[position]
         if not head:
             return None
         hosts = [c for c in self.by_heading.get(head, ()) if self.new.first_headings[c] != head]
-        if not hosts or len(hosts) > GROUP:
+        if not hosts or len(hosts) > HEADING_HOSTS:
             return None
         sims = self.similarities(position, hosts)
         shares = [self.contained(position, c, float(s)) for c, s in zip(hosts, sims, strict=True)]
-        best = int(np.argmax(shares))
-        if shares[best] < CONTAINED:
+        order = np.argsort(shares)[::-1]
+        best = int(order[0])
+        if shares[best] < UNDER_HEADING or (
+            len(order) > 1 and shares[order[1]] > shares[best] - 0.3
+        ):
             return None
         return _Proposal(
             position,
