@@ -335,3 +335,23 @@ def test_two_crawled_sites_are_matched(tmp_path: Path) -> None:
         "/notes.html": (None, "removed", False),
         "/go": ("/docs/installing/", "redirect", True),
     }
+
+
+def test_match_features_round_trip_through_the_store(store_url: str) -> None:
+    """What the crawl records of a page is what the matcher reads back (SQLite and
+    PostgreSQL), written whether the features or the page come first."""
+    text = old_page("Stored", paragraphs(1), LINKS)
+    page = PageRecord(f"{OLD}/stored.html?utm_source=x", f"{OLD}/stored.html", None, 200)
+    content = fingerprint_page(text.encode(), text, 200, None, "n2", page.final_url)
+    writer = StoreWriter.from_url(store_url)
+    writer.add_fingerprint(page, content)
+    writer.flush()
+    writer.add_page(page)
+    writer.close()
+    reader = StoreReader.from_url(store_url)
+    try:
+        (document,) = list(reader.documents())
+    finally:
+        reader.close()
+    assert (document.fetch_url, document.status, document.kind) == (page.fetch_url, 200, "ok")
+    assert document.features == content.features
