@@ -7,7 +7,8 @@ a 200 HTML page's match features (:mod:`bloom_frontier.content.features`); the r
 added to the record store from the reactor thread and announced with the
 :data:`content_fingerprinted` signal (``page``, ``content``, ``request``), which
 :mod:`bloom_frontier.learning` listens to. Pending fingerprints are awaited when the spider
-closes. Stats: ``content/fingerprinted``, ``content/kind/<kind>``, ``content/failed``,
+closes, and the record store waits for them before its last write. Stats:
+``content/fingerprinted``, ``content/kind/<kind>``, ``content/failed``,
 ``content/too_large`` (a body above ``CONTENT_FINGERPRINT_MAX_BYTES``: its raw bytes hashed,
 no normalization, which would hold the interpreter, and with it the loop, for a second).
 A fingerprint of a page whose lease was already released is lost if the worker dies before
@@ -107,6 +108,7 @@ class ContentFingerprints:
         pending.addCallback(self._store, page, request)
         pending.addErrback(self._failed, page)
         pending.addBoth(self._done, pending)
+        services_of(self.crawler).recorder.hold(pending)
 
     def _store(self, content: ContentRecord, page: PageRecord, request: Request) -> None:
         stats = self.crawler.stats

@@ -36,8 +36,7 @@ import numpy as np
 from bloom_frontier.content.fingerprint import (
     N2,
     N2Words,
-    _shingles,
-    content_record,
+    classify,
     fingerprint,
     minhash_of_shingles,
     n2_words,
@@ -183,14 +182,18 @@ def _outlinks(markup: str, url: str, values: list[str]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def match_features(markup: str, url: str, words: N2Words | None = None) -> MatchFeatures:
+def match_features(
+    markup: str, url: str, words: N2Words | None = None, signature: np.ndarray | None = None
+) -> MatchFeatures:
     """The features of an HTML page fetched at ``url``, from its ``n2`` words found with
-    :func:`main_spans` (:func:`~bloom_frontier.content.fingerprint.n2_words`, computed
-    here when not given)."""
+    :func:`main_spans` (:func:`~bloom_frontier.content.fingerprint.n2_words`) and its
+    main content's MinHash values, each computed here when not given."""
     if words is None:
         words = n2_words(markup, main_spans)
     main = words.main if words.main is not None else np.zeros(0, dtype=np.uint64)
-    shingles = _shingles(main)
+    shingles = words.main_shingles
+    if signature is None:
+        signature = minhash_of_shingles(shingles)
     title_match = _TITLE.search(markup)
     headings = tuple(
         text
@@ -202,7 +205,7 @@ def match_features(markup: str, url: str, words: N2Words | None = None) -> Match
         title=_text(title_match.group(1)) if title_match else "",
         headings=headings,
         main_hash=hashlib.sha256(main.astype("<u8").tobytes()).hexdigest()[:32],
-        main_minhash=signature_bytes(minhash_of_shingles(shingles)),
+        main_minhash=signature_bytes(signature),
         main_length=len(main),
         main_shingles=len(shingles),
         outlinks=_outlinks(markup, url, words.hrefs),
@@ -214,12 +217,17 @@ def fingerprint_page(
 ) -> ContentRecord:
     """:func:`~bloom_frontier.content.fingerprint.fingerprint`, with the
     :class:`MatchFeatures` of a 200 HTML page (what a migration map is matched on), from
-    the same pass over the text under ``n2``."""
+    the same pass over the text under ``n2``: the page's signature is the element-wise
+    minimum of its main content's and the rest's (the MinHash of their union)."""
     if status != 200 or text is None or "<" not in text[:4096]:
         return fingerprint(body, text, status, flag, norm)
     words = n2_words(text, main_spans)
+    main = minhash_of_shingles(words.main_shingles)
     if norm == N2:
-        content = content_record(words.exact, _shingles(words.hashes), N2, text, status, flag)
+        page = np.minimum(main, minhash_of_shingles(words.other_shingles))
+        any_words = bool(len(words.main_shingles) or len(words.other_shingles))
+        kind = classify(status, any_words, text, flag)
+        content = ContentRecord(words.exact, signature_bytes(page), N2, kind)
     else:
         content = fingerprint(body, text, status, flag, norm)
-    return replace(content, features=match_features(text, url, words))
+    return replace(content, features=match_features(text, url, words, main))

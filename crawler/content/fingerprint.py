@@ -247,13 +247,19 @@ def shingle_hashes(words: list[str]) -> np.ndarray:
 def _shingles(hashes: np.ndarray) -> np.ndarray:
     """Distinct 32-bit hashes of the ``SHINGLE``-word shingles of words hashed ``hashes``
     (uint64 values below 2**32), of the words themselves when there are fewer."""
-    if len(hashes) >= SHINGLE:
-        count = len(hashes) - SHINGLE + 1
-        folded = np.zeros(count, dtype=np.uint64)
-        for offset in range(SHINGLE):
-            folded = ((folded * _MIX) ^ hashes[offset : offset + count]) & _MASK32
-        hashes = folded
-    return _distinct(hashes)
+    return _distinct(_windows(hashes))
+
+
+def _windows(hashes: np.ndarray) -> np.ndarray:
+    """The shingle hash of each ``SHINGLE``-word window of words hashed ``hashes``, in
+    order (window ``i`` starts at word ``i``); the word hashes when there are fewer."""
+    if len(hashes) < SHINGLE:
+        return hashes
+    count = len(hashes) - SHINGLE + 1
+    folded = np.zeros(count, dtype=np.uint64)
+    for offset in range(SHINGLE):
+        folded = ((folded * _MIX) ^ hashes[offset : offset + count]) & _MASK32
+    return folded
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
@@ -404,7 +410,7 @@ def exact_and_shingles_n2(markup: str) -> tuple[str, np.ndarray]:
     """The ``n2`` exact fingerprint (SHA-256 of the text with whitespace runs as one space,
     stripped, a newline, the targets) and the shingle hashes of the text's words."""
     words = n2_words(markup)
-    return words.exact, _shingles(words.hashes)
+    return words.exact, words.other_shingles
 
 
 #: Spans of ``n2``'s shown markup (comments and unseen elements dropped) that hold a page's
@@ -415,24 +421,27 @@ _CUT_TIMESTAMP = re.compile(r"(?:\d|<time>)\s*$")
 
 
 class N2Words(NamedTuple):
-    """What :func:`n2_words` finds: the exact fingerprint, the hashes of the text's words in
-    order, the hashes of the main content's words (None: none asked for or found), the
-    main content's markup (comments and unseen elements dropped) and the ``href`` values
-    of the page's tags (unquoted, not unescaped)."""
+    """What :func:`n2_words` finds: the exact fingerprint; the page's shingle hashes split
+    in two distinct sets, those of windows wholly inside the main content and the others
+    (their union is the page's, so its MinHash is the element-wise minimum of theirs: the
+    main content's signature costs nothing more, ``features.fingerprint_page``); the hashes
+    of the main content's words (None: none asked for or found), its markup (comments and
+    unseen elements dropped); the ``href`` values of the page's tags (unquoted, not unescaped)."""
 
     exact: str
-    hashes: np.ndarray
+    main_shingles: np.ndarray
+    other_shingles: np.ndarray
     main: np.ndarray | None
     main_markup: tuple[str, ...]
     hrefs: list[str]
 
 
 def n2_words(markup: str, main_spans: MainSpans | None = None) -> N2Words:
-    """The ``n2`` exact fingerprint, the hashes of the text's words in order and, with
-    ``main_spans``, the main content's words and markup (:class:`N2Words`). The text is
-    masked piece by piece, cut where the main content starts and ends (at tags, so a
-    space): the same text as masked whole, checked at each cut (a tag or a timestamp that
-    could run across it makes the page masked whole and its main words left out)."""
+    """The ``n2`` exact fingerprint and shingles and, with ``main_spans``, the main
+    content's (:class:`N2Words`). The text is masked piece by piece, cut where the main
+    content starts and ends (at tags, so a space): the same text as masked whole, checked at
+    each cut (a tag or a timestamp that could run across it makes the page masked whole and
+    its main content left out)."""
     shown = _UNSEEN.sub(" ", markup)
     found = [[value.strip("\"'") for value in pattern.findall(shown)] for pattern in _TARGETS]
     targets = " ".join(value for values in found for value in values)
@@ -449,17 +458,32 @@ def n2_words(markup: str, main_spans: MainSpans | None = None) -> N2Words:
     collapsed = np.where(space, np.uint8(32), data)[kept].tobytes().strip()
     exact = hashlib.sha256(
         b"%s\n%s" % (collapsed, mask_noise(targets).encode("utf-8", "surrogatepass"))
-    )
+    ).hexdigest()[:32]
     hashes = word_hashes(_LOWER[data], space)
+    windows = _windows(hashes)
     if not spans:
-        return N2Words(exact.hexdigest()[:32], hashes, None, (), found[0])
+        return N2Words(exact, _EMPTY_SHINGLES, _distinct(windows), None, (), found[0])
     # Piece i holds the words starting in its bytes; the main content: pieces 1, 3, 5...
     word_starts = np.flatnonzero(~space & np.concatenate(([True], space[:-1])))
-    edges = np.cumsum([0, *map(len, encoded)])
-    first = np.searchsorted(word_starts, edges)
-    main = np.concatenate([hashes[first[i] : first[i + 1]] for i in range(1, len(pieces), 2)])
-    main_markup = tuple(shown[a:b] for a, b in spans)
-    return N2Words(exact.hexdigest()[:32], hashes, main, main_markup, found[0])
+    first = np.searchsorted(word_starts, np.cumsum([0, *map(len, encoded)]))
+    ranges = [(int(first[i]), int(first[i + 1])) for i in range(1, len(pieces), 2)]
+    main = np.concatenate([hashes[start:end] for start, end in ranges])
+    inside = np.zeros(len(windows), dtype=bool)
+    width = SHINGLE - 1 if len(hashes) >= SHINGLE else 0  # a window's words after its first
+    for start, end in ranges:
+        inside[start : max(start, end - width)] = True
+    return N2Words(
+        exact,
+        _distinct(windows[inside]),
+        _distinct(windows[~inside]),
+        main,
+        tuple(shown[a:b] for a, b in spans),
+        found[0],
+    )
+
+
+#: No shingles.
+_EMPTY_SHINGLES = np.zeros(0, dtype=np.uint64)
 
 
 def _clean_cuts(shown: str, cuts: list[int], pieces: list[str]) -> bool:
