@@ -71,13 +71,15 @@ class StoredChain:
 @dataclass(frozen=True)
 class StoredDocument:
     """A fetched page as migration matching reads it: where it was asked for and answered,
-    its status and content kind, and its :class:`MatchFeatures` (None: recorded without,
-    e.g. by a crawl before revision 0006 or for a page that is not HTML)."""
+    its status, content kind and exact content fingerprint, and its :class:`MatchFeatures`
+    (None: recorded without, e.g. by a crawl before revision 0006 or for a page that is not
+    HTML)."""
 
     fetch_url: str
     final_url: str
     status: int
     kind: str | None
+    content_hash: str | None
     features: MatchFeatures | None
 
 
@@ -157,7 +159,13 @@ class StoreReader:
     def documents(self) -> Iterator[StoredDocument]:
         """Every fetched page with its match features, if recorded, by fetch URL."""
         query = (
-            select(pages.c.fetch_url, pages.c.final_url, pages.c.status, pages.c.content_kind)
+            select(
+                pages.c.fetch_url,
+                pages.c.final_url,
+                pages.c.status,
+                pages.c.content_kind,
+                pages.c.content_hash,
+            )
             .add_columns(*(match_features.c[name] for name in _FEATURE_COLUMNS))
             .select_from(pages.outerjoin(match_features, match_features.c.id == pages.c.id))
             .order_by(pages.c.fetch_url)
@@ -166,7 +174,12 @@ class StoreReader:
             for row in connection.execute(query).mappings():
                 features = None if row["main_hash"] is None else MatchFeatures.from_row(row)
                 yield StoredDocument(
-                    row["fetch_url"], row["final_url"], row["status"], row["content_kind"], features
+                    row["fetch_url"],
+                    row["final_url"],
+                    row["status"],
+                    row["content_kind"],
+                    row["content_hash"],
+                    features,
                 )
 
     def param_rules(self, state: str | None = None) -> list[ParamRule]:

@@ -355,3 +355,29 @@ def test_match_features_round_trip_through_the_store(store_url: str) -> None:
         reader.close()
     assert (document.fetch_url, document.status, document.kind) == (page.fetch_url, 200, "ok")
     assert document.features == content.features
+
+
+def test_a_document_that_is_not_html_is_matched_by_its_whole_content(tmp_path: Path) -> None:
+    """A download kept as it was under a new path is an entry; one gone is removed."""
+
+    def write(store: Path, host: str, files: dict[str, bytes]) -> StoreReader:
+        writer = StoreWriter.from_url(f"sqlite:///{store}")
+        for path, body in files.items():
+            page = PageRecord(host + path, host + path, None, 200)
+            writer.add_page(page)
+            writer.add_fingerprint(
+                page, fingerprint_page(body, None, 200, None, "n2", page.final_url)
+            )
+        writer.close()
+        return StoreReader.from_url(f"sqlite:///{store}")
+
+    old = write(tmp_path / "old.sqlite", OLD, {"/a.pdf": b"%PDF-1 a", "/b.pdf": b"%PDF-1 b"})
+    new = write(tmp_path / "new.sqlite", NEW, {"/files/a.pdf": b"%PDF-1 a"})
+    try:
+        answers = {answer.old: answer for answer in match_sites(old, new)}
+    finally:
+        old.close()
+        new.close()
+    kept, gone = answers[f"{OLD}/a.pdf"], answers[f"{OLD}/b.pdf"]
+    assert (kept.new, kept.method, kept.entry) == (f"{NEW}/files/a.pdf", "exact", True)
+    assert (gone.new, gone.method, gone.entry, gone.suggestion) == (None, "removed", False, "410")

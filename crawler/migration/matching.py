@@ -171,19 +171,57 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 def documents_of(
     documents: Iterable[StoredDocument], rules: RuleSet = DEFAULT_RULES
-) -> dict[str, MatchFeatures | None]:
+) -> dict[str, StoredDocument]:
     """The 200 documents of a store by URL (the final URL as a map writes it, without the
-    parameters its key drops), with their features (None: recorded without, or a
-    soft 404); the first of pages sharing a URL."""
-    found: dict[str, MatchFeatures | None] = {}
+    parameters its key drops); of pages sharing a URL, the first with match features."""
+    found: dict[str, StoredDocument] = {}
     for document in documents:
         if document.status != 200:
             continue
         url = as_uri(without_dropped_params(document.final_url, rules))
-        features = None if document.kind == SOFT_404 else document.features
-        if found.get(url) is None:
-            found[url] = features
+        if url not in found or found[url].features is None:
+            found[url] = document
     return found
+
+
+def _features(document: StoredDocument) -> MatchFeatures | None:
+    """What a document is matched on: nothing for a soft 404."""
+    return None if document.kind == SOFT_404 else document.features
+
+
+def _by_whole_content(
+    old: dict[str, StoredDocument], new: dict[str, StoredDocument]
+) -> dict[str, MigrationAnswer]:
+    """Answers for old documents without match features (not HTML: a PDF, an image, a
+    download): the one new document without them that has the same exact fingerprint,
+    unique on both sides; else removed, suggesting ``410``."""
+
+    def bare(side: dict[str, StoredDocument]) -> defaultdict[str, list[str]]:
+        found: defaultdict[str, list[str]] = defaultdict(list)
+        for url, document in side.items():
+            if _features(document) is None and document.kind != SOFT_404 and document.content_hash:
+                found[document.content_hash].append(url)
+        return found
+
+    old_hashes, new_hashes = bare(old), bare(new)
+    answers = {}
+    for url, document in old.items():
+        if _features(document) is not None:
+            continue
+        digest = document.content_hash or ""
+        targets = new_hashes.get(digest, [])
+        if len(targets) == 1 and len(old_hashes[digest]) == 1:
+            answers[url] = MigrationAnswer(
+                url, targets[0], 1.0, "exact", True, "same content (not HTML: the whole body)"
+            )
+        else:
+            answers[url] = MigrationAnswer(
+                url, None, 0.0, "removed", False,
+                "no new document has its content (without match features: not HTML, a soft "
+                "404, or crawled before they were recorded)",
+                suggestion="410",
+            )  # fmt: skip
+    return answers
 
 
 class _Matcher:
@@ -466,14 +504,14 @@ def _common_prefix(a: str, b: str) -> str:
 
 
 def match_documents(
-    old: dict[str, MatchFeatures | None],
-    new: dict[str, MatchFeatures | None],
+    old: dict[str, StoredDocument],
+    new: dict[str, StoredDocument],
     progress: Callable[[str], None] | None = None,
 ) -> list[MigrationAnswer]:
-    """One answer per old document (by URL, with its features: :func:`documents_of`),
+    """One answer per old document (by URL: :func:`documents_of`),
     matched against the new site's documents (module docstring)."""
-    old_side = _Side.of({url: f for url, f in old.items() if f is not None})
-    new_side = _Side.of({url: f for url, f in new.items() if f is not None})
+    old_side = _Side.of({url: f for url, d in old.items() if (f := _features(d)) is not None})
+    new_side = _Side.of({url: f for url, d in new.items() if (f := _features(d)) is not None})
     if progress is not None:
         progress(f"matching {len(old):,} old pages against {len(new):,} new pages")
     matcher = _Matcher(old_side, new_side, progress)
@@ -500,13 +538,7 @@ def match_documents(
             answers[url] = MigrationAnswer(
                 url, None, 0.0, "removed", False, p.reason, suggestion=suggestion
             )
-    for url, features in old.items():
-        if features is None:
-            answers[url] = MigrationAnswer(
-                url, None, 0.0, "removed", False,
-                "no match features recorded (not HTML, a soft 404, or crawled before they were)",
-                suggestion="410",
-            )  # fmt: skip
+    answers.update(_by_whole_content(old, new))
     return [answers[url] for url in old]
 
 
