@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -38,6 +39,7 @@ import numpy as np
 
 from bloom_frontier.content.features import fingerprint_page
 from bloom_frontier.content.fingerprint import minhash_of_shingles, signature_bytes
+from bloom_frontier.migration.answers import MigrationAnswer
 from bloom_frontier.migration.matching import match_sites
 from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import ContentRecord, MatchFeatures, PageRecord
@@ -69,9 +71,13 @@ def record_tree(tree: Path, host: str, store_url: str) -> int:
     return count
 
 
-def score(answers: list, truth: dict) -> dict:
+def score(
+    answers: list[MigrationAnswer],
+    truth: dict,
+    prefixes: tuple[str, str] = ("http://old.test", "http://new.test"),
+) -> dict:
     """Precision, recall and removed pages mapped, overall and per kind of change."""
-    by_path = {answer.old.removeprefix("http://old.test"): answer for answer in answers}
+    by_path = {answer.old.removeprefix(prefixes[0]): answer for answer in answers}
     kinds: defaultdict[str, Counter[str]] = defaultdict(Counter)
     for old, expected in truth["map"].items():
         kind = truth["kinds"][old]
@@ -85,7 +91,7 @@ def score(answers: list, truth: dict) -> dict:
         row[f"method/{answer.method}"] += 1
         if answer.entry:
             row["entries"] += 1
-            got = answer.new.removeprefix("http://new.test")
+            got = answer.new.removeprefix(prefixes[1])
             row["right" if got == expected else "wrong"] += 1
             if expected is None:
                 row["removed_mapped"] += 1
@@ -126,6 +132,87 @@ def quality(seeds: list[int], src: Path) -> dict:
             result["summary"]["match_cpu_s"] = round(elapsed, 2)
             results[seed] = result
             print(f"seed {seed}: {json.dumps(result['summary'])}", file=sys.stderr)
+            for kind, row in result["kinds"].items():
+                print(f"  {kind}: {json.dumps(row)}", file=sys.stderr)
+    return results
+
+
+def _sorted_query(url: str) -> str:
+    """``url`` with its query parameters in order (a crawl keeps the first spelling seen)."""
+    head, _, query = url.partition("?")
+    return f"{head}?{'&'.join(sorted(query.split('&')))}" if query else head
+
+
+def crawled(seeds: list[int], src: Path) -> dict:
+    """Both trees built into messy sites (``build_site.py``: URL variants, redirect chains,
+    traps), served by nginx on 127.0.0.1:8081 and :8082 inside a loopback-only network
+    namespace (``isolate.sh``), crawled with ``scrapy crawl site``, matched and scored."""
+    site = MIGRATE.parent
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-migration-crawl-") as work:
+        base = Path(os.environ.get("KEEP", work))
+        base.chmod(0o755)  # nginx workers run unprivileged
+        scrapy = str(Path(sys.executable).parent / "scrapy")
+        for seed in seeds:
+            old_out, new_src, new_out = (
+                base / f"old-{seed}",
+                base / f"src-{seed}",
+                base / f"new-{seed}",
+            )
+            truth_file = base / f"truth-{seed}.json"
+            build = [sys.executable, str(site / "build_site.py"), "--seed", str(seed)]
+            subprocess.run([*build, "--src", str(src), "--out", str(old_out), "--port", "8081"],
+                           check=True, capture_output=True)  # fmt: skip
+            subprocess.run(
+                [sys.executable, str(MIGRATE), "--src", str(src), "--out", str(new_src),
+                 "--seed", str(seed), "--truth", str(truth_file)],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            subprocess.run([*build, "--src", str(new_src), "--out", str(new_out), "--port", "8082"],
+                           check=True, capture_output=True)  # fmt: skip
+            stores = {name: base / f"{name}-{seed}.sqlite" for name in ("old", "new")}
+            serve = '"$S/serve.sh" "$2" 8081 {0}; "$S/serve.sh" "$3" 8082 {0}'
+            crawl = (
+                '"$6" crawl site -s LOG_LEVEL=WARNING '
+                "-a start_url=http://127.0.0.1:{0}/index.html -s STORE_URL=sqlite:///${1}"
+            )
+            script = (
+                f"set -e; S=$1; trap '{serve.format('stop')}' EXIT; "
+                f"{serve.format('>/dev/null')}; {crawl.format(8081, 4)}; {crawl.format(8082, 5)}"
+            )
+            started = time.perf_counter()
+            subprocess.run(
+                [str(site / "isolate.sh"), "bash", "-c", script, "bench", str(site), str(old_out),
+                 str(new_out), str(stores["old"]), str(stores["new"]), scrapy],
+                check=True, cwd=ROOT, capture_output=True,
+            )  # fmt: skip
+            crawl_s = time.perf_counter() - started
+            old, new = (StoreReader.from_url(f"sqlite:///{stores[n]}") for n in ("old", "new"))
+            started = time.process_time()
+            answers = match_sites(old, new)
+            elapsed = time.process_time() - started
+            old.close()
+            new.close()
+            ids = {
+                side: {_sorted_query(d["url"]): "/" + d["id"] for d in json.loads(
+                    (out / "truth.json").read_text())["documents"]}
+                for side, out in (("old", old_out), ("new", new_out))
+            }  # fmt: skip
+            renamed = [
+                MigrationAnswer(ids["old"].get(_sorted_query(a.old), a.old),
+                                ids["new"].get(_sorted_query(a.new), a.new) if a.new else None,
+                                a.confidence, a.method, a.entry)
+                for a in answers
+            ]  # fmt: skip
+            result = score(renamed, json.loads(truth_file.read_text()), prefixes=("", ""))
+            result["summary"].update(
+                match_cpu_s=round(elapsed, 2),
+                crawls_s=round(crawl_s, 1),
+                answers=len(answers),
+                redirect_answers=sum(a.method == "redirect" for a in answers),
+            )
+            results[seed] = result
+            print(f"seed {seed} (crawled): {json.dumps(result['summary'])}", file=sys.stderr)
             for kind, row in result["kinds"].items():
                 print(f"  {kind}: {json.dumps(row)}", file=sys.stderr)
     return results
@@ -202,7 +289,7 @@ def scale(pages: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("quality", "scale"))
+    parser.add_argument("mode", choices=("quality", "crawled", "scale"))
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--src", type=Path, default=SRC)
     parser.add_argument("--pages", type=int, default=100_000)
@@ -213,6 +300,8 @@ def main() -> None:
                 f"error: no docs tree at {args.src} (apt-get install -y python3.11-doc)"
             )
         result = quality([int(seed) for seed in args.seeds.split(",")], args.src)
+    elif args.mode == "crawled":
+        result = crawled([int(seed) for seed in args.seeds.split(",")], args.src)
     else:
         result = scale(args.pages)
     print(json.dumps(result))

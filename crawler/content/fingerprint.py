@@ -416,8 +416,12 @@ def exact_and_shingles_n2(markup: str) -> tuple[str, np.ndarray]:
 #: Spans of ``n2``'s shown markup (comments and unseen elements dropped) that hold a page's
 #: main content, each from just after a tag to just before one (``features.main_spans``).
 MainSpans = Callable[[str], list[tuple[int, int]]]
-#: A text piece ending like this may hold a timestamp that continues in the next piece.
-_CUT_TIMESTAMP = re.compile(r"(?:\d|<time>)\s*$")
+#: A timestamp may run across a cut when the text before it ends like the first pattern and
+#: the text after it starts like the second (``Tue, 01 Dec 2026`` | ``14:53:23 GMT``).
+_CUT_TIMESTAMP = (
+    re.compile(r"(?:\d|<time>)\s*$"),
+    re.compile(r"\s*(?:\d|<time>|GMT|UTC|[+-]\d)"),
+)
 
 
 class N2Words(NamedTuple):
@@ -488,13 +492,17 @@ _EMPTY_SHINGLES = np.zeros(0, dtype=np.uint64)
 
 def _clean_cuts(shown: str, cuts: list[int], pieces: list[str]) -> bool:
     """True when masking ``shown`` cut at ``cuts`` gives what masking it whole gives: no
-    ``<`` left open before a cut (a tag running across it) and no piece ending where a
-    timestamp could go on in the next one."""
-    for position, cut in enumerate(cuts[1:-1], start=1):
-        previous = cuts[position - 1]
+    ``<`` left open before a cut (a tag running across it) and no timestamp that could run
+    across one."""
+    ends, starts = _CUT_TIMESTAMP
+    for position in range(1, len(cuts) - 1):
+        before, after = pieces[position - 1], pieces[position]
+        if not before or not after:
+            continue  # an empty piece: no cut there
+        previous, cut = cuts[position - 1], cuts[position]
         if shown.rfind("<", previous, cut) > shown.rfind(">", previous, cut):
             return False
-        if _CUT_TIMESTAMP.search(pieces[position - 1][-16:]):
+        if ends.search(before[-16:]) and starts.match(after[:16]):
             return False
     return True
 
