@@ -40,7 +40,7 @@ import numpy as np
 from bloom_frontier.content.features import fingerprint_page
 from bloom_frontier.content.fingerprint import minhash_of_shingles, signature_bytes
 from bloom_frontier.migration.answers import MigrationAnswer
-from bloom_frontier.migration.matching import match_sites
+from bloom_frontier.migration.matching import document_url, match_sites
 from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import ContentRecord, MatchFeatures, PageRecord
 from bloom_frontier.pipelines.writer import StoreWriter
@@ -137,12 +137,6 @@ def quality(seeds: list[int], src: Path) -> dict:
     return results
 
 
-def _sorted_query(url: str) -> str:
-    """``url`` with its query parameters in order (a crawl keeps the first spelling seen)."""
-    head, _, query = url.partition("?")
-    return f"{head}?{'&'.join(sorted(query.split('&')))}" if query else head
-
-
 def crawled(seeds: list[int], src: Path) -> dict:
     """Both trees built into messy sites (``build_site.py``: URL variants, redirect chains,
     traps), served by nginx on 127.0.0.1:8081 and :8082 inside a loopback-only network
@@ -194,13 +188,13 @@ def crawled(seeds: list[int], src: Path) -> dict:
             old.close()
             new.close()
             ids = {
-                side: {_sorted_query(d["url"]): "/" + d["id"] for d in json.loads(
+                side: {document_url(d["url"]): "/" + d["id"] for d in json.loads(
                     (out / "truth.json").read_text())["documents"]}
                 for side, out in (("old", old_out), ("new", new_out))
             }  # fmt: skip
             renamed = [
-                MigrationAnswer(ids["old"].get(_sorted_query(a.old), a.old),
-                                ids["new"].get(_sorted_query(a.new), a.new) if a.new else None,
+                MigrationAnswer(ids["old"].get(document_url(a.old), a.old),
+                                ids["new"].get(document_url(a.new), a.new) if a.new else None,
                                 a.confidence, a.method, a.entry)
                 for a in answers
             ]  # fmt: skip

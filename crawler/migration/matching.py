@@ -34,12 +34,15 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import numpy as np
 
+from bloom_frontier.canonical import InvalidURL
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
+from bloom_frontier.canonical.structural import canonicalize
 from bloom_frontier.content.fingerprint import NUM_PERM, SOFT_404
 from bloom_frontier.content.lsh import BandIndex
 from bloom_frontier.migration.answers import MigrationAnswer
@@ -77,6 +80,7 @@ PROGRESS_EVERY = 10_000
 _SEPARATORS = re.compile(r"\s+(?:[|\u2014\u2013:\u00b7]|-|::)\s+")
 _HEADING_MARKS = re.compile(r"[\u00b6\u00a7#]+\s*$")
 _TOKEN = re.compile(r"[a-z0-9]+")
+_SLASHES = re.compile(r"/{2,}")
 _STOP_TOKENS = frozenset({"html", "htm", "php", "aspx", "index", "www", "en"})
 
 
@@ -107,7 +111,7 @@ class _Side:
         parents: list[set[int]] = [set() for _ in urls]
         for position, feature in enumerate(features):
             for link in feature.outlinks:
-                child = positions.get(as_uri(without_dropped_params(link)))
+                child = positions.get(document_url(link))
                 if child is not None and child != position:
                     children[position].add(child)
                     parents[child].add(position)
@@ -169,6 +173,20 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a or b else 0.0
 
 
+def document_url(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
+    """A document's URL as the matcher names it: without the parameters its key drops, in
+    its stage-1 canonical form, runs of ``/`` in its path as one (a crawl keeps the first
+    spelling it met: ``%6e`` for ``n``, ``:80``, ``//``, parameters in another order), as
+    an ASCII URI."""
+    kept = without_dropped_params(url, rules)
+    with suppress(InvalidURL):  # else kept as written: still the page's own URL
+        kept = canonicalize(kept)
+    parts = urlsplit(kept)
+    if "//" in parts.path:  # one page to the dedupe key's rules (docs: "//")
+        kept = parts._replace(path=_SLASHES.sub("/", parts.path)).geturl()
+    return as_uri(kept)
+
+
 def documents_of(
     documents: Iterable[StoredDocument], rules: RuleSet = DEFAULT_RULES
 ) -> dict[str, StoredDocument]:
@@ -178,7 +196,7 @@ def documents_of(
     for document in documents:
         if document.status != 200:
             continue
-        url = as_uri(without_dropped_params(document.final_url, rules))
+        url = document_url(document.final_url, rules)
         if url not in found or found[url].features is None:
             found[url] = document
     return found
@@ -553,7 +571,7 @@ def redirect_answers(
     for row in rows:
         if not row.entry or row.target is None or row.source in by_url:
             continue
-        document = by_url.get(row.target)
+        document = by_url.get(document_url(row.target, rules))
         if document is None:
             continue
         found.append(
