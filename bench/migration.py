@@ -1,6 +1,7 @@
 """Migration matching: quality on migrated copies of a real docs tree, and scale.
 
     .venv/bin/python -m bench.migration quality [--seeds 1,2,3] [--src DOCS_TREE]
+    .venv/bin/python -m bench.migration crawled [--seeds 1,2,3]   # root, nginx
     .venv/bin/python -m bench.migration scale [--pages 100000]
 
 ``quality`` (``DOCS_TREE``: ``/usr/share/doc/python3.11/html``): for each seed,
@@ -13,6 +14,12 @@ of change (renamed, edited, merged, removed, decoy): an entry is right when its 
 the truth's new path; precision = right entries / entries, recall = right entries / old
 pages that have a new page; removed pages mapped (entries for a page the truth says is
 gone).
+
+``crawled``: the same, but both trees built into messy sites by ``build_site.py`` (URL
+variants, redirect chains, traps, ``<base href>``), served by nginx inside a loopback-only
+network namespace (``isolate.sh``) and crawled with ``scrapy crawl site``; the truth's paths
+turned into served URLs by each build's ``truth.json``. ``KEEP=DIR`` keeps the trees and
+stores.
 
 ``scale``: ``--pages`` synthetic old pages (300 random shingles each, a title) and as many
 new ones (each old page renamed, 10% edited, 5% removed and replaced by new pages), written

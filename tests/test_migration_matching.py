@@ -381,3 +381,16 @@ def test_a_document_that_is_not_html_is_matched_by_its_whole_content(tmp_path: P
     kept, gone = answers[f"{OLD}/a.pdf"], answers[f"{OLD}/b.pdf"]
     assert (kept.new, kept.method, kept.entry) == (f"{NEW}/files/a.pdf", "exact", True)
     assert (gone.new, gone.method, gone.entry, gone.suggestion) == (None, "removed", False, "410")
+
+
+def test_documents_are_named_in_their_canonical_spelling(tmp_path: Path) -> None:
+    """A crawl keeps the first spelling of a URL it met (``//``, ``%6e``, ``:80``): the
+    answers name the page as a map should."""
+    text = paragraphs(1)
+    answers = answers_of(
+        tmp_path,
+        {"//guide//install.html": old_page("Installing", text)},
+        {":80/setup/i%6estalling/": new_page("Installing", text)},
+    )
+    (answer,) = answers.values()
+    assert (answer.old, answer.new) == (f"{OLD}/guide/install.html", f"{NEW}/setup/installing/")
