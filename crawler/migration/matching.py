@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from bloom_frontier.canonical import InvalidURL
-from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, _rewrite_path
 from bloom_frontier.canonical.structural import canonicalize
 from bloom_frontier.content.fingerprint import NUM_PERM, SOFT_404
 from bloom_frontier.content.lsh import BandIndex
@@ -80,7 +80,6 @@ PROGRESS_EVERY = 10_000
 _SEPARATORS = re.compile(r"\s+(?:[|\u2014\u2013:\u00b7]|-|::)\s+")
 _HEADING_MARKS = re.compile(r"[\u00b6\u00a7#]+\s*$")
 _TOKEN = re.compile(r"[a-z0-9]+")
-_SLASHES = re.compile(r"/{2,}")
 _STOP_TOKENS = frozenset({"html", "htm", "php", "aspx", "index", "www", "en"})
 
 
@@ -175,15 +174,17 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 def document_url(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
     """A document's URL as the matcher names it: without the parameters its key drops, in
-    its stage-1 canonical form, runs of ``/`` in its path as one (a crawl keeps the first
-    spelling it met: ``%6e`` for ``n``, ``:80``, ``//``, parameters in another order), as
-    an ASCII URI."""
+    its stage-1 canonical form, its path as its dedupe key reads it (session path
+    parameters such as ``;jsessionid=`` dropped, runs of ``/`` as one, as the host's rules
+    say): a crawl keeps the first spelling it met (``%6e`` for ``n``, ``:80``, ``//``,
+    parameters in another order). As an ASCII URI."""
     kept = without_dropped_params(url, rules)
     with suppress(InvalidURL):  # else kept as written: still the page's own URL
         kept = canonicalize(kept)
     parts = urlsplit(kept)
-    if "//" in parts.path:  # one page to the dedupe key's rules (docs: "//")
-        kept = parts._replace(path=_SLASHES.sub("/", parts.path)).geturl()
+    if "//" in parts.path or ";" in parts.path:  # as the dedupe key reads the path
+        rule = rules.rule_for(parts.netloc.lower(), parts.path or "/")
+        kept = parts._replace(path=_rewrite_path(parts.path, rules, rule, None)).geturl()
     return as_uri(kept)
 
 
