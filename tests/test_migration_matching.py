@@ -384,12 +384,12 @@ def test_a_document_that_is_not_html_is_matched_by_its_whole_content(tmp_path: P
 
 
 def test_documents_are_named_in_their_canonical_spelling(tmp_path: Path) -> None:
-    """A crawl keeps the first spelling of a URL it met (``//``, ``%6e``, ``:80``): the
-    answers name the page as a map should."""
+    """A crawl keeps the first spelling of a URL it met (``//``, ``;jsessionid=``, ``%6e``,
+    ``:80``): the answers name the page as a map should."""
     text = paragraphs(1)
     answers = answers_of(
         tmp_path,
-        {"//guide//install.html": old_page("Installing", text)},
+        {"//guide//install.html;jsessionid=1A2B3C": old_page("Installing", text)},
         {":80/setup/i%6estalling/": new_page("Installing", text)},
     )
     (answer,) = answers.values()
