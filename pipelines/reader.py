@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Table, func, select
 
 from bloom_frontier.pipelines.database import Database
-from bloom_frontier.pipelines.records import ParamRule, ShortenerAnswer
+from bloom_frontier.pipelines.records import MatchFeatures, ParamRule, ShortenerAnswer
 from bloom_frontier.pipelines.tables import (
     canonical_hints,
     chains,
     hops,
     key_aliases,
+    match_features,
     pages,
     param_rules,
     record_id,
@@ -65,6 +66,21 @@ class StoredChain:
     recorded_at: float
     hops: tuple[StoredHop, ...] = field(default=())
     referrer: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """A fetched page as migration matching reads it: where it was asked for and answered,
+    its status, content kind and exact content fingerprint, and its :class:`MatchFeatures`
+    (None: recorded without, e.g. by a crawl before revision 0006 or for a page that is not
+    HTML)."""
+
+    fetch_url: str
+    final_url: str
+    status: int
+    kind: str | None
+    content_hash: str | None
+    features: MatchFeatures | None
 
 
 class StoreReader:
@@ -140,6 +156,32 @@ class StoreReader:
             pages, pages.c.content_hash, pages.c.fetch_url, where=pages.c.content_hash.isnot(None)
         )
 
+    def documents(self) -> Iterator[StoredDocument]:
+        """Every fetched page with its match features, if recorded, by fetch URL."""
+        query = (
+            select(
+                pages.c.fetch_url,
+                pages.c.final_url,
+                pages.c.status,
+                pages.c.content_kind,
+                pages.c.content_hash,
+            )
+            .add_columns(*(match_features.c[name] for name in _FEATURE_COLUMNS))
+            .select_from(pages.outerjoin(match_features, match_features.c.id == pages.c.id))
+            .order_by(pages.c.fetch_url)
+        )
+        with self.database.ready().connect() as connection:
+            for row in connection.execute(query).mappings():
+                features = None if row["main_hash"] is None else MatchFeatures.from_row(row)
+                yield StoredDocument(
+                    row["fetch_url"],
+                    row["final_url"],
+                    row["status"],
+                    row["content_kind"],
+                    row["content_hash"],
+                    features,
+                )
+
     def param_rules(self, state: str | None = None) -> list[ParamRule]:
         where = None if state is None else param_rules.c.state == state
         rows = self._rows(param_rules, param_rules.c.scope, param_rules.c.param, where=where)
@@ -151,6 +193,18 @@ class StoreReader:
         with self.database.ready().connect() as connection:
             found = connection.execute(query).mappings().first()
         return shortener_answer_of(dict(found)) if found else None
+
+
+#: The ``match_features`` columns :meth:`StoreReader.documents` reads.
+_FEATURE_COLUMNS = (
+    "title",
+    "headings",
+    "main_hash",
+    "main_minhash",
+    "main_length",
+    "main_shingles",
+    "outlinks",
+)
 
 
 def shortener_answer_of(row: dict[str, Any]) -> ShortenerAnswer:

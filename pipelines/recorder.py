@@ -127,6 +127,11 @@ class Recorder:
         """A page's content fingerprints."""
         self.store.add_fingerprint(page, content)
 
+    def hold(self, pending: Deferred[Any]) -> None:
+        """Records still being made (a fingerprint in a thread): written before the store
+        closes (:meth:`StoreWriter.hold`)."""
+        self.store.hold(pending)
+
     def shortener_answer(self, answer: ShortenerAnswer) -> None:
         """Where a short link pointed when its shortener was asked."""
         self.store.add_shortener_answer(answer)

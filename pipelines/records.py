@@ -264,16 +264,57 @@ class KeyAlias:
 
 
 @dataclass(frozen=True)
+class MatchFeatures:
+    """What migration matching reads of a 200 HTML page (:mod:`bloom_frontier.content.features`):
+    its title, the ``h1``-``h3`` headings of its main content, the main content's exact hash
+    (32 hex digits) and MinHash signature (boilerplate left out), its length in words and
+    distinct 4-word shingles, and its links on its own host."""
+
+    title: str
+    headings: tuple[str, ...]
+    main_hash: str
+    main_minhash: bytes
+    main_length: int
+    main_shingles: int
+    outlinks: tuple[str, ...]
+
+    def row(self) -> dict[str, Any]:
+        """The ``match_features`` columns (lists as JSON)."""
+        return {
+            "title": self.title,
+            "headings": json.dumps(list(self.headings), ensure_ascii=False),
+            "main_hash": self.main_hash,
+            "main_minhash": self.main_minhash,
+            "main_length": self.main_length,
+            "main_shingles": self.main_shingles,
+            "outlinks": json.dumps(list(self.outlinks), ensure_ascii=False),
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> MatchFeatures:
+        return cls(
+            title=row["title"],
+            headings=tuple(json.loads(row["headings"])),
+            main_hash=row["main_hash"],
+            main_minhash=bytes(row["main_minhash"]),
+            main_length=row["main_length"],
+            main_shingles=row["main_shingles"],
+            outlinks=tuple(json.loads(row["outlinks"])),
+        )
+
+
+@dataclass(frozen=True)
 class ContentRecord:
     """A document's content fingerprints (:mod:`bloom_frontier.content.fingerprint`): ``exact``
     (32 hex digits), ``minhash`` (None for bodies that are not text), the normalization
     they were made under, and the document's ``kind`` for learning (``ok``, ``empty``,
-    ``error``, ``soft-404``)."""
+    ``error``, ``soft-404``); ``features``: what migration matching needs (200 HTML pages)."""
 
     exact: str
     minhash: bytes | None
     norm: str
     kind: str
+    features: MatchFeatures | None = None
 
 
 #: Learned parameter rule states: waiting for the user, in force, withdrawn.

@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 #: Where the migrations live, as Alembic reads a package resource.
 SCRIPT_LOCATION = "bloom_frontier.pipelines:migrations"
 #: The newest revision of ``pipelines/migrations/versions`` (Alembic's head; tested).
-HEAD = "0005_refused_rows"
+HEAD = "0006_match_features"
 #: Alembic's version table, as Alembic defines it.
 VERSION_TABLE = Table(
     "alembic_version",

@@ -161,6 +161,27 @@ refused_rows = Table(
 )
 
 
+#: What migration matching reads of each 200 HTML page (bloom_frontier.content.features),
+#: keyed like its ``pages`` row; ``headings`` and ``outlinks`` are JSON lists (revision
+#: 0006_match_features).
+match_features = Table(
+    "match_features",
+    metadata,
+    _id_column(),  # hash of fetch_url, as pages.id
+    Column("fetch_url", Text, nullable=False),
+    Column("final_url", Text, nullable=False),
+    Column("title", Text, nullable=False),
+    Column("headings", Text, nullable=False),
+    Column("main_hash", String(32), nullable=False),
+    Column("main_minhash", LargeBinary, nullable=False),
+    Column("main_length", Integer, nullable=False),
+    Column("main_shingles", Integer, nullable=False),
+    Column("outlinks", Text, nullable=False),
+    Column("recorded_at", Float, nullable=False),
+    Index("ix_match_features_main_hash", "main_hash"),
+)
+
+
 def record_id(*parts: str | None) -> str:
     """Stable primary key for a natural key of (possibly very long) URLs."""
     text = "\x1f".join(part or "" for part in parts)

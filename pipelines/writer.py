@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Table
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
-from twisted.internet.defer import Deferred, maybeDeferred, succeed
+from twisted.internet.defer import Deferred, DeferredList, maybeDeferred, succeed
 from twisted.python.failure import Failure
 
 from bloom_frontier import defaults
@@ -72,6 +72,7 @@ from bloom_frontier.pipelines.tables import (
     chains,
     hops,
     key_aliases,
+    match_features,
     pages,
     param_rules,
     record_id,
@@ -203,6 +204,21 @@ _UPSERTS = {
     "fingerprints": _Upsert(
         pages, ("id",), ("content_hash", "content_minhash", "content_norm", "content_kind")
     ),
+    "match_features": _Upsert(
+        match_features,
+        ("id",),
+        (
+            "final_url",
+            "title",
+            "headings",
+            "main_hash",
+            "main_minhash",
+            "main_length",
+            "main_shingles",
+            "outlinks",
+            "recorded_at",
+        ),
+    ),
     "shortener_answers": _Upsert(shortener_answers, ("id",), ("status", "location", "answered_at")),
     "param_rules": _Upsert(
         param_rules,
@@ -290,6 +306,8 @@ class StoreWriter:
         #: is under way.
         self._page_waiters: list[Deferred[None]] = []
         self._committing_pages = False
+        #: Records still being made that :meth:`close` waits for (:meth:`hold`).
+        self._held: set[Deferred[Any]] = set()
         #: The thread writes and reads run in while Twisted's loop runs (:attr:`_thread`).
         self.background: BackgroundThread | None = None
         #: Why the store cannot be written any more (None: it can); told once, on the loop,
@@ -454,6 +472,17 @@ class StoreWriter:
                 "content_kind": content.kind,
             },
         )
+        if content.features is not None:
+            self._buffer(
+                "match_features",
+                {
+                    "id": record_id(page.fetch_url),
+                    "fetch_url": page.fetch_url,
+                    "final_url": page.final_url,
+                    **content.features.row(),
+                    "recorded_at": page.at,
+                },
+            )
 
     def add_shortener_answer(self, answer: ShortenerAnswer) -> None:
         self._buffer(
@@ -772,8 +801,20 @@ class StoreWriter:
                 )
                 pause_off_loop(self.flush_interval)
 
+    def hold(self, pending: Deferred[Any]) -> None:
+        """Have :meth:`close` wait for ``pending`` before its last write: records still being
+        made when the spider closes (a fingerprint in a thread), whose write after the
+        connections were released would find the SQLite file's ``-shm`` gone and fail."""
+        self._held.add(pending)
+        pending.addBoth(self._release, pending)
+
+    def _release(self, result: object, pending: Deferred[Any]) -> object:
+        self._held.discard(pending)
+        return result
+
     def close(self) -> Deferred[None] | None:
-        """Write everything buffered (:meth:`commit_all`), then release connections. In a
+        """Write everything buffered (:meth:`commit_all`), once what it was told to
+        :meth:`hold` for is done, then release connections. In a
         crawl, off Twisted's loop: the returned Deferred fires once done (``spider_closed``
         receivers may return one; Scrapy waits for it before the process exits). The thread
         stays, idle, for writes that come later (a fingerprint computed while the spider
@@ -784,5 +825,6 @@ class StoreWriter:
             self.flush()
             self.database.dispose()
             return None
-        closing = self.commit_all().addCallback(self._not_written)
+        held: Deferred[Any] = DeferredList(list(self._held)) if self._held else succeed(None)
+        closing = held.addCallback(lambda _: self.commit_all()).addCallback(self._not_written)
         return closing.addCallback(lambda _: background.run(self.database.dispose))

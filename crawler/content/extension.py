@@ -2,11 +2,13 @@
 the fingerprints with its page record.
 
 Each response that reached the engine (redirects are followed before that; robots.txt and
-other engine-internal downloads are skipped) is fingerprinted in Twisted's thread pool; the
-result is added to the record store from the reactor thread and announced with the
+other engine-internal downloads are skipped) is fingerprinted in Twisted's thread pool, with
+a 200 HTML page's match features (:mod:`bloom_frontier.content.features`); the result is
+added to the record store from the reactor thread and announced with the
 :data:`content_fingerprinted` signal (``page``, ``content``, ``request``), which
 :mod:`bloom_frontier.learning` listens to. Pending fingerprints are awaited when the spider
-closes. Stats: ``content/fingerprinted``, ``content/kind/<kind>``, ``content/failed``,
+closes, and the record store waits for them before its last write. Stats:
+``content/fingerprinted``, ``content/kind/<kind>``, ``content/failed``,
 ``content/too_large`` (a body above ``CONTENT_FINGERPRINT_MAX_BYTES``: its raw bytes hashed,
 no normalization, which would hold the interpreter, and with it the loop, for a second).
 A fingerprint of a page whose lease was already released is lost if the worker dies before
@@ -25,7 +27,8 @@ from scrapy.http.request import NO_CALLBACK
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.threads import deferToThread
 
-from bloom_frontier.content.fingerprint import NORMALIZATIONS, fingerprint
+from bloom_frontier.content.features import fingerprint_page
+from bloom_frontier.content.fingerprint import NORMALIZATIONS
 from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.pipelines.records import Chain, ContentRecord, PageRecord
 from bloom_frontier.services import services_of
@@ -93,12 +96,19 @@ class ContentFingerprints:
             # Decoded here: Scrapy caches the text, which the spider's callback needs anyway.
             text = response.text
         pending = deferToThread(
-            fingerprint, response.body, text, response.status, page.flag, self.norm
+            fingerprint_page,
+            response.body,
+            text,
+            response.status,
+            page.flag,
+            self.norm,
+            page.final_url,
         )
         self._pending.add(pending)
         pending.addCallback(self._store, page, request)
         pending.addErrback(self._failed, page)
         pending.addBoth(self._done, pending)
+        services_of(self.crawler).recorder.hold(pending)
 
     def _store(self, content: ContentRecord, page: PageRecord, request: Request) -> None:
         stats = self.crawler.stats

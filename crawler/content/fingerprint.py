@@ -44,6 +44,9 @@ from __future__ import annotations
 import hashlib
 import html
 import re
+from collections.abc import Callable
+from itertools import pairwise
+from typing import NamedTuple
 
 import numpy as np
 import xxhash
@@ -244,13 +247,19 @@ def shingle_hashes(words: list[str]) -> np.ndarray:
 def _shingles(hashes: np.ndarray) -> np.ndarray:
     """Distinct 32-bit hashes of the ``SHINGLE``-word shingles of words hashed ``hashes``
     (uint64 values below 2**32), of the words themselves when there are fewer."""
-    if len(hashes) >= SHINGLE:
-        count = len(hashes) - SHINGLE + 1
-        folded = np.zeros(count, dtype=np.uint64)
-        for offset in range(SHINGLE):
-            folded = ((folded * _MIX) ^ hashes[offset : offset + count]) & _MASK32
-        hashes = folded
-    return _distinct(hashes)
+    return _distinct(_windows(hashes))
+
+
+def _windows(hashes: np.ndarray) -> np.ndarray:
+    """The shingle hash of each ``SHINGLE``-word window of words hashed ``hashes``, in
+    order (window ``i`` starts at word ``i``); the word hashes when there are fewer."""
+    if len(hashes) < SHINGLE:
+        return hashes
+    count = len(hashes) - SHINGLE + 1
+    folded = np.zeros(count, dtype=np.uint64)
+    for offset in range(SHINGLE):
+        folded = ((folded * _MIX) ^ hashes[offset : offset + count]) & _MASK32
+    return folded
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
@@ -340,12 +349,18 @@ def fingerprint(
         return ContentRecord(exact, None, RAW, kind)
     if norm == N2:
         exact, shingles = exact_and_shingles_n2(text)
-        markup = text
-    else:
-        markup = normalized = normalize_markup(text)
-        words = visible_words(normalized)
-        exact = hashlib.sha256(normalized.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-        shingles = shingle_hashes(words)
+        return content_record(exact, shingles, N2, text, status, flag)
+    normalized = normalize_markup(text)
+    exact = hashlib.sha256(normalized.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return content_record(
+        exact, shingle_hashes(visible_words(normalized)), N1, normalized, status, flag
+    )
+
+
+def content_record(
+    exact: str, shingles: np.ndarray, norm: str, markup: str, status: int, flag: str | None
+) -> ContentRecord:
+    """The record of a text document's exact fingerprint and shingle hashes."""
     return ContentRecord(
         exact=exact,
         minhash=signature_bytes(minhash_of_shingles(shingles)),
@@ -394,14 +409,102 @@ _POWERS: tuple[np.ndarray, np.ndarray] = (np.ones(1, np.uint64), np.ones(1, np.u
 def exact_and_shingles_n2(markup: str) -> tuple[str, np.ndarray]:
     """The ``n2`` exact fingerprint (SHA-256 of the text with whitespace runs as one space,
     stripped, a newline, the targets) and the shingle hashes of the text's words."""
-    text, targets = normalize_n2(markup)
-    data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    words = n2_words(markup)
+    return words.exact, words.other_shingles
+
+
+#: Spans of ``n2``'s shown markup (comments and unseen elements dropped) that hold a page's
+#: main content, each from just after a tag to just before one (``features.main_spans``).
+MainSpans = Callable[[str], list[tuple[int, int]]]
+#: A timestamp may run across a cut when the text before it ends like the first pattern and
+#: the text after it starts like the second (``Tue, 01 Dec 2026`` | ``14:53:23 GMT``).
+_CUT_TIMESTAMP = (
+    re.compile(r"(?:\d|<time>)\s*$"),
+    re.compile(r"\s*(?:\d|<time>|GMT|UTC|[+-]\d)"),
+)
+
+
+class N2Words(NamedTuple):
+    """What :func:`n2_words` finds: the exact fingerprint; the page's shingle hashes split
+    in two distinct sets, those of windows wholly inside the main content and the others
+    (their union is the page's, so its MinHash is the element-wise minimum of theirs: the
+    main content's signature costs nothing more, ``features.fingerprint_page``); the hashes
+    of the main content's words (None: none asked for or found), its markup (comments and
+    unseen elements dropped); the ``href`` values of the page's tags (unquoted, not unescaped)."""
+
+    exact: str
+    main_shingles: np.ndarray
+    other_shingles: np.ndarray
+    main: np.ndarray | None
+    main_markup: tuple[str, ...]
+    hrefs: list[str]
+
+
+def n2_words(markup: str, main_spans: MainSpans | None = None) -> N2Words:
+    """The ``n2`` exact fingerprint and shingles and, with ``main_spans``, the main
+    content's (:class:`N2Words`). The text is masked piece by piece, cut where the main
+    content starts and ends (at tags, so a space): the same text as masked whole, checked at
+    each cut (a tag or a timestamp that could run across it makes the page masked whole and
+    its main content left out)."""
+    shown = _UNSEEN.sub(" ", markup)
+    found = [[value.strip("\"'") for value in pattern.findall(shown)] for pattern in _TARGETS]
+    targets = " ".join(value for values in found for value in values)
+    spans = main_spans(shown) if main_spans is not None else []
+    cuts = [0, *(edge for span in spans for edge in span), len(shown)]
+    pieces = [mask_noise(_ANY_TAG.sub(" ", shown[a:b])) for a, b in pairwise(cuts)]
+    if spans and not _clean_cuts(shown, cuts, pieces):
+        spans, pieces = [], [mask_noise(_ANY_TAG.sub(" ", shown))]
+    encoded = [piece.encode("utf-8", "surrogatepass") for piece in pieces]
+    data = np.frombuffer(b"".join(encoded), dtype=np.uint8)
     space = _SPACE[data]
     kept = ~space
     kept[1:] |= ~space[:-1]  # a space right after a word stays, as one space
     collapsed = np.where(space, np.uint8(32), data)[kept].tobytes().strip()
-    exact = hashlib.sha256(b"%s\n%s" % (collapsed, targets.encode("utf-8", "surrogatepass")))
-    return exact.hexdigest()[:32], _shingles(word_hashes(_LOWER[data], space))
+    exact = hashlib.sha256(
+        b"%s\n%s" % (collapsed, mask_noise(targets).encode("utf-8", "surrogatepass"))
+    ).hexdigest()[:32]
+    hashes = word_hashes(_LOWER[data], space)
+    windows = _windows(hashes)
+    if not spans:
+        return N2Words(exact, _EMPTY_SHINGLES, _distinct(windows), None, (), found[0])
+    # Piece i holds the words starting in its bytes; the main content: pieces 1, 3, 5...
+    word_starts = np.flatnonzero(~space & np.concatenate(([True], space[:-1])))
+    first = np.searchsorted(word_starts, np.cumsum([0, *map(len, encoded)]))
+    ranges = [(int(first[i]), int(first[i + 1])) for i in range(1, len(pieces), 2)]
+    main = np.concatenate([hashes[start:end] for start, end in ranges])
+    inside = np.zeros(len(windows), dtype=bool)
+    width = SHINGLE - 1 if len(hashes) >= SHINGLE else 0  # a window's words after its first
+    for start, end in ranges:
+        inside[start : max(start, end - width)] = True
+    return N2Words(
+        exact,
+        _distinct(windows[inside]),
+        _distinct(windows[~inside]),
+        main,
+        tuple(shown[a:b] for a, b in spans),
+        found[0],
+    )
+
+
+#: No shingles.
+_EMPTY_SHINGLES = np.zeros(0, dtype=np.uint64)
+
+
+def _clean_cuts(shown: str, cuts: list[int], pieces: list[str]) -> bool:
+    """True when masking ``shown`` cut at ``cuts`` gives what masking it whole gives: no
+    ``<`` left open before a cut (a tag running across it) and no timestamp that could run
+    across one."""
+    ends, starts = _CUT_TIMESTAMP
+    for position in range(1, len(cuts) - 1):
+        before, after = pieces[position - 1], pieces[position]
+        if not before or not after:
+            continue  # an empty piece: no cut there
+        previous, cut = cuts[position - 1], cuts[position]
+        if shown.rfind("<", previous, cut) > shown.rfind(">", previous, cut):
+            return False
+        if ends.search(before[-16:]) and starts.match(after[:16]):
+            return False
+    return True
 
 
 def _powers(length: int) -> tuple[np.ndarray, np.ndarray]:
