@@ -130,3 +130,7 @@ class SameContent(LazyCommand):
 
 class RebuildFilter(LazyCommand):
     target = "bloom_frontier.commands.rebuild_filter:Command"
+
+
+class MigrationMap(LazyCommand):
+    target = "bloom_frontier.commands.migration_map:Command"
