@@ -33,8 +33,8 @@ from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
 from bloom_frontier.commands._records import add_format_option
 from bloom_frontier.migration.answers import MigrationAnswer
 from bloom_frontier.migration.formats import (
+    ANSWER_COLUMNS,
     FORMATS,
-    REVIEW_COLUMNS,
     write_review_csv,
     write_review_page,
     write_server_map,
@@ -273,7 +273,7 @@ class Command(ScrapyCommand):
         review = None
         if opts.reviewed:
             try:
-                review = read_review(opts.reviewed, REVIEW_COLUMNS)
+                review = read_review(opts.reviewed, ANSWER_COLUMNS)
             except ReviewError as exc:
                 raise CommandFailed(str(exc)) from None
         with opened("old", opts.old) as old, opened("new", opts.new) as new:

@@ -37,12 +37,10 @@ from bloom_frontier.redirectmap.report import (
 from bloom_frontier.redirectmap.semantics import SourceRow, as_uri, without_dropped_params
 
 FORMATS = ("jsonl", "csv", "bulk", "nginx", "apache", "html")
+#: The columns written from the answers (a reviewed file's values of these are the tool's).
+ANSWER_COLUMNS = tuple(MigrationAnswer.__dataclass_fields__)
 #: The review CSV's columns; the reviewer fills ``decision`` (and ``note``, if they like).
-REVIEW_COLUMNS = (
-    *MigrationAnswer.__dataclass_fields__,
-    "decision",
-    "note",
-)
+REVIEW_COLUMNS = (*ANSWER_COLUMNS, "decision", "note")
 
 
 def review_rows(

@@ -83,9 +83,10 @@ def _delimiter(header: str) -> str:
     return max(counts, key=lambda delimiter: counts[delimiter])
 
 
-def read_review(path: str | Path, base_columns: Sequence[str]) -> Review:
-    """The reviewed CSV at ``path`` (``base_columns``: those the command writes; any other
-    column is the reviewer's own). :class:`ReviewError` for anything malformed."""
+def read_review(path: str | Path, answer_columns: Sequence[str]) -> Review:
+    """The reviewed CSV at ``path`` (``answer_columns``: those the command writes from the
+    answers; every other column but ``decision`` is the reviewer's own, ``note`` included).
+    :class:`ReviewError` for anything malformed."""
     name = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
@@ -100,7 +101,8 @@ def read_review(path: str | Path, base_columns: Sequence[str]) -> Review:
     lines = text.splitlines()
     if not lines or not lines[0].strip():
         raise ReviewError(f"{name} line 1: no header (the CSV of --format csv starts with one)")
-    reader = csv.reader(text.splitlines(keepends=True), delimiter=_delimiter(lines[0]))
+    reader = csv.reader(text.splitlines(keepends=True), delimiter=_delimiter(lines[0]), strict=True)
+    line = 1  # where the row being read starts
     try:
         header = [column.strip() for column in next(reader)]
         missing = [column for column in REQUIRED if column not in header]
@@ -109,20 +111,25 @@ def read_review(path: str | Path, base_columns: Sequence[str]) -> Review:
                 f"{name} line 1: no {', '.join(missing)} column (the header of --format csv "
                 f"names {', '.join(REQUIRED)})"
             )
-        extra = tuple(column for column in header if column and column not in base_columns)
+        extra = tuple(
+            column
+            for column in header
+            if column and column != "decision" and column not in answer_columns
+        )
         rows: dict[str, ReviewedRow] = {}
+        line = reader.line_num + 1
         for values in reader:
-            if not any(value.strip() for value in values):
-                continue
-            row = _row(name, reader.line_num, header, values, extra)
-            if row.old in rows:
-                raise ReviewError(
-                    f"{name} line {row.line}: {row.old} is reviewed twice (also line "
-                    f"{rows[row.old].line}): keep one row per old URL"
-                )
-            rows[row.old] = row
+            if any(value.strip() for value in values):
+                row = _row(name, line, header, values, extra)
+                if row.old in rows:
+                    raise ReviewError(
+                        f"{name} line {line}: {row.old} is reviewed twice (also line "
+                        f"{rows[row.old].line}): keep one row per old URL"
+                    )
+                rows[row.old] = row
+            line = reader.line_num + 1
     except csv.Error as exc:
-        raise ReviewError(f"{name} line {reader.line_num}: not CSV ({exc})") from None
+        raise ReviewError(f"{name} line {line}: not CSV ({exc})") from None
     return Review(name, rows, extra)
 
 
