@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 from scrapy.commands import ScrapyCommand
 from scrapy.settings import Settings
 
-from bloom_frontier.canonical.rules import rules_from_settings
+from bloom_frontier.canonical.rules import RuleSet, rules_from_settings
 from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
 from bloom_frontier.commands._records import add_format_option
 from bloom_frontier.migration.answers import MigrationAnswer
@@ -182,18 +182,44 @@ def rebased(answers: Iterable[MigrationAnswer], move: Move) -> list[MigrationAns
     ]
 
 
-def unfetched_targets(
-    answers: Iterable[MigrationAnswer], new_pages: Iterable[dict[str, Any]], move: Move | None
-) -> list[str]:
+def unfetched_targets(answers: Iterable[MigrationAnswer], new_urls: Iterable[str]) -> list[str]:
     """The reviewed entries whose target the new crawl never fetched (a typo would send
     users to a 404); said, not dropped: a reviewer may send a page off the site on purpose."""
-    fetched = {str(page["final_url"]) for page in new_pages}
-    if move is not None:
-        fetched = {str(move(url)) for url in fetched}
+    fetched = set(new_urls)
     return [
         f"{answer.old}: the reviewed target {answer.new} is no page the new crawl fetched"
         for answer in answers
         if answer.method == "reviewed" and answer.entry and answer.new not in fetched
+    ]
+
+
+def shadowing(
+    answers: Iterable[MigrationAnswer], new_urls: Iterable[str], rules: RuleSet
+) -> list[MigrationAnswer]:
+    """Entries whose old URL is a page of the new site too (the same host, the path reused)
+    taken out of the map: a server would answer the redirect instead of that page, hiding
+    it. Matched as a server matches a source (:func:`request_key`)."""
+    pages = set()
+    for url in new_urls:
+        with contextlib.suppress(Unmatchable):
+            pages.add(request_key(url, rules).page)
+
+    def hides(answer: MigrationAnswer) -> bool:
+        try:
+            return answer.entry and request_key(answer.old, rules).page in pages
+        except Unmatchable:
+            return False
+
+    return [
+        dataclasses.replace(
+            answer,
+            entry=False,
+            reason="the new site has a page at this URL: a redirect would hide it"
+            + (f"; {answer.reason}" if answer.reason else ""),
+        )
+        if hides(answer)
+        else answer
+        for answer in answers
     ]
 
 
@@ -287,8 +313,11 @@ class Command(ScrapyCommand):
             move = host_mover(new_pages, host) if host is not None else None
             matcher = self.matcher or default_matcher()
             answers = matcher(old, new, say)
+        new_urls = [str(page["final_url"]) for page in new_pages]
         if move is not None:
             answers = rebased(answers, move)
+            new_urls = [str(move(url)) for url in new_urls]
+        rules = rules_from_settings(self.settings)
         if minimum is not None:
             answers = below_confidence(answers, minimum)
         decisions: dict[str, str] = {}
@@ -296,10 +325,17 @@ class Command(ScrapyCommand):
         if review is not None:
             applied = apply_review(answers, review)
             answers, decisions, extra = applied.answers, applied.decisions, applied.extra
-            for note in applied.notes + unfetched_targets(answers, new_pages, move):
+            for note in applied.notes + unfetched_targets(answers, new_urls):
                 say(note)
+        answers = shadowing(answers, new_urls, rules)
         self.write(
-            opts, answers, old_pages, decisions, extra, review.extra_columns if review else ()
+            opts,
+            answers,
+            rules,
+            old_pages,
+            decisions,
+            extra,
+            review.extra_columns if review else (),
         )
         say(summary(answers))
 
@@ -307,13 +343,13 @@ class Command(ScrapyCommand):
         self,
         opts: argparse.Namespace,
         answers: list[MigrationAnswer],
+        rules: RuleSet,
         old_pages: list[dict[str, Any]],
         decisions: dict[str, str],
         extra: dict[str, dict[str, str]],
         extra_columns: tuple[str, ...],
     ) -> None:
         """Write ``answers`` in the chosen format to stdout."""
-        assert self.settings is not None
         out = sys.stdout
         if opts.format == "jsonl":
             write_rows((answer.as_json() for answer in answers), "jsonl", (), out)
@@ -327,7 +363,6 @@ class Command(ScrapyCommand):
             written = datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%d %H:%M UTC")
             write_review_page(answers, out, site, f"report written {written}", decisions)
         else:
-            rules = rules_from_settings(self.settings)
             known = []
             for page in old_pages:
                 with contextlib.suppress(Unmatchable):
