@@ -394,6 +394,7 @@ def test_stores_that_cannot_be_mapped_are_one_line(stores: Stores, tmp_path: Pat
         ("--old", stores.old, "--new", empty): "error: --new: the store",
         ("--old", errors, "--new", stores.new): "error: --old: the store",
         ("--old", stores.old, "--new", old_file): "error: --old and --new are the same store",
+        ("--old", __file__, "--new", stores.new): f"error: --old: cannot use {__file__} as a",
         ("--old", stores.old, "--new", stores.new, "--min-confidence", "high"): (
             "error: --min-confidence high: a number from 0 to 1"
         ),

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from scrapy.commands import ScrapyCommand
 from scrapy.settings import Settings
+from sqlalchemy import exc as sql_errors
 
 from bloom_frontier.canonical.rules import RuleSet, rules_from_settings
 from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
@@ -75,6 +76,9 @@ def opened(role: str, given: str | None) -> Iterator[StoreReader]:
             f"--{role}: no record store at {given}: crawl the {role} site into it first "
             f"(scrapy crawl site -a start_url=URL -s STORE_URL={store_url(given)})"
         ) from None
+    except sql_errors.SQLAlchemyError as exc:
+        cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise CommandFailed(f"--{role}: cannot use {given} as a record store ({cause})") from None
     try:
         yield store
     finally:
