@@ -477,9 +477,12 @@ def test_the_review_page_renders_offline_with_the_jsonl_counts_sorts_and_filters
 
 
 @pytest.mark.slow
-def test_two_real_crawls_mapped_deployed_and_requested(tmp_path: Path, nginx: NginxServer) -> None:
+def test_two_real_crawls_mapped_deployed_and_requested(
+    tmp_path: Path, nginx: NginxServer, apache: ApacheServer
+) -> None:
     """Both sites served and crawled with ``scrapy crawl site``; the project's matcher maps
-    them; nginx serves the map: each old page redirects to its new one."""
+    them (new paths, changed boilerplate); nginx and Apache serve the map: each old page
+    redirects to its new one."""
     pytest.importorskip("bloom_frontier.migration.matching")
     words = ["migration", "engineers", "match", "every", "old", "page", "by", "its", "content"]
     old_routes: dict[str, Page] = {}
@@ -500,10 +503,13 @@ def test_two_real_crawls_mapped_deployed_and_requested(tmp_path: Path, nginx: Ng
             store = f"sqlite:///{tmp_path / name}.sqlite"
             crawl_site(f"{server.url}/", store, tmp_path / f"{name}.log")
         stores[name] = (store, server.url)
-    code, out, err = cli("--old", stores["old"][0], "--new", stores["new"][0], "--format", "nginx")
-    assert code == 0, err
-    nginx.load(out)
-    for path, target in moved.items():
-        response = nginx.get(path, "127.0.0.1")
-        assert (response.status, response.getheader("Location")) == (
-            301, stores["new"][1] + target), path  # fmt: skip
+    servers: list[tuple[_WebServer, str]] = [(nginx, "nginx"), (apache, "apache")]
+    for server, fmt in servers:
+        code, out, err = cli("--old", stores["old"][0], "--new", stores["new"][0], "--format", fmt)
+        assert code == 0, err
+        assert "migration-map: 5 old documents: " in err
+        server.load(out)
+        for path, target in moved.items():
+            response = server.get(path, "127.0.0.1")
+            assert (response.status, response.getheader("Location")) == (
+                301, stores["new"][1] + target), (fmt, path)  # fmt: skip
