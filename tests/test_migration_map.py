@@ -41,6 +41,8 @@ from tests.webservers import ApacheServer, NginxServer, _WebServer
 OLD = "http://www.example.org"
 NEW = "http://staging.example.org"
 
+#: A crawled page's title as a matcher's reason may quote it: a formula and markup.
+HOSTILE_TITLE = '=HYPERLINK("http://evil.example/") <img src="/x" onerror="alert(1)">'
 #: The migration the tests' matcher answers: old path -> the answer's other fields.
 MIGRATION: dict[str, dict] = {
     "/about.html": {"new": "/company/about/", "confidence": 1.0, "method": "exact"},
@@ -49,7 +51,9 @@ MIGRATION: dict[str, dict] = {
     },
     "/docs/install.html": {"new": "/guide/install/", "confidence": 0.82, "method": "title"},
     "/docs/a.html": {"new": "/guide/ab/", "confidence": 0.95, "method": "merged"},
-    "/docs/b.html": {"new": "/guide/ab/", "confidence": 0.94, "method": "merged"},
+    "/docs/b.html": {
+        "new": "/guide/ab/", "confidence": 0.94, "method": "merged", "reason": HOSTILE_TITLE,
+    },
     "/product?id=3&lang=en": {"new": "/shop/widget/", "confidence": 0.97, "method": "exact"},
     "/caf%C3%A9.html": {"new": "/cafe/", "confidence": 0.99, "method": "near-content"},
     "/contact.php": {
@@ -276,6 +280,7 @@ def test_the_review_csv_edited_and_fed_back_makes_the_final_map(
     assert list(rows[0])[-3:] == ["status", "decision", "note"]
     assert {row["decision"] for row in rows} == {""}
     by_old = {row["old"].removeprefix(OLD): row for row in rows}
+    assert by_old["/docs/b.html"]["reason"] == "'" + HOSTILE_TITLE  # shown, never run
     assert by_old["/contact.php"]["runner_up"] == NEW + "/support/contact/"
     assert by_old["/promo/2018.html"]["suggestion"] == NEW + "/promo/"
     # The reviewer's edits, as a spreadsheet would save them (with a column of their own).
@@ -454,6 +459,7 @@ def test_the_review_page_renders_offline_with_the_jsonl_counts_sorts_and_filters
         assert shown in section("ambiguous"), shown
     assert NEW + "/promo/</td>" in section("removed") and ">410</td>" in section("removed")
     assert "below --min-confidence 0.9" in section("other")
+    assert "&lt;img src=&quot;/x&quot; onerror" in section("merged") and "<img" not in page_html
     page = tmp_path / "review.html"
     page.write_text(page_html.replace("</body>", RESOURCE_PROBE + "</body>"), encoding="utf-8")
     result = chromium("--dump-dom", page.as_uri(), tmp=tmp_path)

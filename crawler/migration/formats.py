@@ -43,6 +43,20 @@ ANSWER_COLUMNS = tuple(MigrationAnswer.__dataclass_fields__)
 REVIEW_COLUMNS = (*ANSWER_COLUMNS, "decision", "note")
 
 
+#: What a spreadsheet reads as a formula at the start of a cell (OWASP's CSV injection list).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def as_text(cell: str) -> str:
+    """``cell`` as a spreadsheet shows it, never runs it: a leading ``'`` before what would
+    start a formula (the tool's reasons quote titles of crawled pages).
+
+    >>> as_text("=1+1"), as_text("title matched")
+    ("'=1+1", 'title matched')
+    """
+    return f"'{cell}" if cell.startswith(FORMULA_START) else cell
+
+
 def review_rows(
     answers: Iterable[MigrationAnswer],
     decisions: Mapping[str, str] | None = None,
@@ -54,6 +68,7 @@ def review_rows(
         kept = (extra or {}).get(answer.old, {})
         yield {
             **answer.as_json(),
+            "reason": as_text(answer.reason),
             "decision": (decisions or {}).get(answer.old, ""),
             **kept,
         }
