@@ -73,7 +73,7 @@ ENTRIES = {path: fields["new"] for path, fields in MIGRATION.items() if fields.g
 NOT_ENTRIES = [path for path in MIGRATION if path not in ENTRIES]
 NEW_PAGES = sorted(
     {fields["new"] for fields in MIGRATION.values() if fields["new"]}
-    | {"/promo/", "/support/contact/", "/guide/setup/", "/docs/install.html"}
+    | {"/promo/", "/support/contact/", "/guide/setup/", "/docs/install.html", "/Docs/A.html"}
 )
 
 
@@ -247,17 +247,22 @@ def test_host_moves_the_targets_from_staging_to_the_deployed_host(
     assert rows[OLD + "/press/old.html"]["suggestion"] == "410"
 
 
-def test_an_old_url_the_new_site_uses_again_is_no_entry(
-    stores: Stores, capsys: pytest.CaptureFixture
+def test_on_one_host_the_new_sites_pages_are_never_redirected(
+    stores: Stores, capsys: pytest.CaptureFixture, nginx: NginxServer
 ) -> None:
     """On the same host, /docs/install.html is a page of the new site (another one): a
-    redirect there would hide it, so it is left out of the map, with why."""
+    redirect there would hide it, so it is left out of the map, with why; /Docs/A.html, a
+    new page too, is a case twin of the old /docs/a.html, which nginx's case-insensitive
+    keys would redirect as well."""
     common = ("--old", stores.old, "--new", stores.new, "--host", "www.example.org")
     bulk = run_map(capsys, *common, "--format", "bulk").bulk()
     assert set(bulk) == {OLD + path for path in ENTRIES} - {OLD + "/docs/install.html"}
     rows = {row["old"]: row for row in run_map(capsys, *common).jsonl()}
     reason = rows[OLD + "/docs/install.html"]["reason"]
     assert reason == "the new site has a page at this URL: a redirect would hide it"
+    nginx.load(run_map(capsys, *common, "--format", "nginx").out)
+    redirected = {"/docs/a.html": OLD + "/guide/ab/", "/about.html": OLD + "/company/about/"}
+    assert_served(nginx, redirected, ["/Docs/A.html", "/docs/install.html"])
 
 
 def review_csv(stores: Stores, capsys: pytest.CaptureFixture, *extra: str) -> list[dict]:

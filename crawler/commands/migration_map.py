@@ -336,7 +336,7 @@ class Command(ScrapyCommand):
             opts,
             answers,
             rules,
-            old_pages,
+            [str(page["final_url"]) for page in old_pages] + new_urls,
             decisions,
             extra,
             review.extra_columns if review else (),
@@ -348,12 +348,14 @@ class Command(ScrapyCommand):
         opts: argparse.Namespace,
         answers: list[MigrationAnswer],
         rules: RuleSet,
-        old_pages: list[dict[str, Any]],
+        known_urls: list[str],
         decisions: dict[str, str],
         extra: dict[str, dict[str, str]],
         extra_columns: tuple[str, ...],
     ) -> None:
-        """Write ``answers`` in the chosen format to stdout."""
+        """Write ``answers`` in the chosen format to stdout (``known_urls``: both crawls'
+        pages, where they are served: nginx gives a source with a case-only twin among them
+        a case-sensitive entry, so that the twin is not redirected too)."""
         out = sys.stdout
         if opts.format == "jsonl":
             write_rows((answer.as_json() for answer in answers), "jsonl", (), out)
@@ -368,9 +370,9 @@ class Command(ScrapyCommand):
             write_review_page(answers, out, site, f"report written {written}", decisions)
         else:
             known = []
-            for page in old_pages:
+            for url in known_urls:
                 with contextlib.suppress(Unmatchable):
-                    known.append(request_key(str(page["final_url"]), rules))
+                    known.append(request_key(url, rules))
             for problem in write_server_map(
                 answers, opts.format, out, rules, known, opts.max_regex
             ):

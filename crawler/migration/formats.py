@@ -115,7 +115,7 @@ def write_server_map(
     max_regex: int = DEFAULT_MAX_REGEX,
 ) -> list[str]:
     """Write the ``bulk``, ``nginx`` or ``apache`` map of the entries; return what was left
-    out and why (``known_urls``: the old crawl's URLs, for nginx's case twins)."""
+    out and why (``known_urls``: the crawls' other URLs, for nginx's case twins)."""
     entries, problems = server_entries(server_rows(answers, rules), rules)
     if fmt == "bulk":
         writer = csv.writer(out, lineterminator="\n")
