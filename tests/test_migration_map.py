@@ -90,9 +90,10 @@ def answers() -> list[MigrationAnswer]:
     return made
 
 
-def write_store(path: Path, urls: list[str], status: int = 200) -> str:
-    """A record store at ``path`` holding a fetched page for each URL."""
-    url = f"sqlite:///{path}"
+def write_store(path: Path | str, urls: list[str], status: int = 200) -> str:
+    """A record store at ``path`` (a SQLite file, or a store URL) holding a fetched page for
+    each URL."""
+    url = path if isinstance(path, str) else f"sqlite:///{path}"
     writer = StoreWriter.from_url(url)
     for page in urls:
         writer.add_page(PageRecord(page, page, dedupe_key(page), status))
@@ -417,6 +418,22 @@ def test_stores_that_cannot_be_mapped_are_one_line(stores: Stores, tmp_path: Pat
         assert (code, out) == (2, ""), (args, err)
         assert err.count("\n") == 1 and err.startswith(said), (args, err)
     assert "holds no page fetched with status 200" in cli("--old", errors, "--new", empty)[2]
+
+
+@pytest.mark.postgres
+def test_an_old_crawl_in_postgresql(
+    stores: Stores, pg_url: str, capsys: pytest.CaptureFixture
+) -> None:
+    """The old crawl's store in PostgreSQL, the new one's in SQLite: the same map; the same
+    PostgreSQL store twice is refused."""
+    old = write_store(pg_url, [OLD + path for path in MIGRATION])
+    ran = run_map(capsys, "--old", old, "--new", stores.new, "--format", "bulk")
+    assert ran.code == 0, ran.err
+    assert ran.bulk() == {OLD + path: (NEW + target, 301) for path, target in ENTRIES.items()}
+    assert ran.matched == [({OLD + p for p in MIGRATION}, {NEW + p for p in NEW_PAGES})]
+    twice = run_map(capsys, "--old", old, "--new", old)
+    assert twice.code == 2 and twice.matched == []
+    assert twice.err.startswith("error: --old and --new are the same store")
 
 
 def page_counts(rows: list[dict]) -> dict[str, int]:
