@@ -132,5 +132,9 @@ class RebuildFilter(LazyCommand):
     target = "bloom_frontier.commands.rebuild_filter:Command"
 
 
+class MigrationMap(LazyCommand):
+    target = "bloom_frontier.commands.migration_map:Command"
+
+
 class ValidateMap(LazyCommand):
     target = "bloom_frontier.commands.validate_map:Command"
