@@ -53,8 +53,9 @@ XHTML_NAMESPACE = "{http://www.w3.org/1999/xhtml}"
 _STRING = etree.XPath("string()")
 #: An ``href`` (stripped) that starts a path: it resolves against the base's scheme,
 #: authority and directory only (no ``:``, so no scheme of its own; not ``?``, ``#``, ``;``,
-#: nor a character ``urlsplit`` drops, so its path is not empty).
-_PATH_HREF = re.compile(r"[A-Za-z0-9._~%!$&'()*+,=@/-][^:]*\Z")
+#: nor ``//`` (an authority, maybe empty), nor a character ``urlsplit`` drops anywhere: so
+#: its path is not empty).
+_PATH_HREF = re.compile(r"(?!//)[A-Za-z0-9._~%!$&'()*+,=@/-][^:\t\r\n]*\Z")
 #: An absolute ``http(s)://`` link whose authority starts with a character ``urlsplit``
 #: keeps (so it has one): it depends on the base's scheme only.
 _ABSOLUTE_HREF = re.compile(r"https?://[^/?#\\\t\r\n]")

@@ -26,6 +26,7 @@ reads as before (``rule.link_extractor.allow_res`` ...).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from scrapy.link import Link
 
     from bloom_frontier.services import CrawlServices
+
+logger = logging.getLogger(__name__)
 
 _DEFAULT_RULE = Rule()
 #: The methods a CrawlSpider follows its rules' links with: overridden, the links a rule
@@ -129,6 +132,19 @@ class CrawlSpiderLinks:
             if id(original) not in fast:
                 fast[id(original)] = fast_extractor(original)
             rule.link_extractor = RuleLinks(original, fast[id(original)], owner, index)  # type: ignore[assignment]
+        memoized = sum(
+            1 for rule in rules if rule.link_extractor.extractor is not rule.link_extractor.original
+        )  # type: ignore[attr-defined]
+        logger.info(
+            "%s: %d of %d rules with the memoized LinkExtractor; links certainly seen %s",
+            type(spider).__name__,
+            memoized,
+            len(rules),
+            "dropped before their requests are built"
+            if owner is not None
+            else "built as requests (a rule's process_links/process_request or the "
+            "spider's own link following could see them)",
+        )
 
     def new_links(self, response: Response, index: int, links: list[Link]) -> list[Link]:
         """``links`` (rule ``index``'s, of ``response``) less those certainly seen, counted
