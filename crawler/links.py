@@ -61,7 +61,9 @@ _PATH_HREF = re.compile(r"(?!//)[A-Za-z0-9._~%!$&'()*+,=@/-][^:\t\r\n]*\Z")
 _ABSOLUTE_HREF = re.compile(r"https?://[^/?#\\\t\r\n]")
 #: What ``_iter_links`` / ``process_attr`` are when a ``LinkExtractor`` is made plainly.
 _PLAIN = LxmlParserLinkExtractor()
-_NAME_MATCHES = LxmlLinkExtractor().link_extractor.scan_tag.func  # type: ignore[attr-defined]
+#: Scrapy's tag and attribute matcher (None if Scrapy matches otherwise: then the
+#: extractor is Scrapy's own, unmemoized).
+_NAME_MATCHES = getattr(LxmlLinkExtractor().link_extractor.scan_tag, "func", None)
 #: A link Scrapy skips with a debug line (``safe_url_string`` refused it).
 _BAD = object()
 
@@ -87,7 +89,9 @@ def _names(scan: Any) -> frozenset[str] | None:
     """The tag or attribute names a plain extractor's ``scan_tag`` / ``scan_attr`` accepts
     (its ``tags`` less its ``deny_tags``), None if it accepts ``*`` or is not the plain
     matcher."""
-    if getattr(scan, "func", None) is not _NAME_MATCHES or len(scan.args) != 2:
+    if _NAME_MATCHES is None or getattr(scan, "func", None) is not _NAME_MATCHES:
+        return None
+    if len(scan.args) != 2:
         return None
     allowed, denied = scan.args
     if "*" in allowed:

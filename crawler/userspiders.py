@@ -61,7 +61,7 @@ def drops_early(spider: CrawlSpider, rules: list[Rule]) -> bool:
     """True if a link of ``rules`` certainly seen may be dropped as it is extracted: each
     link becomes ``CrawlSpider._build_request``'s request, unchanged by the rule."""
     return all(
-        getattr(type(spider), name) is getattr(CrawlSpider, name) for name in _FOLLOWING
+        getattr(type(spider), name, None) is getattr(CrawlSpider, name, None) for name in _FOLLOWING
     ) and all(
         rule.process_links is _DEFAULT_RULE.process_links
         and rule.process_request is _DEFAULT_RULE.process_request
