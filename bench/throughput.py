@@ -14,7 +14,11 @@ on a loopback port) with, one after the other:
 - ``shared``: the ``site`` spider on the shared frontier, 1 worker, a private redis-server
   with RedisBloom;
 - ``addon``: the same ``CrawlSpider`` with this project's add-on (``bloom_frontier.addon``, when the
-  project has it; before that, run inside the project so that its settings apply).
+  project has it; before that, run inside the project so that its settings apply);
+- ``addon-shared``: the same with ``REDIS_URL`` (a private redis-server with RedisBloom);
+- ``plain-follow-all`` and ``addon-follow-all``: a plain ``scrapy.Spider`` yielding
+  ``response.follow_all(css="a")`` (``bench/anchor_follow_all.py``), without and with the
+  add-on.
 
 Each crawl is a ``scrapy`` process; its CPU (user + system, from ``wait4``) plus the CPU the
 redis-server spent meanwhile (``/proc/<pid>/stat``; work moved into Lua counts) divide the
