@@ -47,8 +47,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: Results remembered per extractor and kind (resolutions, URL verdicts, canonical URLs):
-#: when full, it starts afresh.
-MEMO_CAPACITY = 200_000
+#: when full, it starts afresh. The ``site`` spider's resolver keeps as many
+#: (``bloom_frontier.canonical.resolve.RESOLVED_LINKS``): ~10 MB each at 100-character URLs.
+MEMO_CAPACITY = 50_000
 XHTML_NAMESPACE = "{http://www.w3.org/1999/xhtml}"
 _STRING = etree.XPath("string()")
 #: An ``href`` (stripped) that starts a path: it resolves against the base's scheme,
