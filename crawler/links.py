@@ -197,7 +197,8 @@ class LinkExtractor(LxmlLinkExtractor):
             if unique:
                 links = unique_list(links, key=_url_of)
             every.extend(self._allowed_links(links))
-        return unique_list(every, key=_url_of) if unique else every
+        # One root's links are unique already (:meth:`_allowed_links`).
+        return unique_list(every, key=_url_of) if unique and len(roots) > 1 else every
 
     def _links_of(self, root: Any, page: _Page) -> list[Link]:
         """``LxmlParserLinkExtractor._extract_links`` before its de-duplication."""
@@ -316,7 +317,10 @@ class LinkExtractor(LxmlLinkExtractor):
                     if len(canonical) > MEMO_CAPACITY:
                         self._canonical = canonical = {}
                 link.url = url
-        return unique_list(kept, key=_url_of) if self.link_extractor.unique else kept
+        # Filtering unique links leaves them unique: only canonical URLs may meet again.
+        if self.link_extractor.unique and self.canonicalize:
+            return unique_list(kept, key=_url_of)
+        return kept
 
 
 def _url_of(link: Link) -> str:
