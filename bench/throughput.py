@@ -14,7 +14,11 @@ on a loopback port) with, one after the other:
 - ``shared``: the ``site`` spider on the shared frontier, 1 worker, a private redis-server
   with RedisBloom;
 - ``addon``: the same ``CrawlSpider`` with this project's add-on (``bloom_frontier.addon``, when the
-  project has it; before that, run inside the project so that its settings apply).
+  project has it; before that, run inside the project so that its settings apply);
+- ``addon-shared``: the same with ``REDIS_URL`` (a private redis-server with RedisBloom);
+- ``plain-follow-all`` and ``addon-follow-all``: a plain ``scrapy.Spider`` yielding
+  ``response.follow_all(css="a")`` (``bench/anchor_follow_all.py``), without and with the
+  add-on.
 
 Each crawl is a ``scrapy`` process; its CPU (user + system, from ``wait4``) plus the CPU the
 redis-server spent meanwhile (``/proc/<pid>/stat``; work moved into Lua counts) divide the
@@ -268,12 +272,23 @@ ANCHORS_VENV = ROOT / "bench" / ".venv-anchors"
 #: The scrapy-redis release issue 12 measured.
 SCRAPY_REDIS = "scrapy-redis==0.9.1"
 ANCHOR_SPIDER = ROOT / "bench" / "anchor_scrapy.py"
+#: A plain ``scrapy.Spider`` yielding ``response.follow_all(css="a")``.
+FOLLOW_ALL_SPIDER = ROOT / "bench" / "anchor_follow_all.py"
 #: The add-on a user's own project lists in ADDONS (from issue 8 on).
 ADDON = "bloom_frontier.Addon"
 COMMON = ["-s", "LOG_LEVEL=INFO", "-s", "CONCURRENT_REQUESTS=16"]
 URL_LENGTH = 76
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-MODES = ("plain", "scrapy-redis", "embedded", "shared", "addon")
+MODES = (
+    "plain",
+    "scrapy-redis",
+    "embedded",
+    "shared",
+    "addon",
+    "addon-shared",
+    "plain-follow-all",
+    "addon-follow-all",
+)
 
 
 @dataclass
@@ -419,6 +434,10 @@ def run_mode(mode: str, site: Site, workdir: Path) -> Crawl:
     outside.mkdir(exist_ok=True)
     if mode == "plain":
         return crawl(mode, project_scrapy(*anchor), site, outside)
+    follow_all = ["runspider", str(FOLLOW_ALL_SPIDER), "-a", f"start_url={start}"]
+    addons = ["-s", f"ADDONS={json.dumps({ADDON: 0})}"]
+    if mode == "plain-follow-all":
+        return crawl(mode, project_scrapy(*follow_all), site, outside)
     if mode == "scrapy-redis":
         with RedisServer(bloom=False) as server:
             command = [
@@ -436,9 +455,14 @@ def run_mode(mode: str, site: Site, workdir: Path) -> Crawl:
         with RedisServer(bloom=True) as server:
             command = project_scrapy(*site_spider, *store, "-s", f"REDIS_URL={server.url}")
             return crawl(mode, command, site, ROOT, server)
+    if mode == "addon-follow-all":
+        return crawl(mode, project_scrapy(*follow_all, *store, *addons), site, outside)
+    if mode == "addon-shared":
+        with RedisServer(bloom=True) as server:
+            command = project_scrapy(*anchor, *store, *addons, "-s", f"REDIS_URL={server.url}")
+            return crawl(mode, command, site, outside, server)
     if importlib.util.find_spec(ADDON.rpartition(".")[0]) is not None:
-        command = project_scrapy(*anchor, *store, "-s", f"ADDONS={json.dumps({ADDON: 0})}")
-        return crawl(mode, command, site, outside)
+        return crawl(mode, project_scrapy(*anchor, *store, *addons), site, outside)
     return crawl(mode, project_scrapy(*anchor, *store), site, ROOT)  # the project's settings
 
 
@@ -589,7 +613,10 @@ def main() -> None:
     for over, under, target in (
         ("shared", "embedded", " (target >= 0.85x)"),
         ("embedded", "plain", " (target >= 2.5x)"),
-        ("addon", "plain", ""),
+        ("addon", "plain", " (target >= 2.5x)"),
+        ("addon-shared", "plain", " (target >= 2.5x)"),
+        ("addon-shared", "addon", " (target >= 0.85x)"),
+        ("addon-follow-all", "plain-follow-all", ""),
         ("scrapy-redis", "plain", ""),
     ):
         each = ""

@@ -124,6 +124,9 @@ EXTENSIONS = {
     # The crawl's services (recorder, frontier, SSRF policy, parameter rule learning), built
     # and closed in one place; components fetch it with crawler.get_extension().
     "bloom_frontier.services.CrawlServices": 530,
+    # After the services: a CrawlSpider's rules get the memoized LinkExtractor, and their
+    # links certainly seen are dropped before Scrapy builds their requests.
+    "bloom_frontier.userspiders.CrawlSpiderLinks": 535,
     # Shared frontier only: CLOSESPIDER_PAGECOUNT/ITEMCOUNT/TIMEOUT hold for the whole crawl.
     "bloom_frontier.frontier.limits.CrawlWideLimits": 540,
     # Start-up's objects out of the crawl's full garbage collections (GC_FREEZE_ENABLED).

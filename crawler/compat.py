@@ -19,8 +19,11 @@ from scrapy.utils.reactor import _asyncio_reactor_path
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from scrapy import Request
     from scrapy.core.downloader import Downloader, Slot
     from scrapy.core.engine import ExecutionEngine
+    from scrapy.link import Link
+    from scrapy.spiders import CrawlSpider, Rule
 
 
 class ScrapyInternalsChanged(RuntimeWarning):
@@ -147,3 +150,33 @@ def offline_cookie_domains() -> None:
             suffix_list_urls=(),
             include_psl_private_domains=current.include_psl_private_domains,
         )
+
+
+def crawl_spider_rules(spider: CrawlSpider) -> list[Rule] | None:
+    """The rules ``spider`` follows links with: its own copies of ``spider.rules``, each
+    with its callbacks bound (None when Scrapy keeps them elsewhere now).
+
+    Why: the add-on gives a rule a memoized ``LinkExtractor`` and drops the links a page
+    yields that are certainly seen before Scrapy builds their requests
+    (:mod:`bloom_frontier.userspiders`); it must change this spider's rules, not the class's
+    ``rules`` (shared by every spider of the class, in every crawler of the process).
+    ``CrawlSpider._rules`` is what ``_compile_rules`` builds from them.
+    Public replacement: none; a hook of ``CrawlSpider`` for the link extraction of a rule.
+    """
+    rules = getattr(spider, "_rules", None)
+    if not isinstance(rules, list):
+        _missing("CrawlSpider._rules", "a CrawlSpider's links are extracted by Scrapy's code")
+        return None
+    return rules
+
+
+def crawl_spider_request(spider: CrawlSpider, rule_index: int, link: Link) -> Request:
+    """The request ``spider`` builds for ``link`` of its rule ``rule_index`` (before the
+    rule's ``process_request``).
+
+    Why: a link dropped as seen before Scrapy built its request still fires
+    ``request_dropped`` with the request Scrapy would have dropped.
+    ``CrawlSpider._build_request`` builds it.
+    Public replacement: none.
+    """
+    return spider._build_request(rule_index, link)

@@ -1,0 +1,336 @@
+"""A drop-in for Scrapy's default ``LinkExtractor`` that gives the same links, cheaper.
+
+.. code-block:: python
+
+    from bloom_frontier.links import LinkExtractor  # in place of scrapy.linkextractors'
+
+Scrapy's ``LxmlLinkExtractor`` resolves, makes safe and checks every link of every page anew:
+``urljoin`` twice, w3lib's ``safe_url_string`` and a ``urlparse`` for the domain and
+extension checks, ~100 us a link; a site's pages repeat their navigation, so almost all of
+that is done again for the same answer. :class:`LinkExtractor` is a subclass that remembers
+each answer under exactly what it depends on (:func:`resolution_key`): a relative link
+resolves alike on every page of a directory, an absolute one on every page of its scheme.
+The allow/deny, domain, extension and text checks and ``canonicalize`` are remembered per
+URL. Everything else is Scrapy's: the same elements (``tags``, ``attrs``, ``deny_tags``,
+``deny_attrs``, ``restrict_xpaths``, ``restrict_css``), in document order, the same
+``unique`` and ``strip`` behaviour, the same :class:`scrapy.link.Link` objects (URL, text,
+``nofollow``; the text a plain ``str``, not lxml's string that keeps the page's tree alive).
+A ``process_value`` function, ``tags="*"`` or ``attrs="*"``, or a selection that is not a
+tree of elements is handed to Scrapy's own code, unchanged.
+
+The add-on (:mod:`bloom_frontier.userspiders`) puts one in place of each of a
+``CrawlSpider``'s plain ``LinkExtractor`` by itself; the import above makes a spider's own
+use of one (``LinkExtractor().extract_links(response)`` in a callback) as cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin, urlsplit
+
+from lxml import etree
+from scrapy.link import Link
+from scrapy.linkextractors.lxmlhtml import LxmlLinkExtractor, LxmlParserLinkExtractor
+from scrapy.utils.misc import rel_has_nofollow
+from scrapy.utils.python import unique as unique_list
+from scrapy.utils.response import get_base_url
+from w3lib.html import strip_html5_whitespace
+from w3lib.url import canonicalize_url, safe_url_string
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable
+
+    from scrapy.http import TextResponse
+
+logger = logging.getLogger(__name__)
+
+#: Results remembered per extractor and kind (resolutions, URL verdicts, canonical URLs):
+#: when full, it starts afresh. The ``site`` spider's resolver keeps as many
+#: (``bloom_frontier.canonical.resolve.RESOLVED_LINKS``): ~10 MB each at 100-character URLs.
+MEMO_CAPACITY = 50_000
+XHTML_NAMESPACE = "{http://www.w3.org/1999/xhtml}"
+_STRING = etree.XPath("string()")
+#: An ``href`` (stripped) that starts a path: it resolves against the base's scheme,
+#: authority and directory only (no ``:``, so no scheme of its own; not ``?``, ``#``, ``;``,
+#: nor ``//`` (an authority, maybe empty), nor a character ``urlsplit`` drops anywhere: so
+#: its path is not empty).
+_PATH_HREF = re.compile(r"(?!//)[A-Za-z0-9._~%!$&'()*+,=@/-][^:\t\r\n]*\Z")
+#: An absolute ``http(s)://`` link whose authority starts with a character ``urlsplit``
+#: keeps (so it has one): it depends on the base's scheme only.
+_ABSOLUTE_HREF = re.compile(r"https?://[^/?#\\\t\r\n]")
+#: What ``_iter_links`` / ``process_attr`` are when a ``LinkExtractor`` is made plainly.
+_PLAIN = LxmlParserLinkExtractor()
+#: Scrapy's tag and attribute matcher (None if Scrapy matches otherwise: then the
+#: extractor is Scrapy's own, unmemoized).
+_NAME_MATCHES = getattr(LxmlLinkExtractor().link_extractor.scan_tag, "func", None)
+#: A link Scrapy skips with a debug line (``safe_url_string`` refused it).
+_BAD = object()
+
+
+def _kept_in_fragments() -> str:
+    """The characters every step keeps as they are in a fragment (w3lib does not quote
+    them, ``urlsplit`` neither drops nor splits on them): asked of w3lib itself."""
+    candidates = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@/?"
+    return "".join(
+        char
+        for char in candidates
+        if safe_url_string(f"http://h/#{char}") == f"http://h/#{char}"
+        and urljoin("http://h/", f"#{char}") == f"http://h/#{char}"
+    )
+
+
+#: A fragment made only of characters kept as they are: a link ``href#fragment`` resolves
+#: to what ``href`` does with ``#fragment`` after it.
+_PLAIN_FRAGMENT = re.compile(f"[{re.escape(_kept_in_fragments())}]+\\Z")
+
+
+def _names(scan: Any) -> frozenset[str] | None:
+    """The tag or attribute names a plain extractor's ``scan_tag`` / ``scan_attr`` accepts
+    (its ``tags`` less its ``deny_tags``), None if it accepts ``*`` or is not the plain
+    matcher."""
+    if _NAME_MATCHES is None or getattr(scan, "func", None) is not _NAME_MATCHES:
+        return None
+    if len(scan.args) != 2:
+        return None
+    allowed, denied = scan.args
+    if "*" in allowed:
+        return None
+    return frozenset(name for name in allowed if name not in denied)
+
+
+class _Page:
+    """What a page's links resolve against, parsed once (:func:`resolution_key`)."""
+
+    __slots__ = (
+        "base_url",
+        "directory",
+        "encoding",
+        "full",
+        "page_url",
+        "response_url",
+        "scheme",
+    )
+
+    def __init__(self, base_url: str, response_url: str, encoding: str) -> None:
+        self.base_url, self.response_url, self.encoding = base_url, response_url, encoding
+        self.full = (base_url, response_url, encoding)
+        base = urlsplit(base_url)
+        response_scheme = urlsplit(response_url).scheme
+        self.scheme: tuple[str, ...] = (base.scheme, response_scheme, encoding)
+        self.directory: tuple[Any, ...] | None = None
+        if base.scheme in ("http", "https") and base.netloc:
+            parts = base.path.split("/")
+            if parts[-1] != "":
+                del parts[-1]
+            self.directory = (*self.scheme, base.netloc, tuple(parts))
+        #: What a ``#fragment`` link resolves to before its fragment, once one did.
+        self.page_url: str | None = None
+
+
+def resolution_key(page: _Page, href: str) -> Hashable:
+    """What Scrapy's resolution of the stripped ``href`` on ``page`` depends on (``urljoin``
+    on the base, ``safe_url_string`` in the page's encoding, ``urljoin`` on the response's
+    URL): a path's, the base's scheme, authority and path segments but the last (what
+    ``urljoin`` reads of them) and the response's scheme; an absolute ``http(s)`` link's,
+    both schemes; any other link's, the whole base and response URL."""
+    if page.directory is not None and _PATH_HREF.match(href):
+        return (page.directory, href)
+    if _ABSOLUTE_HREF.match(href):
+        return (page.scheme, href)
+    return (page.full, href)
+
+
+class LinkExtractor(LxmlLinkExtractor):
+    """Scrapy's default link extractor (same arguments, same links), memoized; see the
+    module docstring."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._setup()
+
+    @classmethod
+    def like(cls, extractor: LxmlLinkExtractor) -> LinkExtractor:
+        """A memoized extractor configured as ``extractor`` (a plain ``LinkExtractor``,
+        its settings read off it, which it keeps)."""
+        fast = cls.__new__(cls)
+        fast.__dict__.update(extractor.__dict__)
+        fast._setup()
+        return fast
+
+    def _setup(self) -> None:
+        inner = self.link_extractor
+        self._tags = _names(inner.scan_tag)
+        self._attrs = _names(inner.scan_attr)
+        #: True if this extractor's options are ones :meth:`extract_links` memoizes.
+        self.memoized = (
+            self._tags is not None
+            and self._attrs is not None
+            and inner.process_attr is _PLAIN.process_attr
+            and type(inner) is LxmlParserLinkExtractor
+        )
+        self._iter_tags = (
+            tuple(self._tags) + tuple(XHTML_NAMESPACE + tag for tag in self._tags)
+            if self._tags
+            else ()
+        )
+        self._resolved: dict[Hashable, Any] = {}
+        self._allowed: dict[Hashable, bool] = {}
+        self._canonical: dict[str, str] = {}
+
+    def extract_links(self, response: TextResponse) -> list[Link]:
+        """Scrapy's ``extract_links``: the same :class:`~scrapy.link.Link` list."""
+        if not self.memoized:
+            return super().extract_links(response)
+        if self.restrict_xpaths:
+            roots = [sub.root for x in self.restrict_xpaths for sub in response.xpath(x)]
+        else:
+            roots = [response.selector.root]
+        if not all(hasattr(root, "iter") for root in roots):
+            return super().extract_links(response)
+        page = _Page(get_base_url(response), response.url, response.encoding)
+        unique = self.link_extractor.unique
+        every: list[Link] = []
+        for root in roots:
+            links = self._links_of(root, page)
+            if unique:
+                links = unique_list(links, key=_url_of)
+            every.extend(self._allowed_links(links))
+        # One root's links are unique already (:meth:`_allowed_links`).
+        return unique_list(every, key=_url_of) if unique and len(roots) > 1 else every
+
+    def _links_of(self, root: Any, page: _Page) -> list[Link]:
+        """``LxmlParserLinkExtractor._extract_links`` before its de-duplication."""
+        links: list[Link] = []
+        if not self._iter_tags or not self._attrs:
+            return links
+        attrs = self._attrs
+        single = next(iter(attrs)) if len(attrs) == 1 else None
+        resolve = self._resolve
+        for element in root.iter(*self._iter_tags):
+            if single is not None:
+                value = element.get(single)
+                values = () if value is None else (value,)
+            else:
+                values = tuple(v for name, v in element.items() if name in attrs)
+            for value in values:
+                url = resolve(value, page)
+                if url is None:
+                    continue
+                text = _STRING(element) if len(element) else element.text
+                rel = element.get("rel")
+                links.append(
+                    Link(
+                        url,
+                        str(text) if text else "",
+                        nofollow=rel is not None and rel_has_nofollow(rel),
+                    )
+                )
+        return links
+
+    def _resolve(self, value: str, page: _Page) -> str | None:
+        """The URL Scrapy makes of the attribute ``value`` on ``page``; None for a link it
+        skips."""
+        href = strip_html5_whitespace(value) if self.link_extractor.strip else value
+        cut = href.find("#")
+        if cut >= 0 and _PLAIN_FRAGMENT.match(href, cut + 1):
+            joined = self._with_fragment(href, cut, page)
+            if joined is not None:
+                return joined
+        return self._resolve_whole(href, page)
+
+    def _with_fragment(self, href: str, cut: int, page: _Page) -> str | None:
+        """``href``'s URL from the one its part before ``#`` resolves to (remembered for a
+        page's ``#fragment`` links), when that part resolves and its end is not one the
+        URL parser strips (a space or control character); else None."""
+        if cut == 0:
+            if page.page_url is None:
+                url = self._resolve_whole(href, page)
+                if url is not None and url.endswith(href):
+                    page.page_url = url[: -len(href)]
+                return url
+            return page.page_url + href
+        if href[cut - 1] <= " ":
+            return None
+        url = self._resolve_whole(href[:cut], page)
+        return None if url is None else url + href[cut:]
+
+    def _resolve_whole(self, href: str, page: _Page) -> str | None:
+        """:meth:`_resolve_anew`, remembered under :func:`resolution_key`."""
+        key = resolution_key(page, href)
+        memo = self._resolved
+        url = memo.get(key)
+        if url is None:
+            url = memo[key] = self._resolve_anew(href, page)
+            if len(memo) > MEMO_CAPACITY:
+                self._resolved = {key: url}
+        if url is _BAD or url is False:
+            if url is _BAD:
+                logger.debug(f"Skipping extraction of link with bad URL {href!r}")
+            return None
+        return url  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _resolve_anew(href: str, page: _Page) -> Any:
+        """Scrapy's steps (``LxmlParserLinkExtractor._extract_links``): the URL, False for
+        a bogus link, :data:`_BAD` for one ``safe_url_string`` refuses."""
+        try:
+            url = urljoin(page.base_url, href)
+        except ValueError:
+            return False
+        try:
+            url = safe_url_string(url, encoding=page.encoding)
+        except ValueError:
+            return _BAD
+        return urljoin(page.response_url, url)
+
+    def _allowed_links(self, links: list[Link]) -> list[Link]:
+        """``LxmlLinkExtractor._process_links``: the links its filters keep, canonicalized
+        if asked, de-duplicated if ``unique``."""
+        allowed = self._allowed
+        by_text = bool(self.restrict_text)
+        # Without patterns, only the URL's scheme, host and path are checked: its
+        # fragment does not count.
+        by_url = bool(self.allow_res or self.deny_res)
+        kept: list[Link] = []
+        for link in links:
+            url = link.url
+            if not by_url:
+                before = url.partition("#")[0]
+                if "://" in before:
+                    url = before
+            key: Hashable = (url, link.text) if by_text else url
+            verdict = allowed.get(key)
+            if verdict is None:
+                verdict = allowed[key] = self._link_allowed(link)
+                if len(allowed) > MEMO_CAPACITY:
+                    self._allowed = allowed = {key: verdict}
+            if verdict:
+                kept.append(link)
+        if self.canonicalize:
+            canonical = self._canonical
+            for link in kept:
+                url = canonical.get(link.url)
+                if url is None:
+                    url = canonical[link.url] = canonicalize_url(link.url)
+                    if len(canonical) > MEMO_CAPACITY:
+                        self._canonical = canonical = {}
+                link.url = url
+        # Filtering unique links leaves them unique: only canonical URLs may meet again.
+        if self.link_extractor.unique and self.canonicalize:
+            return unique_list(kept, key=_url_of)
+        return kept
+
+
+def _url_of(link: Link) -> str:
+    return link.url
+
+
+def fast_extractor(extractor: object) -> LinkExtractor | None:
+    """A memoized :class:`LinkExtractor` for ``extractor`` if it is Scrapy's own (not a
+    subclass: its methods may differ) with options :class:`LinkExtractor` memoizes."""
+    if type(extractor) is not LxmlLinkExtractor:
+        return None
+    fast = LinkExtractor.like(extractor)
+    return fast if fast.memoized else None

@@ -1,0 +1,186 @@
+"""A user's own ``CrawlSpider`` at the project's speed, untouched.
+
+About 99% of the links a page of a real site yields were seen long ago (its navigation),
+and a ``CrawlSpider`` spends most of its CPU on them: Scrapy's ``LinkExtractor`` resolves and
+checks each anew, then a ``Request`` is built for each and sent through every spider
+middleware, to be dropped as seen. :class:`CrawlSpiderLinks` (an extension the add-on
+installs) changes two things when the spider opens, for that spider only:
+
+- each rule whose extractor is Scrapy's plain ``LinkExtractor`` gets the memoized drop-in
+  :class:`bloom_frontier.links.LinkExtractor` (configured alike: the same links);
+- when nothing between the extraction and the frontier's early dedup could see a link
+  differently (every rule's ``process_links`` and ``process_request`` are Scrapy's defaults,
+  the spider's link-following methods are CrawlSpider's, and the seen-links middleware
+  serves the spider: :attr:`bloom_frontier.services.CrawlServices.seen_links`), a rule's
+  links certainly seen are dropped as they are extracted, before their ``Request`` is
+  built. Counted as the seen-links middleware counts them (``seen/duplicate``,
+  ``dupefilter/filtered``), with Scrapy's ``request_dropped`` for the request Scrapy would
+  have built (only when something listens). New links go on as before: the same requests,
+  ``Referer``, depth, URL-length and offsite outcomes. While learned rules are applied (links
+  are sampled for a re-check) a page's links all go the middlewares' way.
+
+The spider's class and its ``rules`` stay as they are (the spider's own copies of its
+rules are changed, :func:`bloom_frontier.compat.crawl_spider_rules`); a rule's extractor
+reads as before (``rule.link_extractor.allow_res`` ...).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+from scrapy import signals
+from scrapy.spiders import CrawlSpider, Rule
+
+from bloom_frontier.compat import crawl_spider_request, crawl_spider_rules
+from bloom_frontier.frontier.keys import send_request_dropped
+from bloom_frontier.learning.recheck import LearnedRuleRecheck
+from bloom_frontier.links import fast_extractor
+from bloom_frontier.services import services_of
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.link import Link
+
+    from bloom_frontier.services import CrawlServices
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT_RULE = Rule()
+#: The methods a CrawlSpider follows its rules' links with: overridden, the links a rule
+#: extracts may become requests otherwise.
+_FOLLOWING = ("_requests_to_follow", "_build_request", "parse_with_rules", "_parse_response")
+
+
+def drops_early(spider: CrawlSpider, rules: list[Rule]) -> bool:
+    """True if a link of ``rules`` certainly seen may be dropped as it is extracted: each
+    link becomes ``CrawlSpider._build_request``'s request, unchanged by the rule."""
+    return all(
+        getattr(type(spider), name, None) is getattr(CrawlSpider, name, None) for name in _FOLLOWING
+    ) and all(
+        rule.process_links is _DEFAULT_RULE.process_links
+        and rule.process_request is _DEFAULT_RULE.process_request
+        for rule in rules
+    )
+
+
+class RuleLinks:
+    """A rule's link extractor as the add-on runs it: the memoized one when there is one,
+    the rule's own otherwise, its seen links dropped (:meth:`CrawlSpiderLinks.new_links`).
+    Reads like the rule's own (its attributes)."""
+
+    def __init__(
+        self, original: Any, fast: Any, owner: CrawlSpiderLinks | None, index: int
+    ) -> None:
+        self.original = original
+        self.extractor = fast if fast is not None else original
+        self.owner = owner
+        self.index = index
+
+    def extract_links(self, response: Response) -> list[Link]:
+        links: list[Link] = self.extractor.extract_links(response)
+        if self.owner is None:
+            return links
+        return self.owner.new_links(response, self.index, links)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.original, name)
+
+
+class CrawlSpiderLinks:
+    """See the module docstring."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        #: The crawl's services, once the spider is open (extensions are built before
+        #: they can be asked for).
+        self.services: CrawlServices | None = None
+        self.spider: CrawlSpider | None = None
+        self.recheck: LearnedRuleRecheck | None = None
+        #: Per page (several rules), the links earlier rules gave, each with whether it
+        #: was dropped: CrawlSpider follows a link once per page however many rules
+        #: extract it, so a later rule's copy is dropped silently, or left to CrawlSpider.
+        self._earlier: WeakKeyDictionary[Response, dict[Link, bool]] = WeakKeyDictionary()
+        self._several = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        extension = cls(crawler)
+        crawler.signals.connect(extension.spider_opened, signal=signals.spider_opened)
+        return extension
+
+    def spider_opened(self, spider: Spider) -> None:
+        """Give the spider's rules their extractors (see the module docstring)."""
+        if not isinstance(spider, CrawlSpider):
+            return
+        rules = crawl_spider_rules(spider)
+        if not rules:
+            return
+        self.spider = spider
+        self.services = services_of(self.crawler)
+        self.recheck = self.crawler.get_spider_middleware(LearnedRuleRecheck)
+        self._several = len(rules) > 1
+        owner = self if drops_early(spider, rules) else None
+        fast: dict[int, Any] = {}  # per extractor: rules may share one
+        for index, rule in enumerate(rules):
+            original = rule.link_extractor
+            if id(original) not in fast:
+                fast[id(original)] = fast_extractor(original)
+            rule.link_extractor = RuleLinks(original, fast[id(original)], owner, index)  # type: ignore[assignment]
+        memoized = sum(
+            1 for rule in rules if rule.link_extractor.extractor is not rule.link_extractor.original
+        )  # type: ignore[attr-defined]
+        logger.info(
+            "%s: %d of %d rules with the memoized LinkExtractor; links certainly seen %s",
+            type(spider).__name__,
+            memoized,
+            len(rules),
+            "dropped before their requests are built"
+            if owner is not None
+            else "built as requests (a rule's process_links/process_request or the "
+            "spider's own link following could see them)",
+        )
+
+    def new_links(self, response: Response, index: int, links: list[Link]) -> list[Link]:
+        """``links`` (rule ``index``'s, of ``response``) less those certainly seen, counted
+        and reported as dropped; all of them when the seen-links middleware does not serve
+        the spider or learned rules may sample them."""
+        services = self.services
+        if services is None or services.seen_links is None or not links:
+            return links
+        if self.recheck is not None and self.recheck.sampling():
+            return links
+        frontier = services.frontier
+        keyer = frontier.keyer
+        earlier = self._earlier.setdefault(response, {}) if self._several else None
+        kept: list[Link] = []
+        dropped: list[tuple[Link, str]] = []
+        for link in links:
+            if earlier is not None:
+                was_dropped = earlier.get(link)
+                if was_dropped is not None:
+                    if not was_dropped:
+                        kept.append(link)  # CrawlSpider skips it: followed already
+                    continue
+            key = keyer.link_key(link.url)
+            if key is not None and frontier.seen_link(link.url, key):
+                dropped.append((link, key))
+            else:
+                kept.append(link)
+        if earlier is not None:
+            earlier.update(dict.fromkeys(kept, False))
+            earlier.update((link, True) for link, _ in dropped)
+        if dropped:
+            keyer.duplicates([(link.url, key) for link, key in dropped])
+            spider = self.spider
+            assert spider is not None
+            send_request_dropped(
+                self.crawler,
+                (crawl_spider_request(spider, index, link) for link, _ in dropped),
+            )
+        return kept
