@@ -7,6 +7,7 @@ document linked but never fetched (a false merge). The neutral site checks the s
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +97,28 @@ def test_truly_neutral_parameters_are_still_learned(tmp_path: Path) -> None:
     off, on = len(plain), len(learned)
     print(f"neutral site: {off} fetches without learning, {on} with ({1 - on / off:.0%} saved)")
     assert on < 0.8 * off, (off, on, log[-3000:])
+
+
+def test_a_rule_found_wrong_is_revoked_its_merged_links_fetched_and_reported(
+    tmp_path: Path,
+) -> None:
+    """``ref`` is neutral on the news crawled first: learned, then the stratified re-check
+    finds it wrong on news 1-8; the rule is revoked, the links it merged are queued again
+    and fetched (the false-merge check above), and both the summary and audit-rules say so."""
+    _, log, store = assert_no_false_merge("late", tmp_path)
+    (rule,) = [rule for rule in rules_in(store) if rule.param == "ref"]
+    assert rule.state == "revoked" and rule.counter_example is not None, log[-3000:]
+    requeued = re.search(
+        r"learned rules: +\d+ proposed, \d+ applied, (\d+) revoked \((\d+) links", log
+    )
+    assert requeued is not None and int(requeued[1]) >= 1 and int(requeued[2]) >= 1, log[-3000:]
+    audit = scrapy("audit-rules", "-s", f"STORE_URL={store}")
+    assert f"REVOKED {rule.name}: {len(rule.evidence)} URL pairs" in audit.stdout, audit.stdout
+    paths = len({pair[0].split("?")[0] for pair in rule.evidence})
+    shown = re.search(
+        rf"evidence: {len(rule.evidence)} pairs over {paths} distinct paths \(of (\d+) fetched "
+        r"in [^)]+\); content similarity 1.00-1.00",
+        audit.stdout,
+    )
+    assert shown is not None and int(shown[1]) == 40, audit.stdout
+    assert "counter-example: " in audit.stdout and "/news/" in rule.counter_example["url_a"]
