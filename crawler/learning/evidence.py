@@ -21,6 +21,13 @@ root) and the host has no counter-example; otherwise for each path prefix (``/do
 has ``min_pairs`` and none, the shallowest first. A rule reaches no further than its
 evidence: pairs seen only under ``/articles/`` say nothing about ``/products/``.
 
+Evidence must come from pages where the parameter had a chance to matter, spread over the
+rule's pattern (its scope): at least ``min_pairs`` distinct paths, :data:`MIN_PATH_SHARE` of
+the distinct paths of ``ok`` pages fetched in the scope, and evidence on each page shape
+(:func:`page_shape`: a sort neutral on one-item lists says nothing of longer lists; a view
+one template ignores says nothing of the other) but for :data:`MAX_UNCOVERED_SHARE` of those
+paths. Shapes of forgotten pages stay counted, so forgetting never makes a share easier.
+
 **Bounded memory** (``CANON_LEARN_MEMORY``): the learner remembers at most ``max_pages``
 fetched pages with their families and evidence. Past that it forgets the section (of a
 host) it was fed from least recently, whole (a family never leaves its path, so none is
