@@ -57,7 +57,8 @@ def assert_no_false_merge(name: str, tmp_path: Path) -> tuple[list[str], str, st
     paths, log = crawl(case, store, "CANON_LEARN=apply")
     missing = case.linked_documents() - set(case.fetched_documents(paths))
     rules = {rule.name: rule.state for rule in rules_in(store)}
-    assert not missing, (sorted(missing), rules, log[-4000:])
+    learning = [line for line in log.splitlines() if "learn" in line.lower()]
+    assert not missing, f"merged: {sorted(missing)}\nrules: {rules}\n" + "\n".join(learning)
     return paths, log, store
 
 

@@ -32,6 +32,7 @@ revocations, are shared with all.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,7 @@ from urllib.parse import parse_qsl, urlsplit
 from weakref import WeakKeyDictionary
 
 from scrapy import Request, signals
-from scrapy.exceptions import NotConfigured
+from scrapy.exceptions import DontCloseSpider, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
 from bloom_frontier.canonical import InvalidURL, dedupe_key
@@ -91,6 +92,8 @@ MODES = ("off", "propose", "apply")
 #: to the rule's credit, so a young rule is checked often and one confirmed over many paths
 #: rarely (about sqrt(2 T n) of n paths compared), never less than the rate asked.
 RECHECK_TRUST = 2
+#: Seconds the spider is kept open, at most, for a re-check fetched to be judged.
+RECHECK_WAIT = 30.0
 #: Values of a parameter re-checked on a page shape no evidence covered.
 SHAPE_VALUES = 3
 #: Shapes whose re-checked values are remembered at most (then forgotten at once).
@@ -127,6 +130,8 @@ class ParamRuleLearning:
         #: (host, parameter) of the rules applied before this crawl (see :meth:`merged`).
         self._trusted: set[tuple[str, str]] = set()
         self._shapes: WeakKeyDictionary[Request, tuple[int, ...]] = WeakKeyDictionary()
+        #: Re-checks fetched, not yet judged, with when they arrived.
+        self._judging: WeakKeyDictionary[Request, float] = WeakKeyDictionary()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -145,6 +150,7 @@ class ParamRuleLearning:
         crawler.signals.connect(learning.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(learning.observe, signal=content_fingerprinted)
         crawler.signals.connect(learning.response_received, signal=signals.response_received)
+        crawler.signals.connect(learning.spider_idle, signal=signals.spider_idle)
         return learning
 
     # --- the shared rules --------------------------------------------------------------
@@ -198,6 +204,15 @@ class ParamRuleLearning:
         """Count the page's shape while its body is at hand (byte counts, no parsing)."""
         if request.callback is not NO_CALLBACK:
             self._shapes[request] = page_shape(response.body)
+            if request.meta.get(LEARN_RECHECK_META):
+                self._judging[request] = time.monotonic()
+
+    def spider_idle(self, **_: Any) -> None:
+        """Not closed while a re-check fetched is still being fingerprinted: it may revoke
+        a rule and queue the links it merged (bounded by :data:`RECHECK_WAIT`)."""
+        now = time.monotonic()
+        if any(now - since < RECHECK_WAIT for since in self._judging.values()):
+            raise DontCloseSpider
 
     def observe(self, page: PageRecord, content: ContentRecord, request: Request, **_: Any) -> None:
         """Compare a freshly fingerprinted page with the pages it differs from by one
@@ -207,6 +222,7 @@ class ParamRuleLearning:
         except InvalidURL:
             return
         shape = self._shapes.pop(request, ())
+        self._judging.pop(request, None)
         fetched = Page(page.final_url, key, content.exact, content.kind, page.status, shape)
         recheck = request.meta.get(LEARN_RECHECK_META)
         if recheck:
@@ -265,6 +281,23 @@ class ParamRuleLearning:
         merged_into = self.evidence.page(key)
         return merged_into is not None and self._picks(merged_into, url, dropped)
 
+    def dropped_queued(self, url: str, key: str) -> None:
+        """A queued request for ``url`` was dropped because learned rules key it ``key``,
+        already seen (:mod:`bloom_frontier.learning.gate`): remembered as merged, so a
+        revocation queues it again, and re-checked if in a stratum to sample."""
+        try:
+            plain = dedupe_key(url, self.live.without_learned())
+        except InvalidURL:
+            return
+        dropped = tuple(sorted(names_of(plain) - names_of(key)))
+        recheck = self.crawler.get_spider_middleware(LearnedRuleRecheck)
+        if not dropped or recheck is None or self.evidence.page(plain) is not None:
+            if dropped:
+                self.merged_links.add(key, url, dropped)
+            return
+        if self.merged(key, url, dropped, recheck.rate):
+            self._crawl_recheck(recheck, plain, url, key, dropped)
+
     def _picks(self, merged_into: Page, url: str, dropped: tuple[str, ...]) -> bool:
         """True if the link ``url`` merged into ``merged_into`` by dropping ``dropped`` is in
         a stratum to re-check now: a shape no evidence covered (always, for up to
@@ -293,24 +326,36 @@ class ParamRuleLearning:
         """``fetched`` is a page links were merged into before it was fetched: re-check one
         of them if they are in a stratum to sample."""
         for url, names in list(self.merged_links.of(fetched.key).items()):
-            if not self._picks(fetched, url, names):
-                continue
-            recheck = self.crawler.get_spider_middleware(LearnedRuleRecheck)
-            try:
-                plain = dedupe_key(url, self.live.without_learned())
-            except InvalidURL:
-                continue
-            if self.evidence.page(plain) is not None:
-                continue  # fetched as itself: compared already
-            meta = recheck.picked(plain, fetched.key, names) if recheck is not None else None
-            if meta is not None:
-                request = self._request_for(url)
-                self._crawl(
-                    request.replace(
-                        dont_filter=True, meta={**request.meta, LEARN_RECHECK_META: meta}
-                    )
-                )
-            return
+            if self._send_recheck(fetched, url, names):
+                return
+
+    def _send_recheck(self, merged_into: Page, url: str, names: tuple[str, ...]) -> bool:
+        """Fetch the link ``url`` merged into ``merged_into`` anyway, marked for a re-check,
+        if it was not fetched as itself nor re-checked and is in a stratum to sample."""
+        recheck = self.crawler.get_spider_middleware(LearnedRuleRecheck)
+        try:
+            plain = dedupe_key(url, self.live.without_learned())
+        except InvalidURL:
+            return False
+        if recheck is None or self.evidence.page(plain) is not None:
+            return False  # no re-check asked, or fetched as itself: compared already
+        if not self._picks(merged_into, url, names):
+            return False
+        return self._crawl_recheck(recheck, plain, url, merged_into.key, names)
+
+    def _crawl_recheck(
+        self, recheck: LearnedRuleRecheck, plain: str, url: str, key: str, names: tuple[str, ...]
+    ) -> bool:
+        """Queue the re-check of ``url`` (keyed ``plain``) merged into ``key``, unless it was
+        re-checked already."""
+        meta = recheck.picked(plain, key, names)
+        if meta is None:
+            return False
+        request = self._request_for(url)
+        self._crawl(
+            request.replace(dont_filter=True, meta={**request.meta, LEARN_RECHECK_META: meta})
+        )
+        return True
 
     def _request_for(self, url: str) -> Request:
         """A request for a link, as the spider builds them (its ``request_for``) if it
