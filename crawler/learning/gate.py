@@ -202,6 +202,8 @@ class LearnedRuleGate:
     def _drop(self, request: Request, key: str, why: str) -> None:
         assert self.crawler.stats is not None
         self.crawler.stats.inc_value("learn/dropped_queued")
+        if (learning := self.services.learner) is not None:
+            learning.dropped_queued(request.url, key)  # queued again if the rule is revoked
         self.services.frontier.admit(request, [])  # releases its lease on a shared frontier
         send_request_dropped(self.crawler, [request])
         raise IgnoreRequest(f"{request.url} is {key} under the rules in force: {why}")
