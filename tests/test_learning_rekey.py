@@ -101,6 +101,16 @@ def stat(log: str, name: str) -> int:
     return int(match.group(1)) if match else 0
 
 
+def learned_view(store: str) -> list[str]:
+    """The applied learned rules that drop ``view`` (on the host, or on a path pattern of
+    it: how far a rule reaches is the evidence's call, tests/test_learning_safety.py)."""
+    return [
+        rule
+        for rule, state in rules_in(store).items()
+        if rule.endswith("?view") and state == APPLIED
+    ]
+
+
 def assert_each_item_fetched_once(site: ItemSite, paths: list[str], log: str) -> None:
     items = Counter(path for path in paths if path.startswith("/item/"))
     assert items == Counter({site.item_url(i): 1 for i in range(site.items)}), log[-3000:]
@@ -118,7 +128,7 @@ def test_a_url_fetched_before_a_rule_was_learned_is_not_fetched_again_after(
     if shared:
         settings.append(f"REDIS_URL={request.getfixturevalue('redis_url')}")
     paths, log = crawl(site, f"sqlite:///{tmp_path / 'store.sqlite'}", *settings)
-    assert rules_in(f"sqlite:///{tmp_path / 'store.sqlite'}").get("127.0.0.1?view") == APPLIED
+    assert learned_view(f"sqlite:///{tmp_path / 'store.sqlite'}"), log[-3000:]
     assert_each_item_fetched_once(site, paths, log)
     assert stat(log, DROPPED) > 0, log[-3000:]
 
@@ -197,9 +207,17 @@ def test_redirect_targets_are_keyed_with_the_learned_rules_like_the_links(tmp_pa
     path = tmp_path / "store.sqlite"
     store = f"sqlite:///{path}"
     crawl(site, store, "CANON_LEARN=apply", "CANON_LEARN_RECHECK=0")
+    assert learned_view(store)
+    with sqlite3.connect(path) as database:
+        database.execute("DELETE FROM url_aliases")  # what the next crawl records, alone
+        # The rule on the whole host, /dest/ included (this site's evidence proves it for
+        # /list/* and /tag/* only: tests/test_learning_safety.py says why it stops there).
+        (rule_id,) = database.execute(
+            "SELECT id FROM param_rules WHERE param = 'view' AND state = ?", (APPLIED,)
+        ).fetchone()
+        database.execute("DELETE FROM param_rules WHERE param = 'view' AND id != ?", (rule_id,))
+        database.execute("UPDATE param_rules SET scope = '127.0.0.1' WHERE id = ?", (rule_id,))
     assert rules_in(store).get("127.0.0.1?view") == APPLIED
-    with sqlite3.connect(path) as database:  # what the next crawl records, alone
-        database.execute("DELETE FROM url_aliases")
     paths, log = crawl(site, store, "CANON_LEARN_RECHECK=0")  # keys with the applied rule
     reader = StoreReader.from_url(store)
     aliases = {alias["url"]: alias["key"] for alias in reader.url_aliases()}

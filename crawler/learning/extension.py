@@ -286,6 +286,13 @@ class ParamRuleLearning:
         merged_into = self.evidence.page(key)
         return merged_into is not None and self._picks(merged_into, url, dropped)
 
+    def _recheck_middleware(self) -> LearnedRuleRecheck | None:
+        """The crawl's re-check middleware (None before the engine exists, or without it)."""
+        try:
+            return self.crawler.get_spider_middleware(LearnedRuleRecheck)
+        except RuntimeError:  # no engine yet: a crawler made without a crawl
+            return None
+
     def dropped_queued(self, url: str, key: str) -> None:
         """A queued request for ``url`` was dropped because learned rules key it ``key``,
         already seen (:mod:`bloom_frontier.learning.gate`): remembered as merged, so a
@@ -295,7 +302,7 @@ class ParamRuleLearning:
         except InvalidURL:
             return
         dropped = tuple(sorted(names_of(plain) - names_of(key)))
-        recheck = self.crawler.get_spider_middleware(LearnedRuleRecheck)
+        recheck = self._recheck_middleware()
         if not dropped or recheck is None or self.evidence.page(plain) is not None:
             if dropped:
                 self.merged_links.add(key, url, dropped)
@@ -337,7 +344,7 @@ class ParamRuleLearning:
     def _send_recheck(self, merged_into: Page, url: str, names: tuple[str, ...]) -> bool:
         """Fetch the link ``url`` merged into ``merged_into`` anyway, marked for a re-check,
         if it was not fetched as itself nor re-checked and is in a stratum to sample."""
-        recheck = self.crawler.get_spider_middleware(LearnedRuleRecheck)
+        recheck = self._recheck_middleware()
         try:
             plain = dedupe_key(url, self.live.without_learned())
         except InvalidURL:
