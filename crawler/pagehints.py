@@ -28,8 +28,8 @@ _HEAD_LINKS = etree.XPath(HEAD_LINKS)
 _LINK_PARAM = re.compile(r';\s*([A-Za-z0-9!#$&+.^_`|~*-]+)\s*=\s*(?:"([^"]*)"|([^;,\s]*))')
 #: ``<meta name=...>`` whose content holds indexing directives for every crawler or Google's.
 ROBOTS_META_NAMES = frozenset({"robots", "googlebot"})
-ROBOTS_META = "//meta[@name and @content]"
-_ROBOTS_META = etree.XPath(ROBOTS_META)
+ROBOTS_TAGS = "//meta[@name and @content]"
+_ROBOTS_TAGS = etree.XPath(ROBOTS_TAGS)
 #: Directives that keep a page out of the index (``none`` is ``noindex, nofollow``).
 NOINDEX = frozenset({"noindex", "none"})
 #: ``X-Robots-Tag: googlebot: noindex``: a directive list scoped to one user agent.
@@ -84,9 +84,9 @@ def meta_noindex(response: TextResponse) -> bool:
     """The page's ``<meta name="robots">`` (or ``googlebot``) keeps it out of the index."""
     root = page_tree(response)
     metas = (
-        [meta.attrib for meta in response.xpath(ROBOTS_META)]
+        [meta.attrib for meta in response.xpath(ROBOTS_TAGS)]
         if root is None
-        else [meta.attrib for meta in _ROBOTS_META(root)]
+        else [meta.attrib for meta in _ROBOTS_TAGS(root)]
     )
     return any(
         (meta.get("name") or "").strip().lower() in ROBOTS_META_NAMES

@@ -387,7 +387,7 @@ def test_a_taken_or_bad_metrics_port_is_one_error_line(tmp_path: Path) -> None:
         line = one_error_line(crawl_without(None, tmp_path, "-s", f"METRICS_PORT={port}"))
     assert f"cannot serve metrics at http://127.0.0.1:{port}/metrics" in line
     line = one_error_line(crawl_without(None, tmp_path, "-s", "METRICS_PORT=metrics"))
-    assert "METRICS_PORT must be a port number" in line
+    assert "METRICS_PORT must be unset, or a port from 1 to 65535" in line  # the settings check
     line = one_error_line(crawl_without(None, tmp_path, "-s", "METRICS_PORT=1", "-s",
                                         "METRICS_ADDRESS=192.0.2.1"))  # fmt: skip
     assert "cannot serve metrics at http://192.0.2.1:1/metrics" in line
