@@ -19,6 +19,7 @@ from scrapy.utils.reactor import install_reactor
 from bloom_frontier.settings import TWISTED_REACTOR
 from tests.cluster import RedisClusterServers
 from tests.servers import RedisServer, Service, ServiceUnavailable
+from tests.webservers import ApacheServer, NginxServer
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
@@ -58,6 +59,18 @@ def serve(service: ServiceT, what: str) -> Iterator[ServiceT]:
         pytest.fail(f"cannot start {what}: {exc}", pytrace=False)
     yield service
     service.close()
+
+
+@pytest.fixture(scope="module")
+def nginx() -> Iterator[NginxServer]:
+    """One nginx for the module (installed first if missing); each test loads its export."""
+    yield from serve(NginxServer(), "nginx")
+
+
+@pytest.fixture(scope="module")
+def apache() -> Iterator[ApacheServer]:
+    """One Apache for the module (installed first if missing)."""
+    yield from serve(ApacheServer(), "Apache")
 
 
 @pytest.fixture(scope="session")

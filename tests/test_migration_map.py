@@ -17,7 +17,7 @@ import io
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +32,6 @@ from bloom_frontier.migration.answers import MigrationAnswer
 from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import PageRecord
 from bloom_frontier.pipelines.writer import StoreWriter
-from tests.conftest import serve
 from tests.httpserver import Page, TestServer, html
 from tests.redirect_server import crawl_site, scrapy
 from tests.test_redirect_maps import BROWSER_SERVICES, RESOURCE_PROBE, chromium
@@ -170,16 +169,6 @@ def test_jsonl_is_one_answer_per_old_document_from_the_two_stores(
         "migration-map: 10 old documents: 7 map entries (exact 2, near-content 2, merged 2, "
         "title 1), 2 removed, 1 ambiguous (for review), 0 not entries for another reason"
     )
-
-
-@pytest.fixture(scope="module")
-def nginx() -> Iterator[NginxServer]:
-    yield from serve(NginxServer(), "nginx")
-
-
-@pytest.fixture(scope="module")
-def apache() -> Iterator[ApacheServer]:
-    yield from serve(ApacheServer(), "Apache")
 
 
 def assert_served(

@@ -17,7 +17,6 @@ import json
 import re
 import subprocess
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +29,6 @@ from bloom_frontier.pipelines.records import FETCHED, PageRecord
 from bloom_frontier.pipelines.writer import StoreWriter
 from bloom_frontier.redirectmap.matching import dropped_param_pattern
 from tests.awkward_site import EXPECTED, NOT_ENTRIES, SECTION, SPIRAL, VARIANTS, awkward_site
-from tests.conftest import serve
 from tests.httpserver import TestServer
 from tests.record_builders import chain, hop
 from tests.redirect_server import crawl_site, scrapy
@@ -63,18 +61,6 @@ def export(store_url: str, fmt: str, *options: str) -> str:
 
 def jsonl(store_url: str, *options: str) -> list[dict]:
     return [json.loads(line) for line in export(store_url, "jsonl", *options).splitlines()]
-
-
-@pytest.fixture(scope="module")
-def nginx() -> Iterator[NginxServer]:
-    """One nginx for the module (installed first if missing); each test loads its export."""
-    yield from serve(NginxServer(), "nginx")
-
-
-@pytest.fixture(scope="module")
-def apache() -> Iterator[ApacheServer]:
-    """One Apache for the module (installed first if missing)."""
-    yield from serve(ApacheServer(), "Apache")
 
 
 def assert_redirects(

@@ -28,11 +28,10 @@ from bloom_frontier.migration.validate import MapRow, Rebase, base_origin
 from bloom_frontier.redirectmap.apache import write_apache
 from bloom_frontier.redirectmap.matching import Entry, request_key
 from bloom_frontier.redirectmap.nginx import write_nginx
-from tests.conftest import serve
 from tests.httpserver import Page, TestServer, html, redirect
 from tests.redirect_server import scrapy
 from tests.servers import free_port
-from tests.webservers import ApacheServer, NginxServer, _WebServer
+from tests.webservers import NginxServer, _WebServer
 
 OLD = "http://old.example"
 NEW = "http://new.example"
@@ -131,16 +130,6 @@ def site() -> Iterator[tuple[TestServer, TestServer]]:
     """The new site, and a page on a private host of its own."""
     with TestServer(new_site()) as new, TestServer(new_site(), host=PRIVATE_HOST) as private:
         yield new, private
-
-
-@pytest.fixture(scope="module")
-def nginx() -> Iterator[NginxServer]:
-    yield from serve(NginxServer(), "nginx")
-
-
-@pytest.fixture(scope="module")
-def apache() -> Iterator[ApacheServer]:
-    yield from serve(ApacheServer(), "Apache")
 
 
 def validate(map_path: Path, server: _WebServer, new: TestServer, *options: str):
