@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -24,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import bloom_frontier.metrics
 from tests.crawls import ROOT, SCRAPY, site_crawl_command
-from tests.httpserver import Page, TestServer, html
+from tests.httpserver import Page, Route, TestServer, html
 from tests.prometheus import PrometheusServer
 from tests.servers import RedisServer, ServiceUnavailable, free_port
 from tests.services import debian_tool
@@ -40,15 +41,47 @@ FIX = "pip install 'bloom-frontier[metrics]'"
 PROMETHEUS_OWN = {"up"}
 
 
-def site(pages: int) -> dict[str, Page]:
+#: Over the whole crawl: a worker's series goes stale once it exits.
+WHOLE_CRAWL = "10m"
+#: Seconds the crawl may be held open at most, waiting for Prometheus' scrapes.
+HOLD_TIMEOUT = 60.0
+#: Successful scrapes of each worker Prometheus must have taken while the crawl is held:
+#: the first may come before the other worker's first status record.
+SCRAPES_WHILE_HELD = 2
+
+
+def site(pages: int) -> dict[str, Route]:
     """A tree of ``pages`` pages, each linking to three more (a queue two workers share),
-    under ``/`` that also links to a page not on the site."""
-    routes = {
+    under ``/`` that also links to a page not on the site (``/gone``)."""
+    routes: dict[str, Route] = {
         f"/p/{i}": html(*(f"/p/{child}" for child in range(3 * i + 1, 3 * i + 4) if child < pages))
         for i in range(pages)
     }
     routes["/"] = html("/p/0", "/gone")
     return routes
+
+
+def held_site(pages: int, release: threading.Event) -> dict[str, Route]:
+    """:func:`site` whose ``/gone`` answers its 404 only once ``release`` is set: the crawl
+    cannot finish before Prometheus scraped its workers (Prometheus takes its first scrape
+    seconds after it starts, which a crawl this small may outlast)."""
+
+    def gone(path: str) -> None:
+        release.wait(HOLD_TIMEOUT)
+
+    return {**site(pages), "/gone": gone}
+
+
+def wait_for_scrapes(prometheus: PrometheusServer, workers: int, timeout: float) -> None:
+    """Wait until Prometheus scraped each of ``workers`` targets successfully
+    :data:`SCRAPES_WHILE_HELD` times (its own ``up`` series, not the workers' figures)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        scraped = prometheus.query(f'sum_over_time(up{{job="{JOB}"}}[{WHOLE_CRAWL}])')
+        if len(scraped) == workers and min(scraped.values()) >= SCRAPES_WHILE_HELD:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"Prometheus did not scrape the {workers} workers in {timeout} s")
 
 
 def scrape(port: int) -> str | None:
@@ -131,7 +164,8 @@ def scraped_crawl(
         prometheus.close()
         pytest.fail(f"cannot start Prometheus: {exc}", pytrace=False)
     try:
-        with TestServer(site(60), delay=0.2) as server:
+        release = threading.Event()
+        with TestServer(held_site(60, release), delay=0.2) as server:
             workers = [start_worker(f"{server.url}/", store, redis_url, port) for port in ports]
             try:
                 live = None
@@ -143,10 +177,13 @@ def scraped_crawl(
                         break
                     time.sleep(0.2)
                 assert live is not None, "the first worker never served /metrics"
+                wait_for_scrapes(prometheus, len(workers), HOLD_TIMEOUT)
+                release.set()
                 for worker in workers:
                     _, stderr = worker.communicate(timeout=180)
                     assert worker.returncode == 0, stderr[-3000:]
             finally:
+                release.set()
                 for worker in workers:
                     worker.kill()
             served = server.paths()
@@ -156,10 +193,6 @@ def scraped_crawl(
         yield ScrapedCrawl(prometheus, served, live, status, crawl_metrics.stdout)
     finally:
         prometheus.close()
-
-
-#: Over the whole crawl: a worker's series goes stale once it exits.
-WHOLE_CRAWL = "10m"
 
 
 def whole_crawl_sum(prometheus: PrometheusServer, metric: str, by: str = "") -> float:
@@ -202,8 +235,10 @@ def test_prometheus_reads_the_crawl_wide_view_from_the_workers(
     assert last == status["pages"] > 0
     keys = prometheus.scalar(f"max(max_over_time(bloom_frontier_seen_filter_keys[{WHOLE_CRAWL}]))")
     assert keys == status["seen_keys"] == 62  # /, /gone and /p/0 ... /p/59
-    # (bloom_frontier_crawl_workers_alive read 0 throughout in two whole-suite runs, 2 when
-    # the file runs alone: left out here until the gauge's reading is fixed; see the stop's note.)
+    workers = prometheus.scalar(
+        f"max(max_over_time(bloom_frontier_crawl_workers_alive[{WHOLE_CRAWL}]))"
+    )
+    assert workers == 2
 
 
 def test_the_alerting_rules_load_and_are_evaluated_in_prometheus(
