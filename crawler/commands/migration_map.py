@@ -31,21 +31,21 @@ from sqlalchemy import exc as sql_errors
 
 from bloom_frontier.canonical.rules import RuleSet, rules_from_settings
 from bloom_frontier.commands._failures import CommandFailed, fails_cleanly
-from bloom_frontier.commands._records import add_format_option
+from bloom_frontier.commands._records import add_format_option, add_max_regex_option
 from bloom_frontier.migration.answers import MigrationAnswer
 from bloom_frontier.migration.formats import (
     ANSWER_COLUMNS,
     FORMATS,
+    server_rows,
     write_review_csv,
     write_review_page,
-    write_server_map,
 )
 from bloom_frontier.migration.review import ReviewError, apply_review, read_review
 from bloom_frontier.pipelines.database import StoreMissing
 from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import write_rows
 from bloom_frontier.redirectmap.matching import Unmatchable, request_key
-from bloom_frontier.redirectmap.nginx import DEFAULT_MAX_REGEX
+from bloom_frontier.redirectmap.servermap import write_server_map
 
 #: ``match_sites(old, new, progress)``: one answer per old document.
 Matcher = Callable[[StoreReader, StoreReader, Callable[[str], None] | None], list[MigrationAnswer]]
@@ -287,13 +287,7 @@ class Command(ScrapyCommand):
             "--host",
             help="the host the new site is deployed on, when it was crawled on another (staging)",
         )
-        parser.add_argument(
-            "--max-regex",
-            metavar="N",
-            type=int,
-            default=DEFAULT_MAX_REGEX,
-            help=f"nginx: at most this many regex entries (default {DEFAULT_MAX_REGEX})",
-        )
+        add_max_regex_option(parser)
 
     @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -369,11 +363,7 @@ class Command(ScrapyCommand):
             written = datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%d %H:%M UTC")
             write_review_page(answers, out, site, f"report written {written}", decisions)
         else:
-            known = []
-            for url in known_urls:
-                with contextlib.suppress(Unmatchable):
-                    known.append(request_key(url, rules))
-            for problem in write_server_map(
-                answers, opts.format, out, rules, known, opts.max_regex
-            ):
+            rows = server_rows(answers, rules)
+            written = write_server_map(rows, opts.format, out, rules, known_urls, opts.max_regex)
+            for problem in written.left_out:
                 say(problem)

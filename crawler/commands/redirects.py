@@ -19,8 +19,6 @@ Whatever a server format has to leave out is said on stderr, one line each.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import csv
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -31,12 +29,13 @@ from scrapy.commands import ScrapyCommand
 
 from bloom_frontier.canonical.rules import rules_from_settings
 from bloom_frontier.commands._failures import fails_cleanly
-from bloom_frontier.commands._records import add_format_option, reading_store
+from bloom_frontier.commands._records import (
+    add_format_option,
+    add_max_regex_option,
+    reading_store,
+)
 from bloom_frontier.pipelines.reader import StoredChain
 from bloom_frontier.pipelines.records import write_rows
-from bloom_frontier.redirectmap.apache import write_apache
-from bloom_frontier.redirectmap.matching import Unmatchable, request_key, server_entries
-from bloom_frontier.redirectmap.nginx import DEFAULT_MAX_REGEX, write_nginx
 from bloom_frontier.redirectmap.report import canonical_judge, write_report
 from bloom_frontier.redirectmap.semantics import (
     COLUMNS,
@@ -44,6 +43,7 @@ from bloom_frontier.redirectmap.semantics import (
     own_hosts,
     redirect_sources,
 )
+from bloom_frontier.redirectmap.servermap import write_server_map
 from bloom_frontier.shorteners import shorteners_from_settings
 
 FORMATS = ("jsonl", "csv", "bulk", "nginx", "apache", "html", "hops")
@@ -116,12 +116,7 @@ class Command(ScrapyCommand):
             default=[],
             help="one more of the crawl's own hosts (e.g. an old host that only redirects)",
         )
-        parser.add_argument(
-            "--max-regex",
-            type=int,
-            default=DEFAULT_MAX_REGEX,
-            help=f"nginx: at most this many regex entries (default {DEFAULT_MAX_REGEX})",
-        )
+        add_max_regex_option(parser)
 
     @fails_cleanly
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -151,23 +146,12 @@ class Command(ScrapyCommand):
             site = ", ".join(sorted(own_hosts(chains, pages, options.hosts, options.shorteners)))
             write_report(rows, hints, canonical_judge(chains, pages), out, site, dated(chains))
             return
-        entries, problems = server_entries(rows, rules)
-        if opts.format == "bulk":
-            writer = csv.writer(out, lineterminator="\n")
-            writer.writerow(("source", "target", "status"))
-            writer.writerows((entry.source, entry.target, entry.status) for entry in entries)
-        elif opts.format == "apache":
-            write_apache(entries, out, rules)
-        else:
-            known = []
-            for page in pages:
-                with contextlib.suppress(Unmatchable):
-                    known.append(request_key(str(page["final_url"]), rules))
-            planned = write_nginx(entries, out, known, opts.max_regex, rules)
-            problems += planned.left_out
+        served = [str(page["final_url"]) for page in pages]
+        written = write_server_map(rows, opts.format, out, rules, served, opts.max_regex)
+        if written.regex_count is not None:
             print(
-                f"redirects: {planned.regex_count} regex entries written (cap {opts.max_regex})",
+                f"redirects: {written.regex_count} regex entries written (cap {opts.max_regex})",
                 file=sys.stderr,
             )
-        for problem in problems:
+        for problem in written.left_out:
             print(f"redirects: {problem}", file=sys.stderr)

@@ -4,9 +4,10 @@
 * ``csv``: the same for review (:data:`REVIEW_COLUMNS`, a ``decision`` and a ``note`` column
   for the reviewer, then the reviewer's own columns of a ``--reviewed`` file), read back by
   :mod:`bloom_frontier.migration.review`;
-* ``bulk``, ``nginx``, ``apache``: the entries only, through the writers of ``scrapy
-  redirects`` (:func:`server_rows` makes each entry a one-hop :class:`SourceRow`, so sources
-  are matched, collapsed and checked exactly as a redirect map's are);
+* ``bulk``, ``nginx``, ``apache``: the entries only, through ``scrapy redirects``' writer
+  (:func:`~bloom_frontier.redirectmap.servermap.write_server_map`; :func:`server_rows` makes
+  each entry a one-hop :class:`SourceRow`, so sources are matched, collapsed and checked
+  exactly as a redirect map's are);
 * ``html``: one self-contained review page (:func:`write_review_page`), sortable and
   filterable as the redirect audit report is, with the same counts a script gets from the
   jsonl (:data:`CATEGORIES`).
@@ -14,7 +15,6 @@
 
 from __future__ import annotations
 
-import csv
 import html
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,9 +23,6 @@ from typing import Any, TextIO
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
 from bloom_frontier.migration.answers import METHODS, MigrationAnswer
 from bloom_frontier.pipelines.records import FETCHED, write_rows
-from bloom_frontier.redirectmap.apache import write_apache
-from bloom_frontier.redirectmap.matching import RequestKey, server_entries
-from bloom_frontier.redirectmap.nginx import DEFAULT_MAX_REGEX, write_nginx
 from bloom_frontier.redirectmap.report import (
     SCRIPT,
     STYLE,
@@ -104,30 +101,6 @@ def server_rows(
             )
         )  # fmt: skip
     return rows
-
-
-def write_server_map(
-    answers: Iterable[MigrationAnswer],
-    fmt: str,
-    out: TextIO,
-    rules: RuleSet = DEFAULT_RULES,
-    known_urls: Iterable[RequestKey] = (),
-    max_regex: int = DEFAULT_MAX_REGEX,
-) -> list[str]:
-    """Write the ``bulk``, ``nginx`` or ``apache`` map of the entries; return what was left
-    out and why (``known_urls``: the crawls' other URLs, for nginx's case twins)."""
-    entries, problems = server_entries(server_rows(answers, rules), rules)
-    if fmt == "bulk":
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(("source", "target", "status"))
-        writer.writerows((entry.source, entry.target, entry.status) for entry in entries)
-    elif fmt == "apache":
-        write_apache(entries, out, rules)
-    elif fmt == "nginx":
-        problems += write_nginx(entries, out, known_urls, max_regex, rules).left_out
-    else:
-        raise ValueError(f"not a server format: {fmt!r}")
-    return problems
 
 
 #: (id, title, what it means, which answers belong to it): each a function of the jsonl's
