@@ -25,11 +25,11 @@ from bloom_frontier.migration.answers import METHODS, MigrationAnswer
 from bloom_frontier.pipelines.records import FETCHED, write_rows
 from bloom_frontier.redirectmap.report import (
     SCRIPT,
-    STYLE,
     Markup,
-    _bar_chart,
-    _section,
-    _table,
+    bar_chart_svg,
+    category_section,
+    html_table,
+    page_head,
 )
 from bloom_frontier.redirectmap.semantics import SourceRow, as_uri, without_dropped_params
 
@@ -194,8 +194,8 @@ def write_review_page(
     for ident, title, text, member in CATEGORIES:
         members = [answer for answer in answers if member(answer)]
         counts[ident] = len(members)
-        table = _table(HEADERS, _body(members, decisions), {0, 1, 4, 7})
-        sections.append(_section(ident, title, text, len(members), table))
+        table = html_table(HEADERS, _body(members, decisions), {0, 1, 4, 7})
+        sections.append(category_section(ident, title, text, len(members), table))
     methods = Counter(answer.method for answer in answers)
     method_bars = [(method, methods[method]) for method in METHODS if methods[method]]
     bands = Counter(_band(answer.confidence) for answer in answers if answer.entry)
@@ -208,11 +208,7 @@ def write_review_page(
     )
     title = f"Migration review: {site}" if site else "Migration review"
     out.write(
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>"
-        + (f'<p class="lede">{html.escape(dated)}</p>' if dated else "")
+        page_head(title, dated)
         + f'<p class="lede">{len(answers)} old documents; {counts["entries"]} are map entries '
         "(<code>scrapy migration-map --format nginx|apache|bulk</code>). Review with "
         "<code>--format csv</code>: fill its decision column and feed it back with "
@@ -221,8 +217,8 @@ def write_review_page(
         '<p><input id="filter" type="search" placeholder="Filter the rows: any URL, method or '
         'reason" aria-label="Filter the rows"></p>'
         '<div class="charts">'
-        f"{_bar_chart('How each old document was matched', method_bars, '#3b6fd8')}"
-        f"{_bar_chart('Confidence of the entries', band_bars, '#1b7f3b')}"
+        f"{bar_chart_svg('How each old document was matched', method_bars, '#3b6fd8')}"
+        f"{bar_chart_svg('Confidence of the entries', band_bars, '#1b7f3b')}"
         "</div>" + "".join(sections) + f"<script>{SCRIPT}</script></body></html>\n"
     )
     return counts

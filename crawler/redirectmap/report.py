@@ -310,7 +310,7 @@ filter.addEventListener("input", function () {
 """
 
 
-def _bar_chart(title: str, counts: list[tuple[str, int]], color: str) -> str:
+def bar_chart_svg(title: str, counts: list[tuple[str, int]], color: str) -> str:
     """A horizontal bar chart as inline SVG."""
     width, bar, gap, label = 420, 18, 6, 110
     top = max([count for _, count in counts] + [1])
@@ -347,7 +347,9 @@ def _cell(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
-def _table(headers: list[str], body: list[list[Any]], url_columns: set[int]) -> str:
+def html_table(headers: list[str], body: list[list[Any]], url_columns: set[int]) -> str:
+    """A table of ``body``'s first :data:`MAX_LISTED` rows (a note counting the rest),
+    ``url_columns`` styled as URLs (they may break anywhere)."""
     cells = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     lines = [f"<table><thead><tr>{cells}</tr></thead><tbody>"]
     for values in body[:MAX_LISTED]:
@@ -367,7 +369,7 @@ def _row_count(count: int) -> str:
     return f"{count} row" if count == 1 else f"{count} rows"
 
 
-def _section(
+def category_section(
     ident: str, title: str, text: str, count: int, table: str, listed: int | None = None
 ) -> str:
     """A category: its title and count (of export rows), and its table, folded; ``listed``:
@@ -381,6 +383,17 @@ def _section(
         f'<p class="lede">{html.escape(text)}</p>'
         + (f"<details><summary>{folded}</summary>{table}</details>" if count else "")
         + "</section>"
+    )
+
+
+def page_head(title: str, dated: str = "") -> str:
+    """A report page up to its heading (the inline style included) and ``dated`` under it."""
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1>"
+        + (f'<p class="lede">{html.escape(dated)}</p>' if dated else "")
     )
 
 
@@ -429,8 +442,8 @@ def write_report(
         members = [row for row in data if member(row)]
         counts[ident] = len(members)
         body = _source_rows(members, arrived_from)
-        table = _table(headers, body, {0, 1, 2, 4})
-        sections.append(_section(ident, title, text, len(members), table, len(body)))
+        table = html_table(headers, body, {0, 1, 2, 4})
+        sections.append(category_section(ident, title, text, len(members), table, len(body)))
     groups = variant_groups(data)
     counts["variants"] = len(groups)
     body = [
@@ -438,13 +451,13 @@ def write_report(
         for group in groups
     ]
     sections.append(
-        _section(
+        category_section(
             "variants",
             "Sources that are variants of one page",
             "Several source URLs with one dedupe key (parameter order, tracking parameters, "
             "scheme or host spelling): one map entry serves them all.",
             len(groups),
-            _table(["dedupe key", "sources", "source URLs"], body, {0, 2}),
+            html_table(["dedupe key", "sources", "source URLs"], body, {0, 2}),
         )
     )
     problems = canonical_problems(hints, judge)
@@ -454,13 +467,13 @@ def write_report(
         for hint, problem in problems
     ]
     sections.append(
-        _section(
+        category_section(
             "canonical",
             "Canonical hints pointing at a redirect or a non-200 URL",
             "The page names as canonical a URL that redirects or does not answer 200: "
             "point it at the final URL.",
             len(problems),
-            _table(["page", "canonical", "problem", "use instead"], body, {0, 1, 3}),
+            html_table(["page", "canonical", "problem", "use instead"], body, {0, 1, 3}),
         )
     )
     entries = sum(1 for row in rows if row.entry)
@@ -482,19 +495,15 @@ def write_report(
     )
     title = f"Redirect audit: {site}" if site else "Redirect audit"
     out.write(
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>"
-        + (f'<p class="lede">{html.escape(dated)}</p>' if dated else "")
+        page_head(title, dated)
         + f'<p class="lede">{len(rows)} redirect sources; {entries} are map entries '
         "(see <code>scrapy redirects --format nginx|apache|bulk</code>).</p>"
         f'<div class="summary">{summary}</div>'
         '<p><input id="filter" type="search" placeholder="Filter the rows: any URL, status or '
         'reason" aria-label="Filter the rows"></p>'
         '<div class="charts">'
-        f"{_bar_chart('Chain length (hops from each source)', length_bars, '#3b6fd8')}"
-        f"{_bar_chart('Status mix (every redirect hop)', mix_bars, '#d8893b')}"
+        f"{bar_chart_svg('Chain length (hops from each source)', length_bars, '#3b6fd8')}"
+        f"{bar_chart_svg('Status mix (every redirect hop)', mix_bars, '#d8893b')}"
         "</div>" + "".join(sections) + f"<script>{SCRIPT}</script></body></html>\n"
     )
     return counts
