@@ -40,7 +40,8 @@ HOST_CLASSES = ("shortener", "configured", "other")
 
 
 class MetricsSetupError(ValueError):
-    """``METRICS_*`` settings a worker cannot serve metrics with; the message says which."""
+    """An endpoint a worker cannot serve metrics at (the port taken, the address not this
+    machine's); the message says which."""
 
 
 @dataclass(frozen=True)
@@ -59,32 +60,20 @@ class Endpoint:
 
 def endpoint_from_settings(settings: BaseSettings) -> Endpoint | None:
     """The endpoint ``METRICS_PORT``, ``METRICS_ADDRESS`` and ``METRICS_LINGER`` describe;
-    None when ``METRICS_PORT`` is unset (no endpoint). :class:`MetricsSetupError` for a
-    value that is not one."""
+    None when ``METRICS_PORT`` is unset (no endpoint). The values are the ones
+    :func:`bloom_frontier.validation.check_settings` allowed before the crawl started."""
     port = settings.get("METRICS_PORT")
     if port in (None, ""):
         return None
-    try:
-        number = int(port)
-    except (TypeError, ValueError):
-        number = -1
-    if not 0 < number < 65536:
-        raise MetricsSetupError(f"METRICS_PORT must be a port number (1-65535), got {port!r}")
-    try:
-        linger = settings.getfloat("METRICS_LINGER")
-    except ValueError:
-        linger = -1.0
-    if not 0 <= linger < float("inf"):
-        raise MetricsSetupError(
-            f"METRICS_LINGER must be seconds (0 or more), got {settings.get('METRICS_LINGER')!r}"
-        )
-    return Endpoint(str(settings.get("METRICS_ADDRESS")), number, linger)
+    return Endpoint(
+        str(settings.get("METRICS_ADDRESS")), int(port), settings.getfloat("METRICS_LINGER")
+    )
 
 
 def check_metrics_setup(settings: BaseSettings) -> None:
-    """Before a crawl starts: the endpoint's settings are valid, the ``[metrics]`` extra is
-    installed (:class:`~bloom_frontier.extras.MissingExtra`) and the address and port can be
-    listened on (:class:`MetricsSetupError`: taken, or not an address of this machine)."""
+    """Before a crawl starts (after the settings check): the ``[metrics]`` extra is installed
+    (:class:`~bloom_frontier.extras.MissingExtra`) and the address and port can be listened
+    on (:class:`MetricsSetupError`: taken, or not an address of this machine)."""
     endpoint = endpoint_from_settings(settings)
     if endpoint is None:
         return
