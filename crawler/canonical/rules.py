@@ -450,7 +450,7 @@ class KeyExplanation:
     rules_fired: tuple[str, ...]
 
 
-def _rewrite_path(path: str, rules: RuleSet, rule: HostRule | None, fired: list[str] | None) -> str:
+def rewrite_path(path: str, rules: RuleSet, rule: HostRule | None, fired: list[str] | None) -> str:
     """``path`` without session path parameters and slash runs."""
     if ";" in path and rules._path_session is not None:
 
@@ -542,7 +542,7 @@ def _apply_rules(
     rule = info.rule if info.page_host is None else rules._lookup(info.page_host, path)
     rewritten = canonical
     if path_changes or query_changes:
-        new_path = _rewrite_path(path, rules, rule, fired) if path_changes else path
+        new_path = rewrite_path(path, rules, rule, fired) if path_changes else path
         if new_path != path and info.page_host is not None:
             rule = rules._lookup(info.page_host, new_path)
         new_query = _rewrite_query(query, rules, rule, fired) if query_changes else query

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from bloom_frontier.canonical import InvalidURL
-from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, _rewrite_path
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rewrite_path
 from bloom_frontier.canonical.structural import canonicalize
 from bloom_frontier.content.fingerprint import NUM_PERM, SOFT_404
 from bloom_frontier.content.lsh import BandIndex
@@ -184,7 +184,7 @@ def document_url(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
     parts = urlsplit(kept)
     if "//" in parts.path or ";" in parts.path:  # as the dedupe key reads the path
         rule = rules.rule_for(parts.netloc.lower(), parts.path or "/")
-        kept = parts._replace(path=_rewrite_path(parts.path, rules, rule, None)).geturl()
+        kept = parts._replace(path=rewrite_path(parts.path, rules, rule, None)).geturl()
     return as_uri(kept)
 
 
