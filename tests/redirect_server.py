@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,18 +204,22 @@ def crawl_site(
     *options: str,
     redis_url: str | None = None,
     clean_log: bool = True,
+    handlers: str = SPY_HANDLERS,
+    extra_env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``scrapy crawl site`` from ``start_url`` into ``store_url``, with every connection
-    attempt logged by :class:`SpyDownloadHandler`; the crawl must succeed (and, with
-    ``clean_log``, log no traceback through the project's code)."""
+    attempt logged by :class:`SpyDownloadHandler` (or the spies ``handlers`` names, e.g.
+    :data:`tests.handler_spies.HANDLERS`), ``extra_env`` added to its environment; the crawl
+    must succeed (and, with ``clean_log``, log no traceback through the project's code)."""
     env = {key: value for key, value in os.environ.items() if key not in {"REDIS_URL", "STORE_URL"}}
     env[SPY_LOG_ENV] = str(spy_log)
+    env.update(extra_env or {})
     if redis_url:
         env["REDIS_URL"] = redis_url
     result = scrapy(
         "crawl", "site", "-a", f"start_url={start_url}",
         "-s", f"STORE_URL={store_url}",
-        "-s", f"DOWNLOAD_HANDLERS={SPY_HANDLERS}",
+        "-s", f"DOWNLOAD_HANDLERS={handlers}",
         *options,
         env=env,
     )  # fmt: skip

@@ -4,12 +4,23 @@ redirect target."""
 
 from __future__ import annotations
 
-import os
+import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from tests.handler_spies import HANDLERS, SPY_ALLOW_ENV
 from tests.httpserver import Page, TestServer, html
-from tests.redirect_server import SPY_LOG_ENV, scrapy, spy_hosts
+from tests.redirect_server import crawl_site, spy_hosts
+
+
+def guarded_crawl(
+    start_url: str, tmp_path: Path, extra_env: Mapping[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """A crawl from ``start_url`` whose every connection attempt the http11 spy logs to
+    ``tmp_path/spy.log`` (it reaches only the hosts ``extra_env``'s ``SPY_ALLOW`` names)."""
+    store = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    spy_log = tmp_path / "spy.log"
+    return crawl_site(start_url, store, spy_log, handlers=HANDLERS["http11"], extra_env=extra_env)
 
 
 def test_cookie_handling_never_fetches_the_public_suffix_list(tmp_path: Path) -> None:
@@ -19,22 +30,12 @@ def test_cookie_handling_never_fetches_the_public_suffix_list(tmp_path: Path) ->
     cookie = Page(html("/next").body, headers={"Set-Cookie": "sid=1; Domain=localhost; Path=/"})
     cache = tmp_path / "tldextract-cache"
     with TestServer({"/": cookie, "/next": html()}) as site:
-        env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
-        env.update(
-            {
-                "TLDEXTRACT_CACHE": str(cache),
-                SPY_LOG_ENV: str(tmp_path / "spy.log"),
-                SPY_ALLOW_ENV: "localhost",
-            }
+        result = guarded_crawl(
+            f"http://localhost:{site.port}/",
+            tmp_path,
+            {"TLDEXTRACT_CACHE": str(cache), SPY_ALLOW_ENV: "localhost"},
         )
-        result = scrapy(
-            "crawl", "site", "-a", f"start_url=http://localhost:{site.port}/",
-            "-s", f"STORE_URL=sqlite:///{tmp_path / 'store.sqlite'}",
-            "-s", f"DOWNLOAD_HANDLERS={HANDLERS['http11']}",
-            env=env,
-        )  # fmt: skip
         hits = site.paths()
-    assert result.returncode == 0, result.stderr[-3000:]
     assert "/next" in hits  # the cookie was handled, the crawl went on
     assert set(spy_hosts(tmp_path / "spy.log")) == {"localhost"}
     assert "Public Suffix List" not in result.stderr
@@ -63,16 +64,8 @@ def test_robots_txt_of_a_redirect_target_passes_the_guard(tmp_path: Path) -> Non
                 "/page": html(title="must never be fetched"),
             }
         )
-        env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
-        env.update({SPY_LOG_ENV: str(tmp_path / "spy.log"), SPY_ALLOW_ENV: "127.0.0.1,localhost"})
-        result = scrapy(
-            "crawl", "site", "-a", f"start_url={site.url}/",
-            "-s", f"STORE_URL=sqlite:///{tmp_path / 'store.sqlite'}",
-            "-s", f"DOWNLOAD_HANDLERS={HANDLERS['http11']}",
-            env=env,
-        )  # fmt: skip
+        result = guarded_crawl(f"{site.url}/", tmp_path, {SPY_ALLOW_ENV: "127.0.0.1,localhost"})
         hits = site.paths()
-    assert result.returncode == 0, result.stderr[-3000:]
     log = (tmp_path / "spy.log").read_text()
     assert f"localhost\thttp://localhost:{site.port}/robots.txt" in log  # asked for, and
     assert hits.count("/robots.txt") == 1  # only the start host's reached the server
