@@ -43,8 +43,9 @@ PROMETHEUS_OWN = {"up"}
 
 #: Over the whole crawl: a worker's series goes stale once it exits.
 WHOLE_CRAWL = "10m"
-#: Seconds the crawl may be held open at most, waiting for Prometheus' scrapes.
-HOLD_TIMEOUT = 60.0
+#: Seconds the crawl may be held open at most, waiting for Prometheus' scrapes: less than
+#: the held download's DOWNLOAD_TIMEOUT (30 s), so that it is never retried.
+HOLD_TIMEOUT = 20.0
 #: Successful scrapes of each worker Prometheus must have taken while the crawl is held:
 #: the first may come before the other worker's first status record.
 SCRAPES_WHILE_HELD = 2
