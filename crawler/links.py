@@ -40,7 +40,7 @@ from w3lib.html import strip_html5_whitespace
 from w3lib.url import canonicalize_url, safe_url_string
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable
+    from collections.abc import Callable, Hashable
 
     from scrapy.http import TextResponse
 
@@ -100,7 +100,7 @@ def _names(scan: Any) -> frozenset[str] | None:
     return frozenset(name for name in allowed if name not in denied)
 
 
-class _Page:
+class LinkPage:
     """What a page's links resolve against, parsed once (:func:`resolution_key`)."""
 
     __slots__ = (
@@ -129,7 +129,7 @@ class _Page:
         self.page_url: str | None = None
 
 
-def resolution_key(page: _Page, href: str) -> Hashable:
+def resolution_key(page: LinkPage, href: str) -> Hashable:
     """What Scrapy's resolution of the stripped ``href`` on ``page`` depends on (``urljoin``
     on the base, ``safe_url_string`` in the page's encoding, ``urljoin`` on the response's
     URL): a path's, the base's scheme, authority and path segments but the last (what
@@ -140,6 +140,39 @@ def resolution_key(page: _Page, href: str) -> Hashable:
     if _ABSOLUTE_HREF.match(href):
         return (page.scheme, href)
     return (page.full, href)
+
+
+def resolve_by_parts(
+    href: str, page: LinkPage, whole: Callable[[str, LinkPage], str | None]
+) -> str | None:
+    """``whole(href, page)`` (a resolution of ``href`` that ``urljoin`` starts, None for a
+    link skipped), from ``whole`` of its part before ``#`` when its fragment is kept as it
+    is: a page's ``#fragment`` links and ``page.html#section`` links cost one resolution."""
+    cut = href.find("#")
+    if cut >= 0 and _PLAIN_FRAGMENT.match(href, cut + 1):
+        joined = _with_fragment(href, cut, page, whole)
+        if joined is not None:
+            return joined
+    return whole(href, page)
+
+
+def _with_fragment(
+    href: str, cut: int, page: LinkPage, whole: Callable[[str, LinkPage], str | None]
+) -> str | None:
+    """``href``'s URL from the one its part before ``#`` resolves to (remembered for a
+    page's ``#fragment`` links), when that part resolves and its end is not one the URL
+    parser strips (a space or control character); else None."""
+    if cut == 0:
+        if page.page_url is None:
+            url = whole(href, page)
+            if url is not None and url.endswith(href):
+                page.page_url = url[: -len(href)]
+            return url
+        return page.page_url + href
+    if href[cut - 1] <= " ":
+        return None
+    url = whole(href[:cut], page)
+    return None if url is None else url + href[cut:]
 
 
 class LinkExtractor(LxmlLinkExtractor):
@@ -189,7 +222,7 @@ class LinkExtractor(LxmlLinkExtractor):
             roots = [response.selector.root]
         if not all(hasattr(root, "iter") for root in roots):
             return super().extract_links(response)
-        page = _Page(get_base_url(response), response.url, response.encoding)
+        page = LinkPage(get_base_url(response), response.url, response.encoding)
         unique = self.link_extractor.unique
         every: list[Link] = []
         for root in roots:
@@ -200,7 +233,7 @@ class LinkExtractor(LxmlLinkExtractor):
         # One root's links are unique already (:meth:`_allowed_links`).
         return unique_list(every, key=_url_of) if unique and len(roots) > 1 else every
 
-    def _links_of(self, root: Any, page: _Page) -> list[Link]:
+    def _links_of(self, root: Any, page: LinkPage) -> list[Link]:
         """``LxmlParserLinkExtractor._extract_links`` before its de-duplication."""
         links: list[Link] = []
         if not self._iter_tags or not self._attrs:
@@ -229,34 +262,13 @@ class LinkExtractor(LxmlLinkExtractor):
                 )
         return links
 
-    def _resolve(self, value: str, page: _Page) -> str | None:
+    def _resolve(self, value: str, page: LinkPage) -> str | None:
         """The URL Scrapy makes of the attribute ``value`` on ``page``; None for a link it
         skips."""
         href = strip_html5_whitespace(value) if self.link_extractor.strip else value
-        cut = href.find("#")
-        if cut >= 0 and _PLAIN_FRAGMENT.match(href, cut + 1):
-            joined = self._with_fragment(href, cut, page)
-            if joined is not None:
-                return joined
-        return self._resolve_whole(href, page)
+        return resolve_by_parts(href, page, self._resolve_whole)
 
-    def _with_fragment(self, href: str, cut: int, page: _Page) -> str | None:
-        """``href``'s URL from the one its part before ``#`` resolves to (remembered for a
-        page's ``#fragment`` links), when that part resolves and its end is not one the
-        URL parser strips (a space or control character); else None."""
-        if cut == 0:
-            if page.page_url is None:
-                url = self._resolve_whole(href, page)
-                if url is not None and url.endswith(href):
-                    page.page_url = url[: -len(href)]
-                return url
-            return page.page_url + href
-        if href[cut - 1] <= " ":
-            return None
-        url = self._resolve_whole(href[:cut], page)
-        return None if url is None else url + href[cut:]
-
-    def _resolve_whole(self, href: str, page: _Page) -> str | None:
+    def _resolve_whole(self, href: str, page: LinkPage) -> str | None:
         """:meth:`_resolve_anew`, remembered under :func:`resolution_key`."""
         key = resolution_key(page, href)
         memo = self._resolved
@@ -272,7 +284,7 @@ class LinkExtractor(LxmlLinkExtractor):
         return url  # type: ignore[no-any-return]
 
     @staticmethod
-    def _resolve_anew(href: str, page: _Page) -> Any:
+    def _resolve_anew(href: str, page: LinkPage) -> Any:
         """Scrapy's steps (``LxmlParserLinkExtractor._extract_links``): the URL, False for
         a bogus link, :data:`_BAD` for one ``safe_url_string`` refuses."""
         try:
