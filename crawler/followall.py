@@ -46,6 +46,7 @@ from bloom_frontier.frontier.keys import send_request_dropped
 from bloom_frontier.learning.recheck import LearnedRuleRecheck
 from bloom_frontier.links import MEMO_CAPACITY, LinkPage, resolution_key, resolve_by_parts
 from bloom_frontier.services import services_of
+from bloom_frontier.userspiders import link_key
 
 if TYPE_CHECKING:
     from collections.abc import Hashable
@@ -174,7 +175,7 @@ class FollowAllResponses:
         try:
             for href in hrefs:
                 url = self.join(page, href)
-                key = keyer.link_key(url) if utf8 or url.isascii() else None
+                key = link_key(keyer, url) if utf8 or url.isascii() else None
                 if key is not None and frontier.seen_link(url, key):
                     dropped.append((url, key))
                     continue

@@ -88,6 +88,16 @@ def _kept_in_fragments() -> str:
 _PLAIN_FRAGMENT = re.compile(f"[{re.escape(_kept_in_fragments())}]+\\Z")
 
 
+def before_plain_fragment(url: str) -> str:
+    """``url`` less its fragment when every step keeps that fragment as it is and apart
+    (``url`` otherwise): ``safe_url_string`` gives the rest alike, so a dedupe key, which
+    drops the fragment, is the same."""
+    cut = url.find("#")
+    if cut > 0 and url[cut - 1] > " " and _PLAIN_FRAGMENT.match(url, cut + 1):
+        return url[:cut]
+    return url
+
+
 def _names(scan: Any) -> frozenset[str] | None:
     """The tag or attribute names a plain extractor's ``scan_tag`` / ``scan_attr`` accepts
     (its ``tags`` less its ``deny_tags``), None if it accepts ``*`` or is not the plain

@@ -36,7 +36,7 @@ from scrapy.spiders import CrawlSpider, Rule
 from bloom_frontier.compat import crawl_spider_request, crawl_spider_rules
 from bloom_frontier.frontier.keys import send_request_dropped
 from bloom_frontier.learning.recheck import LearnedRuleRecheck
-from bloom_frontier.links import LinkExtractor, fast_extractor
+from bloom_frontier.links import LinkExtractor, before_plain_fragment, fast_extractor
 from bloom_frontier.services import services_of
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from scrapy.link import Link
 
+    from bloom_frontier.frontier.keys import RequestKeyer
     from bloom_frontier.services import CrawlServices
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,12 @@ _DEFAULT_RULE = Rule()
 #: The methods a CrawlSpider follows its rules' links with: overridden, the links a rule
 #: extracts may become requests otherwise.
 _FOLLOWING = ("_requests_to_follow", "_build_request", "parse_with_rules", "_parse_response")
+
+
+def link_key(keyer: RequestKeyer, url: str) -> str | None:
+    """``keyer.link_key(url)``, asked of ``url`` before a plain fragment: one keying for a
+    page's every ``#section`` link (:func:`bloom_frontier.links.before_plain_fragment`)."""
+    return keyer.link_key(before_plain_fragment(url))
 
 
 def drops_early(spider: CrawlSpider, rules: list[Rule]) -> bool:
@@ -174,7 +181,7 @@ class CrawlSpiderLinks:
                     if not was_dropped:
                         kept.append(link)  # CrawlSpider skips it: followed already
                     continue
-            key = keyer.link_key(link.url)
+            key = link_key(keyer, link.url)
             if key is not None and frontier.seen_link(link.url, key):
                 dropped.append((link, key))
             else:
@@ -195,7 +202,7 @@ class CrawlSpiderLinks:
         keyer = frontier.keyer
 
         def seen(url: str) -> tuple[str, str] | None:
-            key = keyer.link_key(url)
+            key = link_key(keyer, url)
             return (url, key) if key is not None and frontier.seen_link(url, key) else None
 
         kept, dropped = extractor.extract_links_except(response, seen)  # type: ignore[arg-type]
