@@ -616,7 +616,7 @@ def main() -> None:
         ("addon", "plain", " (target >= 2.5x)"),
         ("addon-shared", "plain", " (target >= 2.5x)"),
         ("addon-shared", "addon", " (target >= 0.85x)"),
-        ("addon-follow-all", "plain-follow-all", ""),
+        ("addon-follow-all", "plain-follow-all", " (target >= 2x)"),
         ("scrapy-redis", "plain", ""),
     ):
         each = ""

@@ -96,6 +96,9 @@ DOWNLOADER_MIDDLEWARES = {
     "bloom_frontier.middlewares.shorteners.ShortenerResolveMiddleware": 585,
     # Next to the engine, after decompression: a large page parsed off the loop.
     "bloom_frontier.middlewares.linkbatch.LargePageParser": 5,
+    # Just above it (its response is the one parsed): a text response whose follow_all
+    # drops links certainly seen before their requests are built.
+    "bloom_frontier.followall.FollowAllResponses": 6,
 }
 #: Scrapy's middlewares the frontier replaces (a project enabling them again is refused).
 REPLACED_DOWNLOADER_MIDDLEWARES = (

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 from lxml import etree
@@ -40,11 +41,12 @@ from w3lib.html import strip_html5_whitespace
 from w3lib.url import canonicalize_url, safe_url_string
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable
+    from collections.abc import Callable, Hashable
 
     from scrapy.http import TextResponse
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Results remembered per extractor and kind (resolutions, URL verdicts, canonical URLs):
 #: when full, it starts afresh. The ``site`` spider's resolver keeps as many
@@ -86,6 +88,16 @@ def _kept_in_fragments() -> str:
 _PLAIN_FRAGMENT = re.compile(f"[{re.escape(_kept_in_fragments())}]+\\Z")
 
 
+def before_plain_fragment(url: str) -> str:
+    """``url`` less its fragment when every step keeps that fragment as it is and apart
+    (``url`` otherwise): ``safe_url_string`` gives the rest alike, so a dedupe key, which
+    drops the fragment, is the same."""
+    cut = url.find("#")
+    if cut > 0 and url[cut - 1] > " " and _PLAIN_FRAGMENT.match(url, cut + 1):
+        return url[:cut]
+    return url
+
+
 def _names(scan: Any) -> frozenset[str] | None:
     """The tag or attribute names a plain extractor's ``scan_tag`` / ``scan_attr`` accepts
     (its ``tags`` less its ``deny_tags``), None if it accepts ``*`` or is not the plain
@@ -100,7 +112,7 @@ def _names(scan: Any) -> frozenset[str] | None:
     return frozenset(name for name in allowed if name not in denied)
 
 
-class _Page:
+class LinkPage:
     """What a page's links resolve against, parsed once (:func:`resolution_key`)."""
 
     __slots__ = (
@@ -129,7 +141,7 @@ class _Page:
         self.page_url: str | None = None
 
 
-def resolution_key(page: _Page, href: str) -> Hashable:
+def resolution_key(page: LinkPage, href: str) -> Hashable:
     """What Scrapy's resolution of the stripped ``href`` on ``page`` depends on (``urljoin``
     on the base, ``safe_url_string`` in the page's encoding, ``urljoin`` on the response's
     URL): a path's, the base's scheme, authority and path segments but the last (what
@@ -140,6 +152,39 @@ def resolution_key(page: _Page, href: str) -> Hashable:
     if _ABSOLUTE_HREF.match(href):
         return (page.scheme, href)
     return (page.full, href)
+
+
+def resolve_by_parts(
+    href: str, page: LinkPage, whole: Callable[[str, LinkPage], str | None]
+) -> str | None:
+    """``whole(href, page)`` (a resolution of ``href`` that ``urljoin`` starts, None for a
+    link skipped), from ``whole`` of its part before ``#`` when its fragment is kept as it
+    is: a page's ``#fragment`` links and ``page.html#section`` links cost one resolution."""
+    cut = href.find("#")
+    if cut >= 0 and _PLAIN_FRAGMENT.match(href, cut + 1):
+        joined = _with_fragment(href, cut, page, whole)
+        if joined is not None:
+            return joined
+    return whole(href, page)
+
+
+def _with_fragment(
+    href: str, cut: int, page: LinkPage, whole: Callable[[str, LinkPage], str | None]
+) -> str | None:
+    """``href``'s URL from the one its part before ``#`` resolves to (remembered for a
+    page's ``#fragment`` links), when that part resolves and its end is not one the URL
+    parser strips (a space or control character); else None."""
+    if cut == 0:
+        if page.page_url is None:
+            url = whole(href, page)
+            if url is not None and url.endswith(href):
+                page.page_url = url[: -len(href)]
+            return url
+        return page.page_url + href
+    if href[cut - 1] <= " ":
+        return None
+    url = whole(href[:cut], page)
+    return None if url is None else url + href[cut:]
 
 
 class LinkExtractor(LxmlLinkExtractor):
@@ -181,28 +226,63 @@ class LinkExtractor(LxmlLinkExtractor):
 
     def extract_links(self, response: TextResponse) -> list[Link]:
         """Scrapy's ``extract_links``: the same :class:`~scrapy.link.Link` list."""
-        if not self.memoized:
+        found = self._found(response)
+        if found is None:
             return super().extract_links(response)
+        return [self._link(url, element) for url, element in found]
+
+    def extract_links_except(
+        self, response: TextResponse, verdict: Callable[[str], T | None]
+    ) -> tuple[list[Link], list[tuple[T, Callable[[], Link]]]]:
+        """:meth:`extract_links` less the links whose URL ``verdict`` answers (not None),
+        given apart with the answer and a function that makes the :class:`~scrapy.link.Link`:
+        a link set aside costs no text, no ``Link``, unless they are asked for."""
+        found = self._found(response)
+        kept: list[Link] = []
+        aside: list[tuple[T, Callable[[], Link]]] = []
+        if found is None:
+            for link in super().extract_links(response):
+                answer = verdict(link.url)
+                if answer is None:
+                    kept.append(link)
+                else:
+                    aside.append((answer, partial(_same, link)))
+            return kept, aside
+        for url, element in found:
+            answer = verdict(url)
+            if answer is None:
+                kept.append(self._link(url, element))
+            else:
+                aside.append((answer, partial(self._link, url, element)))
+        return kept, aside
+
+    def _found(self, response: TextResponse) -> list[tuple[str, Any]] | None:
+        """The URL and element of each link :meth:`extract_links` gives, in its order;
+        None when Scrapy's own code must run (options not memoized, a selection that is not
+        a tree of elements)."""
+        if not self.memoized:
+            return None
         if self.restrict_xpaths:
             roots = [sub.root for x in self.restrict_xpaths for sub in response.xpath(x)]
         else:
             roots = [response.selector.root]
         if not all(hasattr(root, "iter") for root in roots):
-            return super().extract_links(response)
-        page = _Page(get_base_url(response), response.url, response.encoding)
+            return None
+        page = LinkPage(get_base_url(response), response.url, response.encoding)
         unique = self.link_extractor.unique
-        every: list[Link] = []
+        every: list[tuple[str, Any]] = []
         for root in roots:
             links = self._links_of(root, page)
             if unique:
-                links = unique_list(links, key=_url_of)
+                links = unique_list(links, key=_first)
             every.extend(self._allowed_links(links))
         # One root's links are unique already (:meth:`_allowed_links`).
-        return unique_list(every, key=_url_of) if unique and len(roots) > 1 else every
+        return unique_list(every, key=_first) if unique and len(roots) > 1 else every
 
-    def _links_of(self, root: Any, page: _Page) -> list[Link]:
-        """``LxmlParserLinkExtractor._extract_links`` before its de-duplication."""
-        links: list[Link] = []
+    def _links_of(self, root: Any, page: LinkPage) -> list[tuple[str, Any]]:
+        """``LxmlParserLinkExtractor._extract_links`` before its de-duplication: each
+        link's URL and element."""
+        links: list[tuple[str, Any]] = []
         if not self._iter_tags or not self._attrs:
             return links
         attrs = self._attrs
@@ -216,47 +296,26 @@ class LinkExtractor(LxmlLinkExtractor):
                 values = tuple(v for name, v in element.items() if name in attrs)
             for value in values:
                 url = resolve(value, page)
-                if url is None:
-                    continue
-                text = _STRING(element) if len(element) else element.text
-                rel = element.get("rel")
-                links.append(
-                    Link(
-                        url,
-                        str(text) if text else "",
-                        nofollow=rel is not None and rel_has_nofollow(rel),
-                    )
-                )
+                if url is not None:
+                    links.append((url, element))
         return links
 
-    def _resolve(self, value: str, page: _Page) -> str | None:
+    @staticmethod
+    def _link(url: str, element: Any) -> Link:
+        """Scrapy's ``Link`` for ``url`` found on ``element``: its text, ``nofollow``."""
+        text = _STRING(element) if len(element) else element.text
+        rel = element.get("rel")
+        return Link(
+            url, str(text) if text else "", nofollow=rel is not None and rel_has_nofollow(rel)
+        )
+
+    def _resolve(self, value: str, page: LinkPage) -> str | None:
         """The URL Scrapy makes of the attribute ``value`` on ``page``; None for a link it
         skips."""
         href = strip_html5_whitespace(value) if self.link_extractor.strip else value
-        cut = href.find("#")
-        if cut >= 0 and _PLAIN_FRAGMENT.match(href, cut + 1):
-            joined = self._with_fragment(href, cut, page)
-            if joined is not None:
-                return joined
-        return self._resolve_whole(href, page)
+        return resolve_by_parts(href, page, self._resolve_whole)
 
-    def _with_fragment(self, href: str, cut: int, page: _Page) -> str | None:
-        """``href``'s URL from the one its part before ``#`` resolves to (remembered for a
-        page's ``#fragment`` links), when that part resolves and its end is not one the
-        URL parser strips (a space or control character); else None."""
-        if cut == 0:
-            if page.page_url is None:
-                url = self._resolve_whole(href, page)
-                if url is not None and url.endswith(href):
-                    page.page_url = url[: -len(href)]
-                return url
-            return page.page_url + href
-        if href[cut - 1] <= " ":
-            return None
-        url = self._resolve_whole(href[:cut], page)
-        return None if url is None else url + href[cut:]
-
-    def _resolve_whole(self, href: str, page: _Page) -> str | None:
+    def _resolve_whole(self, href: str, page: LinkPage) -> str | None:
         """:meth:`_resolve_anew`, remembered under :func:`resolution_key`."""
         key = resolution_key(page, href)
         memo = self._resolved
@@ -272,7 +331,7 @@ class LinkExtractor(LxmlLinkExtractor):
         return url  # type: ignore[no-any-return]
 
     @staticmethod
-    def _resolve_anew(href: str, page: _Page) -> Any:
+    def _resolve_anew(href: str, page: LinkPage) -> Any:
         """Scrapy's steps (``LxmlParserLinkExtractor._extract_links``): the URL, False for
         a bogus link, :data:`_BAD` for one ``safe_url_string`` refuses."""
         try:
@@ -285,46 +344,50 @@ class LinkExtractor(LxmlLinkExtractor):
             return _BAD
         return urljoin(page.response_url, url)
 
-    def _allowed_links(self, links: list[Link]) -> list[Link]:
-        """``LxmlLinkExtractor._process_links``: the links its filters keep, canonicalized
-        if asked, de-duplicated if ``unique``."""
+    def _allowed_links(self, links: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        """``LxmlLinkExtractor._process_links`` of :meth:`_links_of`'s links: those its
+        filters keep, canonicalized if asked, de-duplicated if ``unique``."""
         allowed = self._allowed
         by_text = bool(self.restrict_text)
         # Without patterns, only the URL's scheme, host and path are checked: its
         # fragment does not count.
         by_url = bool(self.allow_res or self.deny_res)
-        kept: list[Link] = []
+        kept: list[tuple[str, Any]] = []
         for link in links:
-            url = link.url
+            url, element = link
             if not by_url:
                 before = url.partition("#")[0]
                 if "://" in before:
                     url = before
-            key: Hashable = (url, link.text) if by_text else url
+            key: Hashable = (url, self._link(*link).text) if by_text else url
             verdict = allowed.get(key)
             if verdict is None:
-                verdict = allowed[key] = self._link_allowed(link)
+                verdict = allowed[key] = self._link_allowed(self._link(*link))
                 if len(allowed) > MEMO_CAPACITY:
                     self._allowed = allowed = {key: verdict}
             if verdict:
                 kept.append(link)
         if self.canonicalize:
             canonical = self._canonical
-            for link in kept:
-                url = canonical.get(link.url)
-                if url is None:
-                    url = canonical[link.url] = canonicalize_url(link.url)
+            for index, (url, element) in enumerate(kept):
+                canonical_url = canonical.get(url)
+                if canonical_url is None:
+                    canonical_url = canonical[url] = canonicalize_url(url)
                     if len(canonical) > MEMO_CAPACITY:
                         self._canonical = canonical = {}
-                link.url = url
+                kept[index] = (canonical_url, element)
         # Filtering unique links leaves them unique: only canonical URLs may meet again.
         if self.link_extractor.unique and self.canonicalize:
-            return unique_list(kept, key=_url_of)
+            return unique_list(kept, key=_first)
         return kept
 
 
-def _url_of(link: Link) -> str:
-    return link.url
+def _first(link: tuple[str, Any]) -> str:
+    return link[0]
+
+
+def _same(link: Link) -> Link:
+    return link
 
 
 def fast_extractor(extractor: object) -> LinkExtractor | None:

@@ -36,10 +36,11 @@ from scrapy.spiders import CrawlSpider, Rule
 from bloom_frontier.compat import crawl_spider_request, crawl_spider_rules
 from bloom_frontier.frontier.keys import send_request_dropped
 from bloom_frontier.learning.recheck import LearnedRuleRecheck
-from bloom_frontier.links import fast_extractor
+from bloom_frontier.links import LinkExtractor, before_plain_fragment, fast_extractor
 from bloom_frontier.services import services_of
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Self
 
     from scrapy import Spider
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from scrapy.link import Link
 
+    from bloom_frontier.frontier.keys import RequestKeyer
     from bloom_frontier.services import CrawlServices
 
 logger = logging.getLogger(__name__)
@@ -55,6 +57,12 @@ _DEFAULT_RULE = Rule()
 #: The methods a CrawlSpider follows its rules' links with: overridden, the links a rule
 #: extracts may become requests otherwise.
 _FOLLOWING = ("_requests_to_follow", "_build_request", "parse_with_rules", "_parse_response")
+
+
+def link_key(keyer: RequestKeyer, url: str) -> str | None:
+    """``keyer.link_key(url)``, asked of ``url`` before a plain fragment: one keying for a
+    page's every ``#section`` link (:func:`bloom_frontier.links.before_plain_fragment`)."""
+    return keyer.link_key(before_plain_fragment(url))
 
 
 def drops_early(spider: CrawlSpider, rules: list[Rule]) -> bool:
@@ -83,10 +91,9 @@ class RuleLinks:
         self.index = index
 
     def extract_links(self, response: Response) -> list[Link]:
-        links: list[Link] = self.extractor.extract_links(response)
         if self.owner is None:
-            return links
-        return self.owner.new_links(response, self.index, links)
+            return self.extractor.extract_links(response)  # type: ignore[no-any-return]
+        return self.owner.new_links(response, self.index, self.extractor)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.original, name)
@@ -146,14 +153,21 @@ class CrawlSpiderLinks:
             "spider's own link following could see them)",
         )
 
-    def new_links(self, response: Response, index: int, links: list[Link]) -> list[Link]:
-        """``links`` (rule ``index``'s, of ``response``) less those certainly seen, counted
-        and reported as dropped; all of them when the seen-links middleware does not serve
-        the spider or learned rules may sample them."""
+    def new_links(self, response: Response, index: int, extractor: Any) -> list[Link]:
+        """The links of ``response`` rule ``index``'s ``extractor`` gives, less those
+        certainly seen, counted and reported as dropped; all of them when the seen-links
+        middleware does not serve the spider or learned rules may sample them. With one
+        rule and the memoized extractor, a link dropped gets no text, no ``Link``, unless
+        ``request_dropped`` has a receiver."""
         services = self.services
-        if services is None or services.seen_links is None or not links:
-            return links
+        if services is None or services.seen_links is None:
+            return extractor.extract_links(response)  # type: ignore[no-any-return]
         if self.recheck is not None and self.recheck.sampling():
+            return extractor.extract_links(response)  # type: ignore[no-any-return]
+        if not self._several and isinstance(extractor, LinkExtractor):
+            return self._new_links_alone(index, extractor, response)
+        links: list[Link] = extractor.extract_links(response)
+        if not links:
             return links
         frontier = services.frontier
         keyer = frontier.keyer
@@ -167,7 +181,7 @@ class CrawlSpiderLinks:
                     if not was_dropped:
                         kept.append(link)  # CrawlSpider skips it: followed already
                     continue
-            key = keyer.link_key(link.url)
+            key = link_key(keyer, link.url)
             if key is not None and frontier.seen_link(link.url, key):
                 dropped.append((link, key))
             else:
@@ -175,12 +189,34 @@ class CrawlSpiderLinks:
         if earlier is not None:
             earlier.update(dict.fromkeys(kept, False))
             earlier.update((link, True) for link, _ in dropped)
-        if dropped:
-            keyer.duplicates([(link.url, key) for link, key in dropped])
-            spider = self.spider
-            assert spider is not None
-            send_request_dropped(
-                self.crawler,
-                (crawl_spider_request(spider, index, link) for link, _ in dropped),
-            )
+        self._report(
+            index, [(link.url, key) for link, key in dropped], [link for link, _ in dropped]
+        )
         return kept
+
+    def _new_links_alone(
+        self, index: int, extractor: LinkExtractor, response: Response
+    ) -> list[Link]:
+        """:meth:`new_links` of the spider's one rule, its extractor the memoized one."""
+        frontier = self.services.frontier  # type: ignore[union-attr]
+        keyer = frontier.keyer
+
+        def seen(url: str) -> tuple[str, str] | None:
+            key = link_key(keyer, url)
+            return (url, key) if key is not None and frontier.seen_link(url, key) else None
+
+        kept, dropped = extractor.extract_links_except(response, seen)  # type: ignore[arg-type]
+        self._report(index, [pair for pair, _ in dropped], (link() for _, link in dropped))
+        return kept
+
+    def _report(self, index: int, dropped: list[tuple[str, str]], links: Iterable[Link]) -> None:
+        """Count rule ``index``'s ``dropped`` links (URL, key) as duplicates and send
+        ``request_dropped`` for the requests Scrapy would have built for their ``links``."""
+        if not dropped:
+            return
+        self.services.frontier.keyer.duplicates(dropped)  # type: ignore[union-attr]
+        spider = self.spider
+        assert spider is not None
+        send_request_dropped(
+            self.crawler, (crawl_spider_request(spider, index, link) for link in links)
+        )

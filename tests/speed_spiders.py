@@ -86,6 +86,13 @@ class TwoRulesSpider(_Observed, CrawlSpider):
         }
 
 
+class OneRuleSpider(TwoRulesSpider):
+    """The most common shape: one rule, every link followed to ``parse_item``."""
+
+    name = "speed_one_rule"
+    rules = (Rule(LinkExtractor(), callback="parse_item", follow=True),)
+
+
 class FollowAllSpider(_Observed, Spider):
     """A plain spider following every ``<a>`` with ``response.follow_all(css="a")``."""
 

@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,7 +17,9 @@ from hypothesis import strategies as st
 from scrapy.http import HtmlResponse
 from scrapy.linkextractors import LinkExtractor as ScrapyLinkExtractor
 
+from bloom_frontier.frontier.keys import RequestKeyer
 from bloom_frontier.links import LinkExtractor
+from bloom_frontier.userspiders import link_key
 from tests.httpserver import Page, TestServer
 from tests.redirect_server import scrapy
 
@@ -201,20 +204,22 @@ OBSERVED_STATS = (
 )  # fmt: skip
 
 
+@pytest.mark.parametrize("spider", ["speed_rules", "speed_one_rule"])
 @pytest.mark.parametrize("shared", [False, True], ids=["embedded", "shared"])
 def test_seen_links_dropped_before_their_requests_change_nothing_the_spider_sees(
-    tmp_path: Path, shared: bool, request: pytest.FixtureRequest
+    tmp_path: Path, shared: bool, spider: str, request: pytest.FixtureRequest
 ) -> None:
     extra = ["-s", f"REDIS_URL={request.getfixturevalue('redis_url')}"] if shared else []
     off = ["-s", 'EXTENSIONS={"bloom_frontier.userspiders.CrawlSpiderLinks": null}']
     with TestServer({"/*": site_page}) as server:
-        fast = crawl(tmp_path, "fast", "speed_rules", f"{server.url}/", *extra)
+        fast = crawl(tmp_path, "fast", spider, f"{server.url}/", *extra)
         if shared:  # the second crawl starts afresh too
             with request.getfixturevalue("redis_bloom_server").client() as client:
                 client.flushall()
-        slow = crawl(tmp_path, "slow", "speed_rules", f"{server.url}/", *extra, *off)
+        slow = crawl(tmp_path, "slow", spider, f"{server.url}/", *extra, *off)
+    rules = 2 if spider == "speed_rules" else 1
     assert (
-        "2 of 2 rules with the memoized LinkExtractor; links certainly seen dropped"
+        f"{rules} of {rules} rules with the memoized LinkExtractor; links certainly seen dropped"
         in (fast["log"])
     )
     assert "memoized LinkExtractor" not in slow["log"]
@@ -224,3 +229,34 @@ def test_seen_links_dropped_before_their_requests_change_nothing_the_spider_sees
     assert fast["stats"]["dupefilter/filtered"] > 1000  # the navigation, found seen
     for name in OBSERVED_STATS:
         assert fast["stats"].get(name) == slow["stats"].get(name), name
+
+
+# --- keys of links with a fragment --------------------------------------------------------
+
+#: One keyer for every example (its memo spans them, as a crawl's does).
+KEYER = RequestKeyer(stats=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not DOCS.exists(), reason="apt-get install -y python3.11-doc")
+def test_a_links_key_is_asked_without_its_fragment_only_when_it_is_the_same() -> None:
+    urls = {
+        link.url
+        for response in docs_responses(step=7)
+        for link in ScrapyLinkExtractor(unique=False).extract_links(response)
+    }
+    assert sum("#" in url for url in urls) > 1000
+    fresh = RequestKeyer(stats=None)  # type: ignore[arg-type]
+    for url in sorted(urls):
+        assert link_key(KEYER, url) == fresh.link_key(url), url
+
+
+@settings(max_examples=400, deadline=None)
+@given(base=PAGE_URLS, href=HREFS, fragment=HREFS)
+def test_the_key_without_a_plain_fragment_is_the_links_key(
+    base: str, href: str, fragment: str
+) -> None:
+    try:
+        url = urljoin(base, href) + "#" + fragment
+    except ValueError:
+        return
+    assert link_key(KEYER, url) == RequestKeyer(stats=None).link_key(url), url  # type: ignore[arg-type]
