@@ -48,6 +48,7 @@ from bloom_frontier.canonical.errors import InvalidURL
 from bloom_frontier.canonical.identity import PROVIDER_HOSTS, Identity, identify
 from bloom_frontier.canonical.structural import (
     CLEAN_URL,
+    ENCODABLE_URL,
     MAX_URL_LENGTH,
     canonicalize,
     clean_path_query,
@@ -72,7 +73,9 @@ ANY_HOST = "*"
 #: Hosts whose rule lookup a ruleset remembers (the cache is emptied when full).
 HOST_CACHE_SIZE = 50_000
 
-_SLASH_RUN = re.compile("//+")  # a literal first, so the regex engine skips ahead fast
+_SLASH_RUN = re.compile("//+")
+_clean_match = CLEAN_URL.fullmatch
+_encodable_match = ENCODABLE_URL.fullmatch  # a literal first, so the regex engine skips ahead fast
 _EMPTY: frozenset[str] = frozenset()
 
 
@@ -568,22 +571,32 @@ def dedupe_key(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
 
     Raises :class:`~bloom_frontier.canonical.errors.InvalidURL` for URLs stage 1 rejects.
     """
-    # Fast path for a clean URL (no userinfo, nothing to encode in path and query): its
-    # origin's stage-1 form and host rules, or its refusal, come from a cache, and the rest
-    # is stage 1's own code; the general path (:func:`_derive`) takes everything else.
-    clean = CLEAN_URL.fullmatch(url) if type(url) is str and len(url) <= MAX_URL_LENGTH else None
-    if clean is None:
+    # Fast path for a URL stage 1 calls clean (no userinfo, nothing to encode in path and
+    # query) or merely encodable (path or query to percent-encode): its origin's stage-1
+    # form and host rules, or its refusal, come from a cache, and the rest is stage 1's own
+    # code; the general path (:func:`_derive`) takes everything else.
+    if type(url) is not str or len(url) > MAX_URL_LENGTH:
         return _derive(url, rules, None)[2]
-    origin, _, _, _, path, query = clean.groups()
+    clean = _clean_match(url)
+    if encode := clean is None:
+        clean = _encodable_match(url)
+        if clean is None:
+            return _derive(url, rules, None)[2]
+    origin, path, query = clean.group(1, 5, 6)
     found = rules._origin_cache.get(origin) or rules._origin(origin)
     if type(found) is _Refused:
-        raise InvalidURL(found.reason, url, found.detail)
-    path, query = clean_path_query(path, query)
-    head = found.head
-    canonical = f"{head}{path}?{query}" if query else f"{head}{path}"
+        raise InvalidURL(found.reason, url.partition("#")[0], found.detail)  # as stage 1
+    head, info = found
+    path, query = clean_path_query(path, query, encode)
+    if query:
+        canonical = f"{head}{path}?{query}"
+    else:
+        canonical = head + path
+        if not (info.provider or "//" in path or ";" in path) and len(canonical) <= MAX_URL_LENGTH:
+            return rules._key_prefix + canonical  # the common case, fast (as _apply_rules)
     if len(canonical) > MAX_URL_LENGTH:
         return _derive(url, rules, None)[2]  # raises, with stage 1's own words
-    return _apply_rules(canonical, head, path, query or "", found.info, rules, None)[2]
+    return _apply_rules(canonical, head, path, query or "", info, rules, None)[2]
 
 
 def explain(url: str, rules: RuleSet = DEFAULT_RULES) -> KeyExplanation:

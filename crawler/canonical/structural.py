@@ -64,6 +64,15 @@ CLEAN_URL = re.compile(
     rf"(/[{PATH_SAFE}%]*)?(?:\?([{QUERY_SAFE}%]*))?(?:#.*)?",
     re.DOTALL,
 )
+#: :data:`CLEAN_URL`'s origin, with a path and query that may need encoding (non-ASCII, ``"``,
+#: ``<>``...): what the general path would do to them is only their encoding, as long as they
+#: hold no character cleaning removes or strips (C0 controls, space) and no lone surrogate
+#: (which cannot be encoded). Same groups; tried only when :data:`CLEAN_URL` fails.
+ENCODABLE_URL = re.compile(
+    r"((https?)://([^\x00-\x20/?#@:\[\]\\\ud800-\udfff]+)(?::([0-9]*))?)"
+    r"(/[^?#\x00-\x20\ud800-\udfff]*)?(?:\?([^#\x00-\x20\ud800-\udfff]*))?(?:#.*)?",
+    re.DOTALL,
+)
 
 
 def clean_input(url: str) -> str:
@@ -72,6 +81,12 @@ def clean_input(url: str) -> str:
     if "\t" in url or "\n" in url or "\r" in url:
         url = url.translate(_TAB_NEWLINE)
     return url
+
+
+def _without_fragment(url: str) -> str:
+    """The URL an error names: as the general path reads it, without its fragment (a fast
+    path's match still has it)."""
+    return url.partition("#")[0]
 
 
 def remove_dot_segments(path: str) -> str:
@@ -109,12 +124,12 @@ def _host_port(host: str, port: str | None, scheme: str, url: str) -> str:
     try:
         host = normalize_host(host)
     except HostError as error:
-        raise InvalidURL("bad-host", url, str(error)) from None
+        raise InvalidURL("bad-host", _without_fragment(url), str(error)) from None
     if not port:
         return host
     number = parse_port(port)
     if number is None:
-        raise InvalidURL("bad-port", url, f"port {port[:20]!r}")
+        raise InvalidURL("bad-port", _without_fragment(url), f"port {port[:20]!r}")
     port = str(number)
     return host if port == DEFAULT_PORTS[scheme] else f"{host}:{port}"
 
@@ -198,8 +213,11 @@ def _sort_query(query: str) -> str:
     return query if order is None else "&".join(order(params))
 
 
-def clean_path_query(path: str | None, query: str | None) -> tuple[str, str | None]:
-    """Stage-1 path and query of a :data:`CLEAN_URL` match (its last two groups).
+def clean_path_query(
+    path: str | None, query: str | None, encode: bool = False
+) -> tuple[str, str | None]:
+    """Stage-1 path and query of a :data:`CLEAN_URL` match (its last two groups), or with
+    ``encode`` of an :data:`ENCODABLE_URL` match.
 
     The part of :func:`canonicalize` after the authority, shared with the dedupe key's fast
     path so that both give the same form by construction.
@@ -207,12 +225,12 @@ def clean_path_query(path: str | None, query: str | None) -> tuple[str, str | No
     if not path:
         path = "/"
     else:
-        if "%" in path:
+        if encode or "%" in path:
             path = normalize_path(path)
         if "/." in path:
             path = remove_dot_segments(path)
     if query:
-        if "%" in query:
+        if encode or "%" in query:
             query = normalize_query(query)
         if "&" in query:
             query = _sort_query(query)
@@ -230,18 +248,26 @@ def canonicalize(url: str) -> str:
     """
     if not isinstance(url, str):
         raise InvalidURL("bad-url", repr(url), "not a string")
-    clean = CLEAN_URL.fullmatch(url) if len(url) <= MAX_URL_LENGTH else None
+    clean, encode = None, False
+    if len(url) <= MAX_URL_LENGTH:
+        clean = CLEAN_URL.fullmatch(url)
+        if encode := clean is None:
+            clean = ENCODABLE_URL.fullmatch(url)
     if clean is None:
         scheme, authority, path, query = _split_any(url)
         if "/." in path:
             path = remove_dot_segments(path)
         if query and "&" in query:
             query = _sort_query(query)
-    else:  # fast path: only escapes may need normalizing
+    else:  # fast path: only escapes and what needs encoding may change
         _, scheme, host, port, path, query = clean.groups()
         authority = _host_port(host, port, scheme, url)
-        path, query = clean_path_query(path, query)
+        path, query = clean_path_query(path, query, encode)
     result = f"{scheme}://{authority}{path}?{query}" if query else f"{scheme}://{authority}{path}"
     if len(result) > MAX_URL_LENGTH:
-        raise InvalidURL("too-long", url, f"more than {MAX_URL_LENGTH} characters once encoded")
+        raise InvalidURL(
+            "too-long",
+            _without_fragment(url),
+            f"more than {MAX_URL_LENGTH} characters once encoded",
+        )
     return result
