@@ -141,6 +141,7 @@ class RuleSet:
     _host_cache: dict[str, _HostInfo] = field(init=False, repr=False, compare=False)
     _origin_cache: dict[str, _Origin | _Refused] = field(init=False, repr=False, compare=False)
     _name_reasons: dict[str, str | None] = field(init=False, repr=False, compare=False)
+    _names_droppable: dict[str, bool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.version or "|" in self.version:
@@ -162,6 +163,7 @@ class RuleSet:
             "_host_cache": {},
             "_origin_cache": {},
             "_name_reasons": {},
+            "_names_droppable": {},
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
@@ -243,6 +245,23 @@ class RuleSet:
             self._origin_cache.clear()
         self._origin_cache[origin] = found
         return found
+
+    def _may_drop_names(self, names: str) -> bool:
+        """False if no rule can drop a parameter named in ``names`` (``&``-joined, stage-1
+        spelling) on a host without rules of its own (:meth:`drop_reason` with no rule:
+        only the names in ``_maybe_dropped`` and the prefixes drop). The names repeat far
+        more than queries do, so the answer is remembered per sequence (bounded)."""
+        try:
+            return self._names_droppable[names]
+        except KeyError:
+            lowered = names.lower().split("&")
+            droppable = not self._maybe_dropped.isdisjoint(lowered) or any(
+                name.startswith(self._dropped_prefixes) for name in lowered
+            )
+            if len(self._names_droppable) >= HOST_CACHE_SIZE:
+                self._names_droppable.clear()
+            self._names_droppable[names] = droppable
+            return droppable
 
     def _has_pages(self, host: str) -> bool:
         return bool(self._hosts_with_pages) and any(
@@ -530,15 +549,20 @@ def _apply_rules(
     info: _HostInfo,
     rules: RuleSet,
     fired: list[str] | None,
+    query_changes: bool | None = None,
 ) -> tuple[str, Identity | None, str]:
     """(stage-1 form, identity, key) of the stage-1 URL ``canonical``, given split as
-    ``origin`` (``scheme://authority``), ``path`` and ``query`` ("" for none).
+    ``origin`` (``scheme://authority``), ``path`` and ``query`` ("" for none);
+    ``query_changes``: whether a rule may drop a parameter, if the caller knows.
 
     The provider identity is read from the rewritten URL, so that a URL the rules make equal
     to a video's URL gets the video's key, and a key's URL is its own key.
     """
     path_changes = "//" in path or ";" in path
-    query_changes = bool(query) and _may_drop(query, info.maybe_dropped, rules._dropped_prefixes)
+    if query_changes is None:
+        query_changes = bool(query) and _may_drop(
+            query, info.maybe_dropped, rules._dropped_prefixes
+        )
     if not (path_changes or query_changes or info.provider):
         return canonical, None, rules._key_prefix + canonical  # the common case, fast
 
@@ -587,16 +611,21 @@ def dedupe_key(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
     if type(found) is _Refused:
         raise InvalidURL(found.reason, url.partition("#")[0], found.detail)  # as stage 1
     head, info = found
-    path, query = clean_path_query(path, query, encode)
+    path, query, names = clean_path_query(path, query, encode)
     if query:
         canonical = f"{head}{path}?{query}"
+        if info.maybe_dropped is rules._maybe_dropped:  # a host without rules of its own
+            query_changes: bool | None = rules._may_drop_names(names)
+        else:
+            query_changes = None
     else:
         canonical = head + path
         if not (info.provider or "//" in path or ";" in path) and len(canonical) <= MAX_URL_LENGTH:
             return rules._key_prefix + canonical  # the common case, fast (as _apply_rules)
+        query_changes = False
     if len(canonical) > MAX_URL_LENGTH:
         return _derive(url, rules, None)[2]  # raises, with stage 1's own words
-    return _apply_rules(canonical, head, path, query or "", info, rules, None)[2]
+    return _apply_rules(canonical, head, path, query or "", info, rules, None, query_changes)[2]
 
 
 def explain(url: str, rules: RuleSet = DEFAULT_RULES) -> KeyExplanation:

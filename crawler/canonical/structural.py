@@ -51,7 +51,7 @@ SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _AUTHORITY_END = re.compile(r"[/?]")
 #: A parameter's ``=value``: removing every one leaves the names (a value's own ``=`` included).
 _VALUES = re.compile(r"=[^&]*")
-#: Name sequences whose reordering :func:`_sort_query` remembers (emptied when full).
+#: Name sequences whose reordering :func:`sort_query` remembers (emptied when full).
 ORDER_CACHE_SIZE = 20_000
 _ORDERS: dict[str, Callable[[list[str]], tuple[str, ...]] | None] = {}
 #: An already clean URL (lowercase scheme, no userinfo, nothing to percent-encode in path and
@@ -191,8 +191,10 @@ def _query_order(names: str) -> Callable[[list[str]], tuple[str, ...]] | None:
     return itemgetter(*sorted(range(len(keys)), key=keys.__getitem__))  # sorted() is stable
 
 
-def _sort_query(query: str) -> str:
-    """Drop empty parameters and sort the rest stably by key (repeated keys keep their order).
+def sort_query(query: str) -> tuple[str, str]:
+    """Drop empty parameters and sort the rest stably by key (repeated keys keep their order);
+    with the parameters' names, ``&``-joined in their original order (what the dedupe key's
+    rules look at first).
 
     The order depends on the names alone, which repeat far more than queries do, so it is
     computed once per name sequence (a bounded cache) and applied with one ``itemgetter``.
@@ -202,7 +204,7 @@ def _sort_query(query: str) -> str:
         params = [param for param in params if param]
         query = "&".join(params)
     if len(params) < 2:
-        return query
+        return query, query.partition("=")[0]
     names = _VALUES.sub("", query)
     try:
         order = _ORDERS[names]
@@ -210,14 +212,15 @@ def _sort_query(query: str) -> str:
         if len(_ORDERS) >= ORDER_CACHE_SIZE:
             _ORDERS.clear()
         order = _ORDERS[names] = _query_order(names)
-    return query if order is None else "&".join(order(params))
+    return (query if order is None else "&".join(order(params))), names
 
 
 def clean_path_query(
     path: str | None, query: str | None, encode: bool = False
-) -> tuple[str, str | None]:
+) -> tuple[str, str | None, str]:
     """Stage-1 path and query of a :data:`CLEAN_URL` match (its last two groups), or with
-    ``encode`` of an :data:`ENCODABLE_URL` match.
+    ``encode`` of an :data:`ENCODABLE_URL` match, and the query's parameter names
+    (:func:`sort_query`; "" for none).
 
     The part of :func:`canonicalize` after the authority, shared with the dedupe key's fast
     path so that both give the same form by construction.
@@ -229,12 +232,12 @@ def clean_path_query(
             path = normalize_path(path)
         if "/." in path:
             path = remove_dot_segments(path)
-    if query:
-        if encode or "%" in query:
-            query = normalize_query(query)
-        if "&" in query:
-            query = _sort_query(query)
-    return path, query
+    if not query:
+        return path, query, ""
+    if encode or "%" in query:
+        query = normalize_query(query)
+    query, names = sort_query(query)
+    return path, query, names
 
 
 def canonicalize(url: str) -> str:
@@ -258,11 +261,11 @@ def canonicalize(url: str) -> str:
         if "/." in path:
             path = remove_dot_segments(path)
         if query and "&" in query:
-            query = _sort_query(query)
+            query = sort_query(query)[0]
     else:  # fast path: only escapes and what needs encoding may change
         _, scheme, host, port, path, query = clean.groups()
         authority = _host_port(host, port, scheme, url)
-        path, query = clean_path_query(path, query, encode)
+        path, query, _ = clean_path_query(path, query, encode)
     result = f"{scheme}://{authority}{path}?{query}" if query else f"{scheme}://{authority}{path}"
     if len(result) > MAX_URL_LENGTH:
         raise InvalidURL(
