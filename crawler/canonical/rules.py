@@ -612,17 +612,21 @@ def dedupe_key(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
         raise InvalidURL(found.reason, url.partition("#")[0], found.detail)  # as stage 1
     head, info = found
     path, query, names = clean_path_query(path, query, encode)
+    query_changes: bool | None = False
     if query:
         canonical = f"{head}{path}?{query}"
         if info.maybe_dropped is rules._maybe_dropped:  # a host without rules of its own
-            query_changes: bool | None = rules._may_drop_names(names)
+            query_changes = rules._may_drop_names(names)
         else:
-            query_changes = None
+            query_changes = None  # _apply_rules decides
     else:
         canonical = head + path
-        if not (info.provider or "//" in path or ";" in path) and len(canonical) <= MAX_URL_LENGTH:
-            return rules._key_prefix + canonical  # the common case, fast (as _apply_rules)
-        query_changes = False
+    if (
+        query_changes is False
+        and not (info.provider or "//" in path or ";" in path)
+        and len(canonical) <= MAX_URL_LENGTH
+    ):
+        return rules._key_prefix + canonical  # the common case, fast (as _apply_rules)
     if len(canonical) > MAX_URL_LENGTH:
         return _derive(url, rules, None)[2]  # raises, with stage 1's own words
     return _apply_rules(canonical, head, path, query or "", info, rules, None, query_changes)[2]
