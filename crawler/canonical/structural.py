@@ -59,9 +59,12 @@ _ORDERS: dict[str, Callable[[list[str]], tuple[str, ...]] | None] = {}
 #: would take (no character that cleaning removes or that ends or splits an authority; no
 #: lone surrogate) and goes to the same host parser, IDNA and escapes included.
 #: Groups: origin (``scheme://host[:port]`` as written), scheme, host, port, path, query.
+#: Every repetition is possessive (``*+``): the character ending it is never one it takes, so
+#: giving some back cannot lead to a match, and a URL that is not clean fails at once instead
+#: of backtracking through its path and query (3 µs for a query with one non-ASCII letter).
 CLEAN_URL = re.compile(
-    r"((https?)://([^\x00-\x20/?#@:\[\]\\\ud800-\udfff]+)(?::([0-9]*))?)"
-    rf"(/[{PATH_SAFE}%]*)?(?:\?([{QUERY_SAFE}%]*))?(?:#.*)?",
+    r"((https?)://([^\x00-\x20/?#@:\[\]\\\ud800-\udfff]++)(?::([0-9]*+))?)"
+    rf"(/[{PATH_SAFE}%]*+)?(?:\?([{QUERY_SAFE}%]*+))?(?:#.*)?",
     re.DOTALL,
 )
 #: :data:`CLEAN_URL`'s origin, with a path and query that may need encoding (non-ASCII, ``"``,
@@ -69,8 +72,8 @@ CLEAN_URL = re.compile(
 #: hold no character cleaning removes or strips (C0 controls, space) and no lone surrogate
 #: (which cannot be encoded). Same groups; tried only when :data:`CLEAN_URL` fails.
 ENCODABLE_URL = re.compile(
-    r"((https?)://([^\x00-\x20/?#@:\[\]\\\ud800-\udfff]+)(?::([0-9]*))?)"
-    r"(/[^?#\x00-\x20\ud800-\udfff]*)?(?:\?([^#\x00-\x20\ud800-\udfff]*))?(?:#.*)?",
+    r"((https?)://([^\x00-\x20/?#@:\[\]\\\ud800-\udfff]++)(?::([0-9]*+))?)"
+    r"(/[^?#\x00-\x20\ud800-\udfff]*+)?(?:\?([^#\x00-\x20\ud800-\udfff]*+))?(?:#.*)?",
     re.DOTALL,
 )
 
