@@ -28,7 +28,7 @@ from scrapy.settings import BaseSettings
 
 from bloom_frontier import redis_client
 from bloom_frontier.canonical.rules import rules_from_settings
-from bloom_frontier.content.fingerprint import NORMALIZATIONS
+from bloom_frontier.content.constants import NORMALIZATIONS
 from bloom_frontier.frontier.redis.partitions import MAX_PARTITIONS
 from bloom_frontier.learning.extension import MODES
 from bloom_frontier.pipelines import database

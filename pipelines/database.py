@@ -198,5 +198,9 @@ class Database:
             self._opened = (opened, now_shm)
 
     def dispose(self) -> None:
-        """Release the engine's connections."""
+        """Release the engine's connections. SQLite removes the ``-shm`` when its last
+        connection closes, so the one watched is forgotten: a write after this (a record
+        made while the crawl closes) opens the file again and watches the new ``-shm``
+        (:meth:`check_file`), instead of taking SQLite's own clean-up for a fault."""
         self.engine.dispose()
+        self._opened = (self._opened[0], None)

@@ -308,6 +308,10 @@ class StoreWriter:
         self._committing_pages = False
         #: Records still being made that :meth:`close` waits for (:meth:`hold`).
         self._held: set[Deferred[Any]] = set()
+        #: :meth:`close` has begun (records from then on are written at once), and has
+        #: released the connections (a record after that releases them again once written).
+        self._closing = False
+        self._released = False
         #: The thread writes and reads run in while Twisted's loop runs (:attr:`_thread`).
         self.background: BackgroundThread | None = None
         #: Why the store cannot be written any more (None: it can); told once, on the loop,
@@ -352,10 +356,18 @@ class StoreWriter:
         self._buffers[name][tuple(row[column] for column in spec.conflict)] = row
         self._buffered += 1
         now = time.monotonic()
-        due = self._buffered >= self.batch_size or now - self._last_flush >= self.flush_interval
+        # While the store closes (a fingerprint finished meanwhile) nothing else would flush
+        # the row; once its connections are released, they are released again after it.
+        due = (
+            self._closing
+            or self._buffered >= self.batch_size
+            or now - self._last_flush >= self.flush_interval
+        )
         if due and now >= self._retry_after and self.failure is None:
-            if self._thread is not None:
-                self.flush_later()
+            if (background := self._thread) is not None:
+                writing = self.flush_later()
+                if self._released:
+                    writing.addCallback(lambda _: background.run(self.database.dispose))
                 return
             try:
                 self.flush()
@@ -363,6 +375,8 @@ class StoreWriter:
                 self._flush_failed(exc)
             except StoreFailed as exc:
                 self._failed(exc)
+            if self._released:
+                self.database.dispose()
 
     @property
     def buffered(self) -> int:
@@ -820,11 +834,17 @@ class StoreWriter:
         stays, idle, for writes that come later (a fingerprint computed while the spider
         closes), in order; it ends with the process. Shutting it down here would wait on
         the loop for such a write."""
+        self._closing = True
         background = self._thread
         if background is None:
             self.flush()
             self.database.dispose()
+            self._released = True
             return None
         held: Deferred[Any] = DeferredList(list(self._held)) if self._held else succeed(None)
         closing = held.addCallback(lambda _: self.commit_all()).addCallback(self._not_written)
-        return closing.addCallback(lambda _: background.run(self.database.dispose))
+        return closing.addCallback(self._dispose, background)
+
+    def _dispose(self, _: object, background: BackgroundThread) -> Deferred[None]:
+        self._released = True
+        return background.run(self.database.dispose)

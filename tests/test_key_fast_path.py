@@ -11,6 +11,7 @@ overflowing.
 from __future__ import annotations
 
 import dataclasses
+import re
 import string
 
 import pytest
@@ -103,6 +104,16 @@ def outcome(key_of, url: str, rules: RuleSet) -> str:
         return f"InvalidURL {error.reason} {error.url!r} {error.detail}"
 
 
+def general_canonical(url: str) -> str:
+    """Stage 1 by its general path alone: the clean and encodable fast paths matching
+    nothing."""
+    never = re.compile(r"(?!)")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(structural, "CLEAN_URL", never)
+        patch.setattr(structural, "ENCODABLE_URL", never)
+        return canonicalize(url)
+
+
 def sorted_query_reference(query: str) -> str:
     """Stage 1's query rule, written plainly: empty parameters dropped, stable sort by name."""
     params = [param for param in query.split("&") if param]
@@ -113,6 +124,22 @@ def sorted_query_reference(query: str) -> str:
 @given(urls(), st.sampled_from([DEFAULT_RULES, CUSTOM_RULES]))
 def test_fast_path_gives_the_general_paths_key(url: str, rules: RuleSet) -> None:
     assert outcome(dedupe_key, url, rules) == outcome(general_key, url, rules)
+
+
+#: Path and query text a browser would encode, and what cleaning removes or cannot encode.
+TO_ENCODE = st.text(string.ascii_letters + "%=&/.?#é €\"<>\\'\t\x7f\ud800", max_size=12)
+
+
+@NO_DEADLINE
+@given(urls(), TO_ENCODE, TO_ENCODE, st.sampled_from([DEFAULT_RULES, CUSTOM_RULES]))
+def test_stage_1_fast_paths_give_the_general_paths_form(
+    url: str, path: str, query: str, rules: RuleSet
+) -> None:
+    """Clean URLs, and URLs with a path or query to encode (non-ASCII, spaces, quotes)."""
+    for one in (url, f"{url}/{path}?{query}", f"https://example.com/{path}?{query}#{path}"):
+        expected = outcome(lambda u, _: general_canonical(u), one, rules)
+        assert outcome(lambda u, _: canonicalize(u), one, rules) == expected
+        assert outcome(dedupe_key, one, rules) == outcome(general_key, one, rules)
 
 
 @NO_DEADLINE

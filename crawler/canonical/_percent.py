@@ -12,8 +12,17 @@ from functools import partial
 
 UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _HEX_UPPER = tuple(f"%{byte:02X}" for byte in range(256))
-_UNRESERVED_ESCAPES = {f"%{ord(char):02X}": char for char in UNRESERVED}
-_UNRESERVED_ESCAPES.update({key.lower(): char for key, char in _UNRESERVED_ESCAPES.items()})
+#: Every ``%XX`` spelling (either case) to its normal form: the octet's character if it is
+#: unreserved, else the escape in uppercase hex; a ``%`` starting no escape to ``%25``.
+_HEX = "0123456789ABCDEFabcdef"
+_ESCAPES = {"%": "%25"} | {
+    f"%{high}{low}": char
+    if (char := chr(int(high + low, 16))) in UNRESERVED
+    else f"%{high}{low}".upper()
+    for high in _HEX
+    for low in _HEX
+}
+
 
 _SUB_DELIMS_BUT_QUOTE = r"!$&()*+,;="
 _USERINFO_SAFE = r"A-Za-z0-9\-._~'" + _SUB_DELIMS_BUT_QUOTE + ":"
@@ -31,10 +40,8 @@ def percent_encode(text: str) -> str:
 
 
 def _normalize_match(match: re.Match[str]) -> str:
-    escape = match.group(1)
-    if escape is None:
-        return percent_encode(match.group())
-    return _UNRESERVED_ESCAPES.get(escape) or escape.upper()
+    text = match.group()
+    return _ESCAPES.get(text) or percent_encode(text)
 
 
 def _normalizer(safe: str) -> Callable[[str], str]:
@@ -43,7 +50,7 @@ def _normalizer(safe: str) -> Callable[[str], str]:
     Escapes of unreserved octets are decoded, other escapes get uppercase hex, a ``%`` not
     starting an escape becomes ``%25`` and every other disallowed character is encoded.
     """
-    return partial(re.compile(rf"(%[0-9A-Fa-f]{{2}})|%|[^{safe}%]+").sub, _normalize_match)
+    return partial(re.compile(rf"%[0-9A-Fa-f]{{2}}|%|[^{safe}%]+").sub, _normalize_match)
 
 
 normalize_userinfo = _normalizer(_USERINFO_SAFE)

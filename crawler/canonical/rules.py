@@ -48,6 +48,7 @@ from bloom_frontier.canonical.errors import InvalidURL
 from bloom_frontier.canonical.identity import PROVIDER_HOSTS, Identity, identify
 from bloom_frontier.canonical.structural import (
     CLEAN_URL,
+    ENCODABLE_URL,
     MAX_URL_LENGTH,
     canonicalize,
     clean_path_query,
@@ -72,7 +73,9 @@ ANY_HOST = "*"
 #: Hosts whose rule lookup a ruleset remembers (the cache is emptied when full).
 HOST_CACHE_SIZE = 50_000
 
-_SLASH_RUN = re.compile("//+")  # a literal first, so the regex engine skips ahead fast
+_SLASH_RUN = re.compile("//+")
+_clean_match = CLEAN_URL.fullmatch
+_encodable_match = ENCODABLE_URL.fullmatch  # a literal first, so the regex engine skips ahead fast
 _EMPTY: frozenset[str] = frozenset()
 
 
@@ -138,6 +141,7 @@ class RuleSet:
     _host_cache: dict[str, _HostInfo] = field(init=False, repr=False, compare=False)
     _origin_cache: dict[str, _Origin | _Refused] = field(init=False, repr=False, compare=False)
     _name_reasons: dict[str, str | None] = field(init=False, repr=False, compare=False)
+    _names_droppable: dict[str, bool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.version or "|" in self.version:
@@ -159,6 +163,7 @@ class RuleSet:
             "_host_cache": {},
             "_origin_cache": {},
             "_name_reasons": {},
+            "_names_droppable": {},
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
@@ -240,6 +245,23 @@ class RuleSet:
             self._origin_cache.clear()
         self._origin_cache[origin] = found
         return found
+
+    def _may_drop_names(self, names: str) -> bool:
+        """False if no rule can drop a parameter named in ``names`` (``&``-joined, stage-1
+        spelling) on a host without rules of its own (:meth:`drop_reason` with no rule:
+        only the names in ``_maybe_dropped`` and the prefixes drop). The names repeat far
+        more than queries do, so the answer is remembered per sequence (bounded)."""
+        try:
+            return self._names_droppable[names]
+        except KeyError:
+            lowered = names.lower().split("&")
+            droppable = not self._maybe_dropped.isdisjoint(lowered) or any(
+                name.startswith(self._dropped_prefixes) for name in lowered
+            )
+            if len(self._names_droppable) >= HOST_CACHE_SIZE:
+                self._names_droppable.clear()
+            self._names_droppable[names] = droppable
+            return droppable
 
     def _has_pages(self, host: str) -> bool:
         return bool(self._hosts_with_pages) and any(
@@ -527,15 +549,20 @@ def _apply_rules(
     info: _HostInfo,
     rules: RuleSet,
     fired: list[str] | None,
+    query_changes: bool | None = None,
 ) -> tuple[str, Identity | None, str]:
     """(stage-1 form, identity, key) of the stage-1 URL ``canonical``, given split as
-    ``origin`` (``scheme://authority``), ``path`` and ``query`` ("" for none).
+    ``origin`` (``scheme://authority``), ``path`` and ``query`` ("" for none);
+    ``query_changes``: whether a rule may drop a parameter, if the caller knows.
 
     The provider identity is read from the rewritten URL, so that a URL the rules make equal
     to a video's URL gets the video's key, and a key's URL is its own key.
     """
     path_changes = "//" in path or ";" in path
-    query_changes = bool(query) and _may_drop(query, info.maybe_dropped, rules._dropped_prefixes)
+    if query_changes is None:
+        query_changes = bool(query) and _may_drop(
+            query, info.maybe_dropped, rules._dropped_prefixes
+        )
     if not (path_changes or query_changes or info.provider):
         return canonical, None, rules._key_prefix + canonical  # the common case, fast
 
@@ -568,22 +595,41 @@ def dedupe_key(url: str, rules: RuleSet = DEFAULT_RULES) -> str:
 
     Raises :class:`~bloom_frontier.canonical.errors.InvalidURL` for URLs stage 1 rejects.
     """
-    # Fast path for a clean URL (no userinfo, nothing to encode in path and query): its
-    # origin's stage-1 form and host rules, or its refusal, come from a cache, and the rest
-    # is stage 1's own code; the general path (:func:`_derive`) takes everything else.
-    clean = CLEAN_URL.fullmatch(url) if type(url) is str and len(url) <= MAX_URL_LENGTH else None
-    if clean is None:
+    # Fast path for a URL stage 1 calls clean (no userinfo, nothing to encode in path and
+    # query) or merely encodable (path or query to percent-encode): its origin's stage-1
+    # form and host rules, or its refusal, come from a cache, and the rest is stage 1's own
+    # code; the general path (:func:`_derive`) takes everything else.
+    if type(url) is not str or len(url) > MAX_URL_LENGTH:
         return _derive(url, rules, None)[2]
-    origin, _, _, _, path, query = clean.groups()
+    clean = _clean_match(url)
+    if encode := clean is None:
+        clean = _encodable_match(url)
+        if clean is None:
+            return _derive(url, rules, None)[2]
+    origin, path, query = clean.group(1, 5, 6)
     found = rules._origin_cache.get(origin) or rules._origin(origin)
     if type(found) is _Refused:
-        raise InvalidURL(found.reason, url, found.detail)
-    path, query = clean_path_query(path, query)
-    head = found.head
-    canonical = f"{head}{path}?{query}" if query else f"{head}{path}"
+        raise InvalidURL(found.reason, url.partition("#")[0], found.detail)  # as stage 1
+    head, info = found
+    path, query, names = clean_path_query(path, query, encode)
+    query_changes: bool | None = False
+    if query:
+        canonical = f"{head}{path}?{query}"
+        if info.maybe_dropped is rules._maybe_dropped:  # a host without rules of its own
+            query_changes = rules._may_drop_names(names)
+        else:
+            query_changes = None  # _apply_rules decides
+    else:
+        canonical = head + path
+    if (
+        query_changes is False
+        and not (info.provider or "//" in path or ";" in path)
+        and len(canonical) <= MAX_URL_LENGTH
+    ):
+        return rules._key_prefix + canonical  # the common case, fast (as _apply_rules)
     if len(canonical) > MAX_URL_LENGTH:
         return _derive(url, rules, None)[2]  # raises, with stage 1's own words
-    return _apply_rules(canonical, head, path, query or "", found.info, rules, None)[2]
+    return _apply_rules(canonical, head, path, query or "", info, rules, None, query_changes)[2]
 
 
 def explain(url: str, rules: RuleSet = DEFAULT_RULES) -> KeyExplanation:

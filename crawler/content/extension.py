@@ -27,8 +27,7 @@ from scrapy.http.request import NO_CALLBACK
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.threads import deferToThread
 
-from bloom_frontier.content.features import fingerprint_page
-from bloom_frontier.content.fingerprint import NORMALIZATIONS
+from bloom_frontier.content.constants import NORMALIZATIONS
 from bloom_frontier.meta import DEDUPE_KEY_META
 from bloom_frontier.pipelines.records import Chain, ContentRecord, PageRecord
 from bloom_frontier.services import services_of
@@ -59,6 +58,16 @@ def page_of(request: Request, response: Response) -> PageRecord:
         chain_id=chain.chain_id if chain else None,
         flag=soft_404_flag(chain.start_url, response.url) if chain else None,
     )
+
+
+def _fingerprint_page(
+    body: bytes, text: str | None, status: int, flag: str | None, norm: str, url: str
+) -> ContentRecord:
+    """:func:`~bloom_frontier.content.features.fingerprint_page`, imported at the first
+    document, in the thread pool: numpy (~0.1 s) is then not loaded before the first request."""
+    from bloom_frontier.content.features import fingerprint_page
+
+    return fingerprint_page(body, text, status, flag, norm, url)
 
 
 class ContentFingerprints:
@@ -96,7 +105,7 @@ class ContentFingerprints:
             # Decoded here: Scrapy caches the text, which the spider's callback needs anyway.
             text = response.text
         pending = deferToThread(
-            fingerprint_page,
+            _fingerprint_page,
             response.body,
             text,
             response.status,

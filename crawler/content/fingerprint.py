@@ -51,22 +51,23 @@ from typing import NamedTuple
 import numpy as np
 import xxhash
 
+# The names and sizes live in a numpy-free module (read before the first request); the two
+# this module does not use are re-exported for the commands that import them from here.
+from bloom_frontier.content.constants import (
+    EMPTY,
+    ERROR,
+    N1,
+    N2,
+    NORMALIZATION,
+    NUM_PERM,
+    OK,
+    RAW,
+    SHINGLE,
+    SOFT_404,
+)
+from bloom_frontier.content.constants import NEAR_DUPLICATE as NEAR_DUPLICATE
+from bloom_frontier.content.constants import NORMALIZATIONS as NORMALIZATIONS
 from bloom_frontier.pipelines.records import ContentRecord
-
-#: Version of :func:`normalize_markup`; fingerprints of different versions never compare.
-N1, N2 = "n1", "n2"
-#: The normalization fingerprints are made under (``CONTENT_NORMALIZATION``).
-NORMALIZATION = N2
-NORMALIZATIONS = (N2, N1)
-#: Fingerprints of bodies that are not text (hash of the bytes, no signature).
-RAW = "raw"
-NUM_PERM = 128
-SHINGLE = 4
-#: MinHash similarity at or above which two documents count as near-duplicates.
-NEAR_DUPLICATE = 0.9
-
-#: What a document is good for when learning parameter rules: only ``ok`` documents count.
-OK, EMPTY, ERROR, SOFT_404 = "ok", "empty", "error", "soft-404"
 
 _SECRET = r"[\w:.-]*(?:csrf|xsrf|token|nonce)[\w:.-]*"
 _VALUE = r"""(?:"[^"]*"|'[^']*'|[^\s"'>]+)"""

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from rbloom import Bloom
 
-from bloom_frontier.content.fingerprint import OK
+from bloom_frontier.content.constants import OK
 from bloom_frontier.defaults import CANON_LEARN_MEMORY
 
 #: Entries of the forgotten-facts filter per remembered page (about 2 are added per page

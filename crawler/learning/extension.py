@@ -33,8 +33,8 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from bloom_frontier.canonical import InvalidURL, dedupe_key
+from bloom_frontier.content.constants import OK
 from bloom_frontier.content.extension import content_fingerprinted
-from bloom_frontier.content.fingerprint import OK
 from bloom_frontier.defaults import CANON_LEARN_MEMORY
 from bloom_frontier.frontier.keys import carried_key, key_host
 from bloom_frontier.learning.evidence import (
