@@ -15,7 +15,9 @@ Formats: ``text`` (a summary and each change) or ``jsonl`` (one change per line)
 1 when a merge is found, so a deploy script can stop on it.
 
 It also lists the parameter rules learned from content (:mod:`bloom_frontier.learning`): proposed,
-applied and revoked, each with its evidence (URL pairs of equal content) or counter-example,
+applied and revoked, each with its evidence (URL pairs of equal content: how many, over how
+many distinct paths of the pages fetched in the rule's scope, and how alike each pair's stored
+content is) or counter-example,
 and for a proposal the stored URLs it would merge, flagged ``CONFLICT`` if any of them were
 fetched with different content. ``--apply SCOPE?PARAM`` applies a proposal: the next crawl
 keys with it (applied rules count as current rules above).
@@ -38,6 +40,7 @@ from bloom_frontier.canonical import InvalidURL, dedupe_key
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
 from bloom_frontier.commands._failures import fails_cleanly
 from bloom_frontier.commands._records import add_format_option, reading_store
+from bloom_frontier.content.fingerprint import similarity
 from bloom_frontier.learning.state import applied_rules, combined_host_rules
 from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import APPLIED, PROPOSED, REVOKED, ParamRule, now, write_rows
@@ -133,7 +136,47 @@ def proposal_previews(
     }
 
 
-def write_learned(rules: list[ParamRule], previews: dict[str, list[Any]], out: TextIO) -> None:
+def _path_in(scope: str, url: str) -> str | None:
+    """The path of ``url`` if it is within the learned ``scope``, else None."""
+    parts = urlsplit(url)
+    host, slash, prefix = scope.partition("/")
+    if (parts.hostname or "") != host:
+        return None
+    return parts.path if not slash or parts.path.startswith("/" + prefix.rstrip("*")) else None
+
+
+def evidence_line(rule: ParamRule, pages: dict[str, dict[str, Any]]) -> str:
+    """What a rule's evidence rests on: its pairs, over how many distinct paths of the
+    pages fetched within its scope, and how alike each pair's stored content is (the
+    MinHash similarity: 1.00 for equal fingerprints; ``pages``: final URL -> page row)."""
+    paths = {urlsplit(a).path for a, _ in rule.evidence}
+    observed = {path for url in pages if (path := _path_in(rule.scope, url)) is not None}
+    alike = []
+    for a, b in rule.evidence:
+        row_a, row_b = pages.get(a), pages.get(b)
+        if row_a is None or row_b is None:
+            continue
+        if row_a["content_hash"] == row_b["content_hash"]:
+            alike.append(1.0)
+        elif row_a.get("content_minhash") and row_b.get("content_minhash"):
+            alike.append(similarity(row_a["content_minhash"], row_b["content_minhash"]))
+    content = (
+        f"content similarity {min(alike):.2f}-{max(alike):.2f} over {len(alike)} pairs stored"
+        if alike
+        else "content not stored"
+    )
+    return (
+        f"  evidence: {len(rule.evidence)} pairs over {len(paths)} distinct paths "
+        f"(of {len(observed)} fetched in {rule.scope}); {content}\n"
+    )
+
+
+def write_learned(
+    rules: list[ParamRule],
+    previews: dict[str, list[Any]],
+    out: TextIO,
+    pages: dict[str, dict[str, Any]] | None = None,
+) -> None:
     states = Counter(rule.state for rule in rules)
     out.write(
         f"\nLearned parameter rules: {states[PROPOSED]} proposed, {states[APPLIED]} applied, "
@@ -141,6 +184,7 @@ def write_learned(rules: list[ParamRule], previews: dict[str, list[Any]], out: T
     )
     for rule in rules:
         out.write(f"\n{rule.state.upper()} {rule.name}: {len(rule.evidence)} URL pairs\n")
+        out.write(evidence_line(rule, pages or {}))
         out.writelines(f"  same content: {a}  =  {b}\n" for a, b in rule.evidence[:3])
         if rule.counter_example:
             counter = rule.counter_example
@@ -232,6 +276,7 @@ class Command(ScrapyCommand):
             )
             result = audit(aliases, lambda url: dedupe_key(url, rules))
             previews = proposal_previews(store, learned, aliases, rules)
+            pages = {page["final_url"]: page for page in store.fingerprinted_pages()}
         if opts.format == "jsonl":
             write_rows(result.changes(), "jsonl", (), sys.stdout)
             learned_rows = (
@@ -242,7 +287,7 @@ class Command(ScrapyCommand):
         else:
             if stored_version is not None:
                 write_text(result, stored_version, rules.version, sys.stdout)
-            write_learned(learned, previews, sys.stdout)
+            write_learned(learned, previews, sys.stdout, pages)
         conflict = any(merge["conflict"] for merges in previews.values() for merge in merges)
         self.exitcode = 1 if result.merges or conflict else 0
 

@@ -11,12 +11,19 @@
 * ``"off"``: nothing is learned.
 
 Rules applied earlier (state ``applied`` in the store) are loaded into the shared state when
-a worker opens. A counter-example found later, by the crawl or by the sampled re-check
+a worker opens. A counter-example found later, by the crawl or by the stratified re-check
 (:mod:`bloom_frontier.learning.recheck`), revokes a proposed or applied rule for good: recorded with
-the counter-example, removed from the active rules, logged as a warning. Stats:
+the counter-example, removed from the active rules, logged as a warning, and the links it
+merged that are remembered are queued again. Stats:
 ``learn/proposed``, ``learn/applied``, ``learn/revoked``, ``learn/rechecked``,
 ``learn/recheck_confirmed``, ``learn/recheck_unmatched`` (no page the URL was merged into is
-remembered to compare with), ``learn/forgotten_pages`` (``CANON_LEARN_MEMORY``).
+remembered to compare with), ``learn/requeued`` (links a revoked rule had merged, queued
+again), ``learn/merged_forgotten`` (merged links past the memory of
+:class:`~bloom_frontier.learning.recheck.MergedLinks`: a revocation cannot queue them again),
+``learn/forgotten_pages`` (``CANON_LEARN_MEMORY``).
+
+Each page's shape (:func:`~bloom_frontier.learning.evidence.page_shape`) is counted from its
+body when it arrives, so evidence is judged by the kind of page it came from.
 
 Each worker learns from the pages it fetched itself; the rules it proposes or applies, and
 revocations, are shared with all.
@@ -25,12 +32,16 @@ revocations, are shared with all.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit
+from weakref import WeakKeyDictionary
 
-from scrapy import signals
-from scrapy.exceptions import NotConfigured
+from scrapy import Request, signals
+from scrapy.exceptions import DontCloseSpider, NotConfigured
+from scrapy.http.request import NO_CALLBACK
 
 from bloom_frontier.canonical import InvalidURL, dedupe_key
 from bloom_frontier.content.extension import content_fingerprinted
@@ -42,8 +53,10 @@ from bloom_frontier.learning.evidence import (
     Page,
     ParamEvidence,
     Proposal,
+    page_shape,
     split_key,
 )
+from bloom_frontier.learning.recheck import LearnedRuleRecheck, MergedLinks, names_of
 from bloom_frontier.learning.state import (
     Learned,
     LiveRules,
@@ -68,12 +81,23 @@ from bloom_frontier.services import services_of
 if TYPE_CHECKING:
     from typing import Self
 
-    from scrapy import Request
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
 
 MODES = ("off", "propose", "apply")
+#: Paths compared at which a rule's re-check of links to paths not yet compared falls to
+#: half of them: each link merged adds ``max(CANON_LEARN_RECHECK, T / (T + paths compared))``
+#: to the rule's credit, so a young rule is checked often and one confirmed over many paths
+#: rarely (about sqrt(2 T n) of n paths compared), never less than the rate asked.
+RECHECK_TRUST = 2
+#: Seconds the spider is kept open, at most, for a re-check fetched to be judged.
+RECHECK_WAIT = 30.0
+#: Values of a parameter re-checked on a page shape no evidence covered.
+SHAPE_VALUES = 3
+#: Shapes whose re-checked values are remembered at most (then forgotten at once).
+MAX_PENDING_SHAPES = 10_000
 
 
 def covers(scope: str, host: str, path: str) -> bool:
@@ -98,6 +122,16 @@ class ParamRuleLearning:
         self.known: dict[tuple[str, str], ParamRule] = {}
         self.state: RuleState = MemoryRuleState()
         self.live = LiveRules(crawler.settings, self.state, on_change=self._rules_changed)
+        self.merged_links = MergedLinks()
+        #: Per (host, parameter): re-checks of paths not yet compared it may still make.
+        self._credit: dict[tuple[str, str], float] = {}
+        #: Per (host, parameter, shape no evidence covered): the values re-checked there.
+        self._shape_values: dict[tuple[str, str, tuple[int, ...]], set[str | None]] = {}
+        #: (host, parameter) of the rules applied before this crawl (see :meth:`merged`).
+        self._trusted: set[tuple[str, str]] = set()
+        self._shapes: WeakKeyDictionary[Request, tuple[int, ...]] = WeakKeyDictionary()
+        #: Re-checks fetched, not yet judged, with when they arrived.
+        self._judging: WeakKeyDictionary[Request, float] = WeakKeyDictionary()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -115,6 +149,8 @@ class ParamRuleLearning:
         )
         crawler.signals.connect(learning.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(learning.observe, signal=content_fingerprinted)
+        crawler.signals.connect(learning.response_received, signal=signals.response_received)
+        crawler.signals.connect(learning.spider_idle, signal=signals.spider_idle)
         return learning
 
     # --- the shared rules --------------------------------------------------------------
@@ -134,6 +170,8 @@ class ParamRuleLearning:
         for rule in services.recorder.param_rules():
             self.known[rule.scope, rule.param] = rule
         applied = applied_rules(self.known.values())
+        # Proven in an earlier crawl (and maybe reviewed): re-checked at the rate asked.
+        self._trusted = {(scope.partition("/")[0], n) for scope, ns in applied.items() for n in ns}
         if applied:
             self._change_rules(lambda learned: _merged(learned, applied))
         self.live.key_version = frontier.keyer.rules.version  # the seen filter's prefix
@@ -162,6 +200,20 @@ class ParamRuleLearning:
 
     # --- learning ----------------------------------------------------------------------
 
+    def response_received(self, response: Response, request: Request, **_: Any) -> None:
+        """Count the page's shape while its body is at hand (byte counts, no parsing)."""
+        if request.callback is not NO_CALLBACK:
+            self._shapes[request] = page_shape(response.body)
+            if request.meta.get(LEARN_RECHECK_META):
+                self._judging[request] = time.monotonic()
+
+    def spider_idle(self, **_: Any) -> None:
+        """Not closed while a re-check fetched is still being fingerprinted: it may revoke
+        a rule and queue the links it merged (bounded by :data:`RECHECK_WAIT`)."""
+        now = time.monotonic()
+        if any(now - since < RECHECK_WAIT for since in self._judging.values()):
+            raise DontCloseSpider
+
     def observe(self, page: PageRecord, content: ContentRecord, request: Request, **_: Any) -> None:
         """Compare a freshly fingerprinted page with the pages it differs from by one
         parameter; propose, apply or revoke rules accordingly."""
@@ -169,7 +221,9 @@ class ParamRuleLearning:
             key = self._plain_key(page.final_url, request)
         except InvalidURL:
             return
-        fetched = Page(page.final_url, key, content.exact, content.kind, page.status)
+        shape = self._shapes.pop(request, ())
+        self._judging.pop(request, None)
+        fetched = Page(page.final_url, key, content.exact, content.kind, page.status, shape)
         recheck = request.meta.get(LEARN_RECHECK_META)
         if recheck:
             self._recheck(fetched, recheck)
@@ -181,8 +235,144 @@ class ParamRuleLearning:
         for counter in counters:
             self._revoke_covering(counter)
         for host, name in sorted(touched):
+            rule = self.known.get((host, name))
+            if rule is not None and rule.state != REVOKED:
+                continue  # a rule for the whole host: nothing wider to propose
             for proposal in self.evidence.proposals(host, name):
                 self._propose(proposal)
+        self._recheck_merged_into(fetched)
+        self._fetched_for_another(fetched)
+
+    def _fetched_for_another(self, fetched: Page) -> None:
+        """``fetched`` stands, under a learned rule, for a key of its own (its URL without the
+        parameters dropped): remember that URL as merged, so a revocation queues it."""
+        if not self.live.learned:
+            return
+        try:
+            learned = dedupe_key(fetched.url, self.live.current())
+        except InvalidURL:
+            return
+        dropped = tuple(sorted(names_of(fetched.key) - names_of(learned)))
+        if dropped and learned != fetched.key:
+            self.merged_links.add(learned, learned.partition("|")[2], dropped)
+
+    # --- the stratified re-check (bloom_frontier.learning.recheck) ---------------------
+
+    def merged(self, key: str, url: str, dropped: tuple[str, ...], rate: float) -> bool:
+        """Remember the link ``url`` a learned rule merged into ``key`` (dropping
+        ``dropped``); True if it is to be re-checked now (the page of ``key`` is known and
+        its shape or path is a stratum not yet compared, see the re-check's docstring).
+        A rule learned in this crawl earns credit for re-checks by :data:`RECHECK_TRUST`; one
+        applied before it (proven by a whole crawl, or reviewed) at ``rate`` only."""
+        if not self.merged_links.add(key, url, dropped):
+            return False
+        parts = split_key(key)
+        if parts is None:
+            return False
+        for name in dropped:
+            young = (parts[0], name) not in self._trusted
+            compared = self.evidence.compared_paths(parts[0], name) if young else 0
+            extra = RECHECK_TRUST / (RECHECK_TRUST + compared) if young else 0.0
+            credit = self._credit.get((parts[0], name), 1.0 if young else 0.0)
+            self._credit[parts[0], name] = credit + max(rate, extra)
+        if self.merged_links.forgotten:
+            assert self.crawler.stats is not None
+            self.crawler.stats.set_value("learn/merged_forgotten", self.merged_links.forgotten)
+        merged_into = self.evidence.page(key)
+        return merged_into is not None and self._picks(merged_into, url, dropped)
+
+    def _recheck_middleware(self) -> LearnedRuleRecheck | None:
+        """The crawl's re-check middleware (None before the engine exists, or without it)."""
+        try:
+            return self.crawler.get_spider_middleware(LearnedRuleRecheck)
+        except RuntimeError:  # no engine yet: a crawler made without a crawl
+            return None
+
+    def dropped_queued(self, url: str, key: str) -> None:
+        """A queued request for ``url`` was dropped because learned rules key it ``key``,
+        already seen (:mod:`bloom_frontier.learning.gate`): remembered as merged, so a
+        revocation queues it again, and re-checked if in a stratum to sample."""
+        try:
+            plain = dedupe_key(url, self.live.without_learned())
+        except InvalidURL:
+            return
+        dropped = tuple(sorted(names_of(plain) - names_of(key)))
+        recheck = self._recheck_middleware()
+        if not dropped or recheck is None or self.evidence.page(plain) is not None:
+            if dropped:
+                self.merged_links.add(key, url, dropped)
+            return
+        if self.merged(key, url, dropped, recheck.rate):
+            self._crawl_recheck(recheck, plain, url, key, dropped)
+
+    def _picks(self, merged_into: Page, url: str, dropped: tuple[str, ...]) -> bool:
+        """True if the link ``url`` merged into ``merged_into`` by dropping ``dropped`` is in
+        a stratum to re-check now: a shape no evidence covered (always, for up to
+        :data:`SHAPE_VALUES` values of the parameter: one value neutral there does not
+        prove another), a path none covered (while the credit lasts)."""
+        parts = split_key(merged_into.key)
+        if merged_into.kind != OK or parts is None:
+            return False
+        host = parts[0]
+        values = {name.lower(): value for name, value in parse_qsl(urlsplit(url).query)}
+        for name in dropped:
+            path_done, shape_done = self.evidence.compared(host, name, merged_into)
+            if not shape_done:
+                checked = self._shape_values.setdefault((host, name, merged_into.shape), set())
+                if len(checked) < SHAPE_VALUES and values.get(name) not in checked:
+                    if len(self._shape_values) >= MAX_PENDING_SHAPES:
+                        self._shape_values.clear()
+                    checked.add(values.get(name))
+                    return True
+            if not path_done and self._credit.get((host, name), 0.0) >= 1:
+                self._credit[host, name] -= 1
+                return True
+        return False
+
+    def _recheck_merged_into(self, fetched: Page) -> None:
+        """``fetched`` is a page links were merged into before it was fetched: re-check one
+        of them if they are in a stratum to sample."""
+        for url, names in list(self.merged_links.of(fetched.key).items()):
+            if self._send_recheck(fetched, url, names):
+                return
+
+    def _send_recheck(self, merged_into: Page, url: str, names: tuple[str, ...]) -> bool:
+        """Fetch the link ``url`` merged into ``merged_into`` anyway, marked for a re-check,
+        if it was not fetched as itself nor re-checked and is in a stratum to sample."""
+        recheck = self._recheck_middleware()
+        try:
+            plain = dedupe_key(url, self.live.without_learned())
+        except InvalidURL:
+            return False
+        if recheck is None or self.evidence.page(plain) is not None:
+            return False  # no re-check asked, or fetched as itself: compared already
+        if not self._picks(merged_into, url, names):
+            return False
+        return self._crawl_recheck(recheck, plain, url, merged_into.key, names)
+
+    def _crawl_recheck(
+        self, recheck: LearnedRuleRecheck, plain: str, url: str, key: str, names: tuple[str, ...]
+    ) -> bool:
+        """Queue the re-check of ``url`` (keyed ``plain``) merged into ``key``, unless it was
+        re-checked already."""
+        meta = recheck.picked(plain, key, names)
+        if meta is None:
+            return False
+        request = self._request_for(url)
+        self._crawl(
+            request.replace(dont_filter=True, meta={**request.meta, LEARN_RECHECK_META: meta})
+        )
+        return True
+
+    def _request_for(self, url: str) -> Request:
+        """A request for a link, as the spider builds them (its ``request_for``) if it
+        says how."""
+        request_for = getattr(self.crawler.spider, "request_for", None)
+        return request_for(url) if callable(request_for) else Request(url)
+
+    def _crawl(self, request: Request) -> None:
+        assert self.crawler.engine is not None
+        self.crawler.engine.crawl(request)
 
     def _plain_key(self, url: str, request: Request) -> str:
         """The key of the fetched ``url`` without the learned rules: evidence is about the
@@ -210,6 +400,8 @@ class ParamRuleLearning:
             return
         if merged.exact == fetched.exact:
             stats.inc_value("learn/recheck_confirmed")
+            for name in recheck["params"]:
+                self.evidence.confirm(parts[0], name, merged)
             return
         host, path, _ = parts
         for name in recheck["params"]:
@@ -251,9 +443,11 @@ class ParamRuleLearning:
             ):
                 was_applied = rule.state == APPLIED
                 self._record(rule, state=REVOKED, counter_example=counter.as_json())
+                requeued = 0
                 if was_applied:
                     self._change_rules(lambda learned, rule=rule: _without(learned, rule))
                     self.live.current()
+                    requeued = self._requeue(rule)
                 assert self.crawler.stats is not None
                 self.crawler.stats.inc_value("learn/revoked")
                 logger.warning(
@@ -262,8 +456,29 @@ class ParamRuleLearning:
                     counter.url_a,
                     counter.url_b,
                     counter.reason,
-                    "; URLs it merged were not fetched" if was_applied else "",
+                    f"; {requeued} links it merged queued again" if was_applied else "",
                 )
+
+    def _requeue(self, rule: ParamRule) -> int:
+        """Queue again the links the revoked ``rule`` merged (keyed now without it, so each
+        is fetched unless its own key was seen)."""
+
+        def merged_by(key: str, names: tuple[str, ...]) -> bool:
+            parts = split_key(key)
+            return rule.param in names and parts is not None and covers(rule.scope, *parts[:2])
+
+        plain = self.live.without_learned()
+        urls = [
+            url
+            for url in self.merged_links.take(merged_by)
+            if self.evidence.page(dedupe_key(url, plain)) is None  # not fetched as itself
+        ]
+        for url in urls:
+            self._crawl(self._request_for(url))
+        if urls:
+            assert self.crawler.stats is not None
+            self.crawler.stats.inc_value("learn/requeued", len(urls))
+        return len(urls)
 
     def _record(self, rule: ParamRule, **changes: Any) -> None:
         updated = replace(rule, **changes, updated_at=now())

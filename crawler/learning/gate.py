@@ -77,5 +77,6 @@ class LearnedRuleGate:
             return
         assert self.crawler.stats is not None
         self.crawler.stats.inc_value("learn/dropped_queued")
+        learning.dropped_queued(request.url, new)  # queued again if the rule is revoked
         frontier.admit(request, [])  # releases its lease on a shared frontier
         raise IgnoreRequest(f"{request.url} is {new} under learned rules: already seen")
