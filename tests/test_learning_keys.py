@@ -11,8 +11,8 @@ from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
+import bloom_frontier.frontier.keys
 import bloom_frontier.learning.extension
-import bloom_frontier.learning.gate
 from bloom_frontier.canonical import dedupe_key
 from bloom_frontier.content.fingerprint import OK
 from bloom_frontier.frontier.keys import carry_key
@@ -107,19 +107,24 @@ def test_on_a_host_with_a_learned_rule_evidence_keys_keep_the_parameter(
 def test_the_gate_keys_again_only_requests_of_hosts_a_learned_rule_touches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    keyed = keyed_by(bloom_frontier.learning.gate, monkeypatch)
+    keyed = keyed_by(bloom_frontier.frontier.keys, monkeypatch)
     spider_crawler = get_crawler(SiteSpider, {"ADDONS": ADDONS})
     learner = services_of(spider_crawler).learner
     assert learner is not None
     gate = LearnedRuleGate.from_crawler(spider_crawler)
     learner.live.current()  # keys keep the prefix the crawl started with
+    services_of(spider_crawler).frontier.keyer.use_rules(learner.live)  # as spider_opened does
     learner._change_rules(lambda learned: {"other.org": ["from"]})
     # No rule touches e.org: the carried key stands, nothing is keyed again.
     gate.process_request(carrying("https://e.org/a?x=1"))
     assert keyed == []
-    # On other.org the request is keyed under the learned rules (its key did not change).
+    # Nor on other.org for a URL without the learned parameter: its key cannot change.
     gate.process_request(carrying("https://other.org/a?x=1"))
-    assert keyed == ["https://other.org/a?x=1"]
+    assert keyed == []
+    # With it, the request is keyed under the rules in force, and without the learned ones
+    # (the key it may have been fetched under before the rule).
+    gate.process_request(carrying("https://other.org/b?x=1&from=nav"))
+    assert keyed == ["https://other.org/b?x=1&from=nav"] * 2
 
 
 def test_a_recheck_compares_with_the_variant_fetched_when_the_bare_url_was_not(

@@ -11,8 +11,15 @@ The store keeps every URL the crawl fetched or was redirected through with the k
 * **rejected**: URLs the new rules refuse (``InvalidURL``, with the reason).
 
 Keys carry their rule version, so the comparison is between groupings, not key strings.
-Formats: ``text`` (a summary and each change) or ``jsonl`` (one change per line). Exit status
-1 when a merge is found, so a deploy script can stop on it.
+Formats: ``text`` (a summary and each change) or ``jsonl`` (one change per line).
+
+A merge the **applied** learned rules make (the URLs' keys differ without the learned rules,
+as they were stored) is what those rules are for: reported (``MERGE ... by applied learned
+rules``; ``"expected": true`` in JSONL), and not a reason to stop. Exit status 1 when a merge
+is found that a changed rule would make (``CANON_HOST_RULES`` or the built-in rules: URLs
+whose stored keys differ share one without the learned rules) or that a **proposed** learned
+rule would make among the stored keys (or a conflict), so a deploy script can run it and stop
+only on a change to review; 0 otherwise.
 
 It also lists the parameter rules learned from content (:mod:`bloom_frontier.learning`): proposed,
 applied and revoked, each with its evidence (URL pairs of equal content: how many, over how
@@ -59,6 +66,28 @@ class Audit:
 
     def changes(self) -> list[dict[str, Any]]:
         return [*self.merges, *self.splits, *self.rejected]
+
+    @property
+    def unexpected_merges(self) -> list[dict[str, Any]]:
+        """The merges not made by applied learned rules (see :func:`mark_expected`)."""
+        return [merge for merge in self.merges if not merge.get("expected")]
+
+
+def mark_expected(
+    result: Audit, aliases: Iterable[tuple[str, str]], plain_key: Callable[[str], str]
+) -> None:
+    """Flag each merge of ``result`` ``expected`` when the applied learned rules alone make
+    it: no two of its URLs whose stored keys differ share a key under the rules without
+    them (``plain_key``); else a changed rule merges them."""
+    stored = dict(aliases)
+    for merge in result.merges:
+        by_plain: dict[str, set[str]] = defaultdict(set)
+        for url in merge["urls"]:
+            try:
+                by_plain[plain_key(url)].add(stored[url])
+            except InvalidURL:
+                continue
+        merge["expected"] = all(len(keys) == 1 for keys in by_plain.values())
 
 
 def _regrouping(
@@ -205,15 +234,18 @@ def write_learned(
 
 
 def write_text(result: Audit, stored_version: str, new_version: str, out: TextIO) -> None:
+    expected = len(result.merges) - len(result.unexpected_merges)
     out.write(
         f"Rules {stored_version} (stored) -> {new_version} (current): {result.urls} URLs\n"
         f"  unchanged keys: {result.unchanged_groups}\n"
         f"  merges:         {len(result.merges)}  (different keys that would become one)\n"
-        f"  splits:         {len(result.splits)}  (one key that would become several)\n"
+        + (f"    by applied learned rules: {expected}  (expected)\n" if expected else "")
+        + f"  splits:         {len(result.splits)}  (one key that would become several)\n"
         f"  rejected URLs:  {len(result.rejected)}\n"
     )
     for change in result.merges:
-        out.write(f"\nMERGE into {change['new_key']}\n")
+        by = " (by applied learned rules)" if change.get("expected") else ""
+        out.write(f"\nMERGE into {change['new_key']}{by}\n")
         out.writelines(f"  was {old}\n" for old in change["old_keys"])
     for change in result.splits:
         out.write(f"\nSPLIT {change['old_key']}\n")
@@ -269,12 +301,14 @@ class Command(ScrapyCommand):
             rules = DEFAULT_RULES.with_host_rules(
                 combined_host_rules(user_rules, applied_rules(learned))
             )
+            plain = DEFAULT_RULES.with_host_rules(user_rules)
             aliases = (
                 [(a["url"], a["key"]) for a in store.url_aliases(stored_version)]
                 if stored_version
                 else []
             )
             result = audit(aliases, lambda url: dedupe_key(url, rules))
+            mark_expected(result, aliases, lambda url: dedupe_key(url, plain))
             previews = proposal_previews(store, learned, aliases, rules)
             pages = {page["final_url"]: page for page in store.fingerprinted_pages()}
         if opts.format == "jsonl":
@@ -288,8 +322,8 @@ class Command(ScrapyCommand):
             if stored_version is not None:
                 write_text(result, stored_version, rules.version, sys.stdout)
             write_learned(learned, previews, sys.stdout, pages)
-        conflict = any(merge["conflict"] for merges in previews.values() for merge in merges)
-        self.exitcode = 1 if result.merges or conflict else 0
+        proposed_merges = any(previews.values())  # conflicts are merges too
+        self.exitcode = 1 if result.unexpected_merges or proposed_merges else 0
 
 
 def apply_proposals(

@@ -376,6 +376,14 @@ class ParamEvidence:
         memory = self._sections.get((parts[0], section_of(parts[1]))) if parts else None
         return memory.pages.get(key) if memory else None
 
+    def pages_of(self, host: str) -> list[Page]:
+        """The pages of ``host`` remembered now."""
+        return [
+            page
+            for section in self._sections_of_host.get(host, ())
+            for page in self._sections[host, section].pages.values()
+        ]
+
     def merged_into(self, key: str, names: list[str]) -> Page | None:
         """A page fetched that a rule dropping ``names`` keys as ``key``: the one fetched
         with ``key`` itself, else one differing from it by one of ``names`` alone (the

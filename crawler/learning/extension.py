@@ -55,7 +55,9 @@ from bloom_frontier.learning.evidence import (
     Proposal,
     page_shape,
     split_key,
+    without_param,
 )
+from bloom_frontier.learning.gate import carries_learned_names, mark_fetched
 from bloom_frontier.learning.recheck import LearnedRuleRecheck, MergedLinks, names_of
 from bloom_frontier.learning.state import (
     Learned,
@@ -228,6 +230,9 @@ class ParamRuleLearning:
         if recheck:
             self._recheck(fetched, recheck)
             return
+        merged = self._merged_key(fetched)
+        if merged is not None:  # fetched while a rule merging it was applied
+            mark_fetched(services_of(self.crawler).frontier, [merged], also_seen=True)
         touched, counters = self.evidence.observe(fetched)
         if self.evidence.forgotten_pages:
             assert self.crawler.stats is not None
@@ -423,6 +428,7 @@ class ParamRuleLearning:
         if state == APPLIED:
             self._change_rules(lambda learned: _merged(learned, {rule.scope: [rule.param]}))
             self.live.current()
+            self._mark_fetched_merged(rule)
         self._record(rule, rules_version=self.live.full_version if state == APPLIED else None)
         assert self.crawler.stats is not None
         self.crawler.stats.inc_value(f"learn/{state}")
@@ -433,6 +439,38 @@ class ParamRuleLearning:
             *rule.evidence[0],
             state,
         )
+
+    def _mark_fetched_merged(self, rule: ParamRule) -> None:
+        """Mark seen, and fetched (:mod:`bloom_frontier.learning.gate`), the key under the rules
+        in force of each remembered page the new ``rule`` merges: ``/a`` once ``/a?p=1`` was
+        fetched and ``p`` is learned. A link to ``/a`` found later is a duplicate, and one
+        queued already is dropped when it leaves the queue."""
+        host = rule.scope.partition("/")[0]
+        keys = []
+        for page in self.evidence.pages_of(host):
+            parts = split_key(page.key)
+            if parts is None or not covers(rule.scope, host, parts[1]):
+                continue
+            if without_param(page.key, rule.param) != page.key:  # it carries the parameter
+                merged = self._merged_key(page)
+                if merged is not None:
+                    keys.append(merged)
+        if keys:
+            mark_fetched(services_of(self.crawler).frontier, keys, also_seen=True)
+
+    def _merged_key(self, page: Page) -> str | None:
+        """The key of a fetched ``page`` under the rules in force, if the learned rules
+        change it (None otherwise, or if it cannot be keyed)."""
+        live = self.live
+        if not carries_learned_names(page.url, live.learned) or not live.touches(
+            key_host(page.key)
+        ):
+            return None
+        try:
+            merged = dedupe_key(page.url, live.current())
+        except InvalidURL:
+            return None
+        return merged if merged != page.key else None
 
     def _revoke_covering(self, counter: CounterExample) -> None:
         for (scope, param), rule in list(self.known.items()):
