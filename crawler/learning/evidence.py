@@ -397,6 +397,13 @@ class ParamEvidence:
             found = memory.families.get((name, key))
         return found
 
+    def family_names(self, key: str) -> set[str]:
+        """The parameters of the remembered pages differing from ``key`` by one of them
+        alone (``from`` for ``/a`` once ``/a?from=nav`` was fetched)."""
+        parts = split_key(key)
+        memory = self._sections.get((parts[0], section_of(parts[1]))) if parts else None
+        return set(memory.names_by_base.get(key, ())) if memory else set()
+
     def confirm(self, host: str, name: str, page: Page) -> None:
         """A re-check found ``name`` neutral on ``page`` (the page its variant was merged
         into): its path is compared (not evidence for a new rule; nor its shape covered,

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
@@ -58,7 +59,7 @@ from bloom_frontier.learning.evidence import (
     without_param,
 )
 from bloom_frontier.learning.gate import carries_learned_names, mark_fetched
-from bloom_frontier.learning.recheck import LearnedRuleRecheck, MergedLinks, names_of
+from bloom_frontier.learning.recheck import MAX_MERGED, LearnedRuleRecheck, MergedLinks, names_of
 from bloom_frontier.learning.state import (
     Learned,
     LiveRules,
@@ -125,6 +126,12 @@ class ParamRuleLearning:
         self.state: RuleState = MemoryRuleState()
         self.live = LiveRules(crawler.settings, self.state, on_change=self._rules_changed)
         self.merged_links = MergedLinks()
+        #: Keys under the rules in force -> the key of the variant fetched for each (see
+        #: :meth:`_stands_for`), the oldest forgotten past ``MAX_MERGED``.
+        self._stand_ins: OrderedDict[str, str] = OrderedDict()
+        #: Keys (without learned rules) of the requests the gate dropped, not queued again
+        #: since (see :meth:`_requeue`); forgotten all at once past ``MAX_MERGED``.
+        self._dropped_at_lease: set[str] = set()
         #: Per (host, parameter): re-checks of paths not yet compared it may still make.
         self._credit: dict[tuple[str, str], float] = {}
         #: Per (host, parameter, shape no evidence covered): the values re-checked there.
@@ -132,7 +139,8 @@ class ParamRuleLearning:
         #: (host, parameter) of the rules applied before this crawl (see :meth:`merged`).
         self._trusted: set[tuple[str, str]] = set()
         self._shapes: WeakKeyDictionary[Request, tuple[int, ...]] = WeakKeyDictionary()
-        #: Re-checks fetched, not yet judged, with when they arrived.
+        #: Pages fetched (re-checks, and any while learned rules act), not yet observed,
+        #: with when they arrived.
         self._judging: WeakKeyDictionary[Request, float] = WeakKeyDictionary()
 
     @classmethod
@@ -206,12 +214,15 @@ class ParamRuleLearning:
         """Count the page's shape while its body is at hand (byte counts, no parsing)."""
         if request.callback is not NO_CALLBACK:
             self._shapes[request] = page_shape(response.body)
-            if request.meta.get(LEARN_RECHECK_META):
+            if self.mode == "apply" or self.has_applied or request.meta.get(LEARN_RECHECK_META):
                 self._judging[request] = time.monotonic()
 
     def spider_idle(self, **_: Any) -> None:
-        """Not closed while a re-check fetched is still being fingerprinted: it may revoke
-        a rule and queue the links it merged (bounded by :data:`RECHECK_WAIT`)."""
+        """Not closed while a page fetched is still being fingerprinted (in a thread) where
+        learned rules act: a re-check may revoke a rule and queue the links it merged, and
+        the last pages' links merged before they were observed are sampled only once they
+        are; how fast the thread runs must not decide what is fetched (bounded by
+        :data:`RECHECK_WAIT`)."""
         now = time.monotonic()
         if any(now - since < RECHECK_WAIT for since in self._judging.values()):
             raise DontCloseSpider
@@ -227,12 +238,16 @@ class ParamRuleLearning:
         self._judging.pop(request, None)
         fetched = Page(page.final_url, key, content.exact, content.kind, page.status, shape)
         recheck = request.meta.get(LEARN_RECHECK_META)
-        if recheck:
+        if recheck and (key != recheck["key"] or self.evidence.page(key) is not None):
             self._recheck(fetched, recheck)
             return
+        if recheck:  # the page variants stood for: compared with each of them, as evidence
+            assert self.crawler.stats is not None
+            self.crawler.stats.inc_value("learn/rechecked")
         merged = self._merged_key(fetched)
         if merged is not None:  # fetched while a rule merging it was applied
             mark_fetched(services_of(self.crawler).frontier, [merged], also_seen=True)
+            self._stands_for(merged, fetched)
         touched, counters = self.evidence.observe(fetched)
         if self.evidence.forgotten_pages:
             assert self.crawler.stats is not None
@@ -283,8 +298,25 @@ class ParamRuleLearning:
         if self.merged_links.forgotten:
             assert self.crawler.stats is not None
             self.crawler.stats.set_value("learn/merged_forgotten", self.merged_links.forgotten)
-        merged_into = self.evidence.page(key)
+        merged_into = self._page_for(key, dropped)
         return merged_into is not None and self._picks(merged_into, url, dropped)
+
+    def _page_for(self, key: str, names: Iterable[str]) -> Page | None:
+        """The page fetched that stands for ``key`` under the learned rules: fetched with
+        ``key`` itself, else one differing from it by one of ``names`` alone, else the
+        variant whose fetch marked ``key`` fetched (:meth:`_stands_for`), if remembered."""
+        found = self.evidence.merged_into(key, list(names))
+        if found is None and (stand_in := self._stand_ins.get(key)) is not None:
+            found = self.evidence.page(stand_in)
+        return found
+
+    def _stands_for(self, key: str, page: Page) -> None:
+        """``page`` (a variant) was fetched for ``key``, its key under the rules in force:
+        a link keyed ``key`` is dropped as fetched, so it is compared with ``page``."""
+        self._stand_ins[key] = page.key
+        self._stand_ins.move_to_end(key)
+        if len(self._stand_ins) > MAX_MERGED:
+            self._stand_ins.popitem(last=False)
 
     def _recheck_middleware(self) -> LearnedRuleRecheck | None:
         """The crawl's re-check middleware (None before the engine exists, or without it)."""
@@ -302,6 +334,14 @@ class ParamRuleLearning:
         except InvalidURL:
             return
         dropped = tuple(sorted(names_of(plain) - names_of(key)))
+        stand_in = self._page_for(key, ())
+        if not dropped and stand_in is not None:  # ``url`` is the page variants stood for
+            names = self.evidence.family_names(key) or names_of(stand_in.key) - names_of(plain)
+            dropped = tuple(sorted(names))
+        if dropped:  # admitted under ``plain``: a revocation must bypass the seen filter
+            if len(self._dropped_at_lease) >= MAX_MERGED:
+                self._dropped_at_lease.clear()
+            self._dropped_at_lease.add(plain)
         recheck = self._recheck_middleware()
         if not dropped or recheck is None or self.evidence.page(plain) is not None:
             if dropped:
@@ -396,7 +436,7 @@ class ParamRuleLearning:
         stats = self.crawler.stats
         assert stats is not None
         stats.inc_value("learn/rechecked")
-        merged = self.evidence.merged_into(recheck["key"], recheck["params"])
+        merged = self._page_for(recheck["key"], recheck["params"])
         parts = split_key(recheck["key"])
         if merged is None or parts is None:
             stats.inc_value("learn/recheck_unmatched")  # no page it merged is remembered
@@ -455,6 +495,7 @@ class ParamRuleLearning:
                 merged = self._merged_key(page)
                 if merged is not None:
                     keys.append(merged)
+                    self._stands_for(merged, page)
         if keys:
             mark_fetched(services_of(self.crawler).frontier, keys, also_seen=True)
 
@@ -499,20 +540,28 @@ class ParamRuleLearning:
 
     def _requeue(self, rule: ParamRule) -> int:
         """Queue again the links the revoked ``rule`` merged (keyed now without it, so each
-        is fetched unless its own key was seen)."""
+        is fetched unless its own key was seen). One the gate dropped when it left the queue
+        was admitted under its own key before: that key is seen, so it is queued again as a
+        ``dont_filter`` copy, once (no other copy of it was admitted)."""
 
         def merged_by(key: str, names: tuple[str, ...]) -> bool:
             parts = split_key(key)
             return rule.param in names and parts is not None and covers(rule.scope, *parts[:2])
 
         plain = self.live.without_learned()
-        urls = [
-            url
-            for url in self.merged_links.take(merged_by)
-            if self.evidence.page(dedupe_key(url, plain)) is None  # not fetched as itself
-        ]
-        for url in urls:
-            self._crawl(self._request_for(url))
+        recheck = self._recheck_middleware()
+        urls = {}
+        for url in self.merged_links.take(merged_by):
+            key = dedupe_key(url, plain)
+            fetched = recheck is not None and recheck.was_rechecked(key)
+            if not fetched and self.evidence.page(key) is None:  # not fetched as itself
+                urls.setdefault(key, url)
+        for key, url in urls.items():
+            request = self._request_for(url)
+            if key in self._dropped_at_lease:
+                self._dropped_at_lease.discard(key)
+                request = request.replace(dont_filter=True)
+            self._crawl(request)
         if urls:
             assert self.crawler.stats is not None
             self.crawler.stats.inc_value("learn/requeued", len(urls))

@@ -169,6 +169,11 @@ class LearnedRuleRecheck:
             return None
         return self.picked(plain, learned, dropped)
 
+    def was_rechecked(self, plain: str) -> bool:
+        """True if the URL keyed ``plain`` without learned rules was fetched for a re-check
+        (its content reached the spider: a revocation need not queue it again)."""
+        return plain in self._rechecked
+
     def picked(self, plain: str, learned: str, dropped: tuple[str, ...]) -> dict[str, Any] | None:
         """The re-check's meta for a link picked (keyed ``plain`` without learned rules),
         None if it was re-checked already; remembered so it is re-checked once."""
