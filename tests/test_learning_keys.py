@@ -16,11 +16,12 @@ import bloom_frontier.learning.extension
 from bloom_frontier.canonical import dedupe_key
 from bloom_frontier.content.fingerprint import OK
 from bloom_frontier.frontier.keys import carry_key
-from bloom_frontier.learning.evidence import Page
+from bloom_frontier.learning.evidence import CounterExample, Page, Proposal
 from bloom_frontier.learning.extension import ParamRuleLearning
 from bloom_frontier.learning.gate import LearnedRuleGate
+from bloom_frontier.learning.recheck import LearnedRuleRecheck
 from bloom_frontier.learning.state import LiveRules, MemoryRuleState
-from bloom_frontier.pipelines.records import APPLIED, REVOKED, ParamRule
+from bloom_frontier.pipelines.records import APPLIED, REVOKED, ContentRecord, PageRecord, ParamRule
 from bloom_frontier.services import services_of
 from bloom_frontier.spiders.site import SiteSpider
 
@@ -154,3 +155,84 @@ def test_a_recheck_compares_with_the_variant_fetched_when_the_bare_url_was_not(
         "reason": "re-check differs",
     }
     assert learner.live.learned == {}
+
+
+class Queued:
+    """Stands in for the crawl's engine and re-check middleware: what the learner queues."""
+
+    def __init__(self, learner: ParamRuleLearning, recheck: bool = True) -> None:
+        self.requests: list[Request] = []
+        middleware = LearnedRuleRecheck(services_of(learner.crawler), 1.0) if recheck else None
+        learner._crawl = self.requests.append  # type: ignore[method-assign]
+        learner._recheck_middleware = lambda: middleware  # type: ignore[method-assign]
+
+
+def fetched(learner: ParamRuleLearning, request: Request, text: str) -> None:
+    """``request``'s page fetched with ``text`` as its content, as the crawl reports it."""
+    url = request.url
+    page = PageRecord(url, url, dedupe_key(url, learner.live.without_learned()), 200)
+    learner.observe(page, ContentRecord(text, None, "n2", OK), request)
+
+
+def learner_with_rule(tmp_path: Path, param: str, *pages: tuple[str, str]) -> ParamRuleLearning:
+    """A learner that fetched ``pages`` (URL, content), then applied a host rule for ``param``
+    on e.org, as a crawl learning it does."""
+    spider_crawler = get_crawler(
+        SiteSpider,
+        {
+            "ADDONS": ADDONS,
+            "STORE_URL": f"sqlite:///{tmp_path / 's.db'}",
+            "CANON_LEARN": "apply",
+        },
+    )
+    learner = services_of(spider_crawler).learner
+    assert learner is not None
+    plain = learner.live.current()
+    services_of(spider_crawler).frontier.keyer.use_rules(learner.live)
+    for url, text in pages:
+        learner.evidence.observe(Page(url, dedupe_key(url, plain), text, OK, 200))
+    learner._propose(Proposal("e.org", param, (("https://e.org/x", "https://e.org/x?p=1"),)))
+    assert learner.known["e.org", param].state == APPLIED
+    return learner
+
+
+def test_a_page_dropped_as_fetched_by_its_variants_is_compared_with_each_of_them(
+    tmp_path: Path,
+) -> None:
+    """``/a?src=footer`` and ``/a?from=nav`` were fetched before ``from`` was learned, ``/a``
+    was queued: the gate drops it as fetched (its variants stood for it). It is re-checked,
+    and compared with every variant: ``from=nav`` says more, so the rule is revoked."""
+    learner = learner_with_rule(
+        tmp_path,
+        "from",
+        ("https://e.org/a?src=footer", "the article"),
+        ("https://e.org/a?from=nav", "the article, shared by nav"),
+    )
+    queued = Queued(learner)
+    bare = "https://e.org/a"
+    learner.dropped_queued(bare, dedupe_key(bare, learner.live.current()))
+    (recheck,) = queued.requests
+    assert recheck.url == bare and recheck.dont_filter
+    fetched(learner, recheck, "the article")
+    assert learner.known["e.org", "from"].state == REVOKED
+    assert learner.live.learned == {}
+
+
+def test_a_queued_variant_dropped_at_lease_is_queued_again_past_the_seen_filter(
+    tmp_path: Path,
+) -> None:
+    """``/b?from=nav`` was admitted (its key seen) before ``from`` was learned and dropped
+    when it left the queue; ``/c?from=nav`` was merged when it was linked. When ``from`` is
+    found wrong, both are queued again: the first as a ``dont_filter`` copy (its own key is
+    seen, the filter would drop it), the second as a plain request."""
+    learner = learner_with_rule(
+        tmp_path, "from", ("https://e.org/b", "b"), ("https://e.org/c", "c")
+    )
+    queued = Queued(learner, recheck=False)
+    b, c = "https://e.org/b?from=nav", "https://e.org/c?from=nav"
+    learner.dropped_queued(b, dedupe_key(b, learner.live.current()))
+    learner.merged(dedupe_key(c, learner.live.current()), c, ("from",), 0.0)
+    assert queued.requests == []
+    learner._revoke_covering(CounterExample("e.org", "from", "/a", "https://e.org/a", "x", "test"))
+    assert learner.known["e.org", "from"].state == REVOKED
+    assert {request.url: request.dont_filter for request in queued.requests} == {b: True, c: False}
