@@ -45,6 +45,7 @@ random crawls).
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
@@ -70,6 +71,8 @@ MAX_UNCOVERED_SHARE = 0.2
 #: each count capped: a list of 40 items and one of 41 are the same shape.
 SHAPE_TAGS = (b"li", b"tr", b"article", b"dd", b"option", b"h2", b"h3", b"img", b"form")
 SHAPE_CAP = 16
+#: Paths with more numbers than this have no :func:`number_stratum` (left to the credit).
+MAX_STRATUM_NUMBERS = 3
 #: Hosts whose forgotten pages' shapes are kept (for :data:`MIN_PATH_SHARE` and
 #: :data:`MAX_UNCOVERED_SHARE`); past it the least recent host's are dropped, and its host
 #: rules are barred (the share of its pattern can no longer be judged).
@@ -144,7 +147,31 @@ class _Tally:
         default_factory=lambda: defaultdict(set)
     )
     compared_paths: set[str] = field(default_factory=set)
+    #: The :func:`number_stratum` of each path compared.
+    compared_strata: set[str] = field(default_factory=set)
     evidence_shapes: set[tuple[int, ...]] = field(default_factory=set)
+
+    def compare(self, path: str) -> None:
+        """A comparison found the parameter neutral on ``path``."""
+        self.compared_paths.add(path)
+        if (stratum := number_stratum(path)) is not None:
+            self.compared_strata.add(stratum)
+
+
+def number_stratum(path: str) -> str | None:
+    """The stratum of a numbered path: its template (runs of digits as ``#``) and each
+    number's bit length, so ``/news/5`` and ``/news/7`` share one and ``/news/12`` is in
+    another; None for a path without a number. A parameter neutral until page N shows in
+    the strata below N, which a re-check samples each once.
+
+    >>> number_stratum("/news/5"), number_stratum("/news/12"), number_stratum("/about")
+    ('/news/#@3', '/news/#@4', None)
+    """
+    numbers = re.findall(r"\d+", path)
+    if not numbers or len(numbers) > MAX_STRATUM_NUMBERS:
+        return None
+    bits = ".".join(str(int(number[:18]).bit_length()) for number in numbers)
+    return re.sub(r"\d+", "#", path) + "@" + bits
 
 
 @dataclass
@@ -352,7 +379,7 @@ class ParamEvidence:
             if a.exact == b.exact:
                 tally.evidence.setdefault(base, (a.url, b.url, a.exact, path, a.shape))
                 tally.families_by_content[a.exact].add(base)
-                tally.compared_paths.add(path)
+                tally.compare(path)
                 tally.evidence_shapes.add(a.shape)
                 touched.add((host, name))
                 return
@@ -411,16 +438,19 @@ class ParamEvidence:
         parts = split_key(page.key)
         memory = self._sections.get((host, section_of(parts[1]))) if parts else None
         if parts is not None and memory is not None:
-            memory.tallies[name].compared_paths.add(parts[1])
+            memory.tallies[name].compare(parts[1])
 
-    def compared(self, host: str, name: str, page: Page) -> tuple[bool, bool]:
-        """Whether a comparison found ``name`` neutral on ``page``'s path, and evidence on a
-        page of its shape, on ``host``: what a re-check samples first is what is not."""
+    def compared(self, host: str, name: str, page: Page) -> tuple[bool, bool, bool]:
+        """Whether a comparison found ``name`` neutral on ``page``'s path, and on its
+        :func:`number_stratum` (True for a path without one), and evidence on a page of its
+        shape, on ``host``: what a re-check samples first is what is not."""
         parts = split_key(page.key)
         tallies = self._tallies(host, name) if host in self._sections_of_host else []
         path = parts[1] if parts else ""
+        stratum = number_stratum(path)
         return (
             any(path in tally.compared_paths for tally in tallies),
+            stratum is None or any(stratum in tally.compared_strata for tally in tallies),
             any(page.shape in tally.evidence_shapes for tally in tallies),
         )
 

@@ -54,6 +54,7 @@ from bloom_frontier.learning.evidence import (
     Page,
     ParamEvidence,
     Proposal,
+    number_stratum,
     page_shape,
     split_key,
     without_param,
@@ -136,6 +137,8 @@ class ParamRuleLearning:
         self._credit: dict[tuple[str, str], float] = {}
         #: Per (host, parameter, shape no evidence covered): the values re-checked there.
         self._shape_values: dict[tuple[str, str, tuple[int, ...]], set[str | None]] = {}
+        #: (host, parameter, numbered path stratum) re-checked (see :meth:`_picks`).
+        self._strata_checked: set[tuple[str, str, str]] = set()
         #: (host, parameter) of the rules applied before this crawl (see :meth:`merged`).
         self._trusted: set[tuple[str, str]] = set()
         self._shapes: WeakKeyDictionary[Request, tuple[int, ...]] = WeakKeyDictionary()
@@ -354,14 +357,21 @@ class ParamRuleLearning:
         """True if the link ``url`` merged into ``merged_into`` by dropping ``dropped`` is in
         a stratum to re-check now: a shape no evidence covered (always, for up to
         :data:`SHAPE_VALUES` values of the parameter: one value neutral there does not
-        prove another), a path none covered (while the credit lasts)."""
+        prove another), a numbered path's stratum none covered (once each: a parameter
+        neutral until page N), a path none covered (while the credit lasts)."""
         parts = split_key(merged_into.key)
         if merged_into.kind != OK or parts is None:
             return False
         host = parts[0]
         values = {name.lower(): value for name, value in parse_qsl(urlsplit(url).query)}
         for name in dropped:
-            path_done, shape_done = self.evidence.compared(host, name, merged_into)
+            path_done, stratum_done, shape_done = self.evidence.compared(host, name, merged_into)
+            stratum = (host, name, number_stratum(parts[1]) or "")
+            if not stratum_done and stratum not in self._strata_checked:
+                if len(self._strata_checked) >= MAX_PENDING_SHAPES:
+                    self._strata_checked.clear()
+                self._strata_checked.add(stratum)
+                return True
             if not shape_done:
                 checked = self._shape_values.setdefault((host, name, merged_into.shape), set())
                 if len(checked) < SHAPE_VALUES and values.get(name) not in checked:
