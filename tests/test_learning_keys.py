@@ -236,3 +236,27 @@ def test_a_queued_variant_dropped_at_lease_is_queued_again_past_the_seen_filter(
     learner._revoke_covering(CounterExample("e.org", "from", "/a", "https://e.org/a", "x", "test"))
     assert learner.known["e.org", "from"].state == REVOKED
     assert {request.url: request.dont_filter for request in queued.requests} == {b: True, c: False}
+
+
+def test_a_link_below_the_numbered_pages_compared_is_re_checked_whatever_the_credit(
+    tmp_path: Path,
+) -> None:
+    """``ref`` was compared on news 9-40 and learned; its credit is spent. A link merged
+    into news 6 is in a number stratum no comparison covered (a parameter neutral until
+    page N): re-checked; another link of that stratum, or one among the pages compared, not."""
+    pages = [(f"https://e.org/news/{n}", f"news {n}") for n in range(1, 41)]
+    learner = learner_with_rule(tmp_path, "ref", *pages)
+    plain = learner.live.without_learned()
+    for n in range(9, 41):  # the variants fetched before the rule: the same content
+        url = f"https://e.org/news/{n}?ref=mail"
+        learner.evidence.observe(Page(url, dedupe_key(url, plain), f"news {n}", OK, 200))
+    learner._trusted.add(("e.org", "ref"))  # no credit: only the strata pick
+
+    def picked(n: int) -> bool:
+        return learner.merged(key_of(learner, n), f"https://e.org/news/{n}?ref=x", ("ref",), 0.0)
+
+    assert [picked(n) for n in (20, 12, 6, 5, 3)] == [False, False, True, False, True]
+
+
+def key_of(learner: ParamRuleLearning, n: int) -> str:
+    return dedupe_key(f"https://e.org/news/{n}", learner.live.current())
