@@ -159,19 +159,21 @@ class _Tally:
 
 
 def number_stratum(path: str) -> str | None:
-    """The stratum of a numbered path: its template (runs of digits as ``#``) and each
-    number's bit length, so ``/news/5`` and ``/news/7`` share one and ``/news/12`` is in
-    another; None for a path without a number. A parameter neutral until page N shows in
-    the strata below N, which a re-check samples each once.
+    """The stratum of a numbered path: each number's magnitude (half its bit length, rounded
+    up: 0-3, 4-15, 16-63, ...), so ``/news/5`` and ``/cat/12`` share one and ``/news/2`` is
+    in another; None for a path without a number. A parameter neutral until page N shows in
+    the strata below N, which a re-check samples each once (per rule, over its scope: one
+    stratum for all of a host's numbered sections keeps the extra fetches few).
 
-    >>> number_stratum("/news/5"), number_stratum("/news/12"), number_stratum("/about")
-    ('/news/#@3', '/news/#@4', None)
+    >>> number_stratum("/news/5"), number_stratum("/cat/12"), number_stratum("/news/2")
+    ('2', '2', '1')
+    >>> number_stratum("/about") is None
+    True
     """
     numbers = re.findall(r"\d+", path)
     if not numbers or len(numbers) > MAX_STRATUM_NUMBERS:
         return None
-    bits = ".".join(str(int(number[:18]).bit_length()) for number in numbers)
-    return re.sub(r"\d+", "#", path) + "@" + bits
+    return ".".join(str(max(1, (int(number[:18]).bit_length() + 1) // 2)) for number in numbers)
 
 
 @dataclass

@@ -357,8 +357,9 @@ class ParamRuleLearning:
         """True if the link ``url`` merged into ``merged_into`` by dropping ``dropped`` is in
         a stratum to re-check now: a shape no evidence covered (always, for up to
         :data:`SHAPE_VALUES` values of the parameter: one value neutral there does not
-        prove another), a numbered path's stratum none covered (once each: a parameter
-        neutral until page N), a path none covered (while the credit lasts)."""
+        prove another), a numbered path's stratum none covered (once each, for a rule
+        learned in this crawl: a parameter neutral until page N), a path none covered
+        (while the credit lasts)."""
         parts = split_key(merged_into.key)
         if merged_into.kind != OK or parts is None:
             return False
@@ -367,7 +368,8 @@ class ParamRuleLearning:
         for name in dropped:
             path_done, stratum_done, shape_done = self.evidence.compared(host, name, merged_into)
             stratum = (host, name, number_stratum(parts[1]) or "")
-            if not stratum_done and stratum not in self._strata_checked:
+            young = (host, name) not in self._trusted  # one proven by a crawl: its rate only
+            if young and not stratum_done and stratum not in self._strata_checked:
                 if len(self._strata_checked) >= MAX_PENDING_SHAPES:
                     self._strata_checked.clear()
                 self._strata_checked.add(stratum)
