@@ -86,8 +86,10 @@ CANON_LEARN_MIN_PAIRS = 3
 # section, for the rest of the crawl; other sections still learn), so a bounded memory may
 # delay a proposal, never make one (bloom_frontier.learning.evidence).
 CANON_LEARN_MEMORY = 200_000
-# Share of the links an applied learned rule merged that are fetched anyway (each URL once) to
-# re-check the rule: different content revokes it (logged, and recorded with the counter-example).
+# Least share of the links an applied learned rule merged that are fetched anyway (each URL once)
+# to re-check the rule, on paths not yet compared first (a rule learned in this crawl is
+# re-checked more while young; a page shape no evidence covered always): different content
+# revokes it (logged, recorded with the counter-example) and queues the links it merged again.
 CANON_LEARN_RECHECK = 0.02
 
 # --- Shared frontier ---------------------------------------------------------------------

@@ -75,6 +75,18 @@ def summarize(stats: dict[str, object], elapsed: float, reason: str) -> str:
         # The site spider's own count, and Scrapy's (allowed_domains) for other spiders.
         _line("links off the site", count("links/offsite") + count("offsite/filtered")),
         _line("links rejected", ", ".join(f"{r}: {n}" for r, n in rejected.items()) or "none"),
+        *(
+            [
+                _line(
+                    "learned rules",
+                    f"{count('learn/proposed')} proposed, {count('learn/applied')} applied, "
+                    f"{count('learn/revoked')} revoked ({count('learn/requeued')} links a "
+                    f"revoked rule had merged queued again, {count('learn/rechecked')} re-checks)",
+                )
+            ]
+            if any(count(f"learn/{name}") for name in ("proposed", "applied", "revoked"))
+            else []
+        ),
         _line("errors", count("log_count/ERROR")),
         _line("elapsed", f"{elapsed:.1f} s"),
         _line("finish reason", reason),

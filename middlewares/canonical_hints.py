@@ -36,7 +36,7 @@ from scrapy.http import TextResponse
 from scrapy.http.request import NO_CALLBACK
 
 from bloom_frontier.canonical import resolve_link
-from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
 from bloom_frontier.frontier.keys import carry_key
 from bloom_frontier.logtext import short
 from bloom_frontier.meta import CANONICAL_OF_META
@@ -182,12 +182,18 @@ class CanonicalHintsMiddleware:
     def __init__(self, crawler: Crawler, services: CrawlServices) -> None:
         self.crawler = crawler
         self.services = services
-        self.rules = rules_from_settings(crawler.settings)
         self._logged_failures: set[tuple[str, str]] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler, services_of(crawler))
+
+    @property
+    def rules(self) -> RuleSet:
+        """The rules the crawl's links are keyed with now (its keyer's: ``CANON_HOST_RULES``,
+        the seen filter's version prefix and the learned rules in force), so the keys
+        recorded here agree with the links' keys."""
+        return self.services.frontier.keyer.current_rules()
 
     def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterator[Any]:
         yield from self.safe_canonical_requests(response)

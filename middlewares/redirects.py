@@ -47,7 +47,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.response import get_meta_refresh
 
 from bloom_frontier.canonical import InvalidURL, dedupe_key, resolve_link
-from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet, rules_from_settings
+from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
 from bloom_frontier.frontier import handle_page
 from bloom_frontier.frontier.keys import carry_key, url_key
 from bloom_frontier.meta import DEDUPE_CHECKED_META, REDIRECT_CHAIN_META
@@ -134,8 +134,6 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
     def __init__(self, settings: BaseSettings) -> None:
         super().__init__(settings)
         self.max_hops = hop_cap(settings)
-        # The frontier's rules (CANON_HOST_RULES included): loops and "seen" use its keys.
-        self.rules = rules_from_settings(settings)
         self.follow_refresh = settings.getbool("METAREFRESH_ENABLED")
         self.refresh_ignore_tags = settings.getlist("METAREFRESH_IGNORE_TAGS")
         self.refresh_max_delay = settings.getfloat("METAREFRESH_MAXDELAY")
@@ -150,6 +148,13 @@ class RedirectChainMiddleware(BaseRedirectMiddleware):
         middleware.builder = RedirectMiddleware.from_crawler(crawler)
         middleware.services = services_of(crawler)
         return middleware
+
+    @property
+    def rules(self) -> RuleSet:
+        """The rules the crawl's links are keyed with now (its keyer's: ``CANON_HOST_RULES``,
+        the seen filter's version prefix and the learned rules in force), so the keys
+        of loops, "seen" and the recorded hops agree with the links' keys."""
+        return self.services.frontier.keyer.current_rules()
 
     # --- what the response asks for ------------------------------------------------------
 

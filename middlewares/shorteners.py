@@ -35,7 +35,6 @@ from scrapy.http import Response
 from scrapy.utils.defer import maybe_deferred_to_future
 
 from bloom_frontier.canonical import resolve_link
-from bloom_frontier.canonical.rules import rules_from_settings
 from bloom_frontier.frontier import page_handled
 from bloom_frontier.logtext import short
 from bloom_frontier.meta import SHORTENER_META
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
 
+    from bloom_frontier.canonical.rules import RuleSet
     from bloom_frontier.services import CrawlServices
 
 logger = logging.getLogger(__name__)
@@ -138,8 +138,14 @@ class ShortenerResolveMiddleware:
         self.shorteners = shorteners
         self.timeout = timeout
         settings = crawler.settings
-        self.rules = rules_from_settings(settings)
         self.ssrf_enabled = settings.getbool("SSRF_GUARD_ENABLED")
+
+    @property
+    def rules(self) -> RuleSet:
+        """The rules the crawl's links are keyed with now (its keyer's: ``CANON_HOST_RULES``,
+        the seen filter's version prefix and the learned rules in force), so the keys
+        recorded here agree with the links' keys."""
+        return self.services.frontier.keyer.current_rules()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:

@@ -98,7 +98,9 @@ def test_shared_crawl_keeps_the_learned_rules_in_redis(tmp_path: Path, redis_url
     )
     documents = site.documents(paths)
     assert len(documents) == 1 + 3 * 15  # nothing meaningful merged
-    assert duplicate_ratio(documents) < 2.5
+    # Without learning 3.3; the re-check of each number stratum of a young rule (0-3 here,
+    # for each of the 4 parameters) costs up to 0.1-0.2 on this 46-document site.
+    assert duplicate_ratio(documents) < 2.75
 
 
 def test_propose_records_rules_for_review_and_the_next_crawl_applies_them(

@@ -11,16 +11,17 @@ from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
+import bloom_frontier.frontier.keys
 import bloom_frontier.learning.extension
-import bloom_frontier.learning.gate
 from bloom_frontier.canonical import dedupe_key
 from bloom_frontier.content.fingerprint import OK
 from bloom_frontier.frontier.keys import carry_key
-from bloom_frontier.learning.evidence import Page
+from bloom_frontier.learning.evidence import CounterExample, Page, Proposal
 from bloom_frontier.learning.extension import ParamRuleLearning
 from bloom_frontier.learning.gate import LearnedRuleGate
+from bloom_frontier.learning.recheck import LearnedRuleRecheck
 from bloom_frontier.learning.state import LiveRules, MemoryRuleState
-from bloom_frontier.pipelines.records import APPLIED, REVOKED, ParamRule
+from bloom_frontier.pipelines.records import APPLIED, REVOKED, ContentRecord, PageRecord, ParamRule
 from bloom_frontier.services import services_of
 from bloom_frontier.spiders.site import SiteSpider
 
@@ -107,19 +108,24 @@ def test_on_a_host_with_a_learned_rule_evidence_keys_keep_the_parameter(
 def test_the_gate_keys_again_only_requests_of_hosts_a_learned_rule_touches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    keyed = keyed_by(bloom_frontier.learning.gate, monkeypatch)
+    keyed = keyed_by(bloom_frontier.frontier.keys, monkeypatch)
     spider_crawler = get_crawler(SiteSpider, {"ADDONS": ADDONS})
     learner = services_of(spider_crawler).learner
     assert learner is not None
     gate = LearnedRuleGate.from_crawler(spider_crawler)
     learner.live.current()  # keys keep the prefix the crawl started with
+    services_of(spider_crawler).frontier.keyer.use_rules(learner.live)  # as spider_opened does
     learner._change_rules(lambda learned: {"other.org": ["from"]})
     # No rule touches e.org: the carried key stands, nothing is keyed again.
     gate.process_request(carrying("https://e.org/a?x=1"))
     assert keyed == []
-    # On other.org the request is keyed under the learned rules (its key did not change).
+    # Nor on other.org for a URL without the learned parameter: its key cannot change.
     gate.process_request(carrying("https://other.org/a?x=1"))
-    assert keyed == ["https://other.org/a?x=1"]
+    assert keyed == []
+    # With it, the request is keyed under the rules in force, and without the learned ones
+    # (the key it may have been fetched under before the rule).
+    gate.process_request(carrying("https://other.org/b?x=1&from=nav"))
+    assert keyed == ["https://other.org/b?x=1&from=nav"] * 2
 
 
 def test_a_recheck_compares_with_the_variant_fetched_when_the_bare_url_was_not(
@@ -149,3 +155,109 @@ def test_a_recheck_compares_with_the_variant_fetched_when_the_bare_url_was_not(
         "reason": "re-check differs",
     }
     assert learner.live.learned == {}
+
+
+class Queued:
+    """Stands in for the crawl's engine and re-check middleware: what the learner queues."""
+
+    def __init__(self, learner: ParamRuleLearning, recheck: bool = True) -> None:
+        self.requests: list[Request] = []
+        middleware = LearnedRuleRecheck(services_of(learner.crawler), 1.0) if recheck else None
+        learner._crawl = self.requests.append  # type: ignore[method-assign]
+        learner._recheck_middleware = lambda: middleware  # type: ignore[method-assign]
+
+
+def fetched(learner: ParamRuleLearning, request: Request, text: str) -> None:
+    """``request``'s page fetched with ``text`` as its content, as the crawl reports it."""
+    url = request.url
+    page = PageRecord(url, url, dedupe_key(url, learner.live.without_learned()), 200)
+    learner.observe(page, ContentRecord(text, None, "n2", OK), request)
+
+
+def learner_with_rule(tmp_path: Path, param: str, *pages: tuple[str, str]) -> ParamRuleLearning:
+    """A learner that fetched ``pages`` (URL, content), then applied a host rule for ``param``
+    on e.org, as a crawl learning it does."""
+    spider_crawler = get_crawler(
+        SiteSpider,
+        {
+            "ADDONS": ADDONS,
+            "STORE_URL": f"sqlite:///{tmp_path / 's.db'}",
+            "CANON_LEARN": "apply",
+        },
+    )
+    learner = services_of(spider_crawler).learner
+    assert learner is not None
+    plain = learner.live.current()
+    services_of(spider_crawler).frontier.keyer.use_rules(learner.live)
+    for url, text in pages:
+        learner.evidence.observe(Page(url, dedupe_key(url, plain), text, OK, 200))
+    learner._propose(Proposal("e.org", param, (("https://e.org/x", "https://e.org/x?p=1"),)))
+    assert learner.known["e.org", param].state == APPLIED
+    return learner
+
+
+def test_a_page_dropped_as_fetched_by_its_variants_is_compared_with_each_of_them(
+    tmp_path: Path,
+) -> None:
+    """``/a?src=footer`` and ``/a?from=nav`` were fetched before ``from`` was learned, ``/a``
+    was queued: the gate drops it as fetched (its variants stood for it). It is re-checked,
+    and compared with every variant: ``from=nav`` says more, so the rule is revoked."""
+    learner = learner_with_rule(
+        tmp_path,
+        "from",
+        ("https://e.org/a?src=footer", "the article"),
+        ("https://e.org/a?from=nav", "the article, shared by nav"),
+    )
+    queued = Queued(learner)
+    bare = "https://e.org/a"
+    learner.dropped_queued(bare, dedupe_key(bare, learner.live.current()))
+    (recheck,) = queued.requests
+    assert recheck.url == bare and recheck.dont_filter
+    fetched(learner, recheck, "the article")
+    assert learner.known["e.org", "from"].state == REVOKED
+    assert learner.live.learned == {}
+
+
+def test_a_queued_variant_dropped_at_lease_is_queued_again_past_the_seen_filter(
+    tmp_path: Path,
+) -> None:
+    """``/b?from=nav`` was admitted (its key seen) before ``from`` was learned and dropped
+    when it left the queue; ``/c?from=nav`` was merged when it was linked. When ``from`` is
+    found wrong, both are queued again: the first as a ``dont_filter`` copy (its own key is
+    seen, the filter would drop it), the second as a plain request."""
+    learner = learner_with_rule(
+        tmp_path, "from", ("https://e.org/b", "b"), ("https://e.org/c", "c")
+    )
+    queued = Queued(learner, recheck=False)
+    b, c = "https://e.org/b?from=nav", "https://e.org/c?from=nav"
+    learner.dropped_queued(b, dedupe_key(b, learner.live.current()))
+    learner.merged(dedupe_key(c, learner.live.current()), c, ("from",), 0.0)
+    assert queued.requests == []
+    learner._revoke_covering(CounterExample("e.org", "from", "/a", "https://e.org/a", "x", "test"))
+    assert learner.known["e.org", "from"].state == REVOKED
+    assert {request.url: request.dont_filter for request in queued.requests} == {b: True, c: False}
+
+
+def test_a_link_below_the_numbered_pages_compared_is_re_checked_whatever_the_credit(
+    tmp_path: Path,
+) -> None:
+    """``ref`` was compared on news 9-40 and learned; its credit is spent. A link merged
+    into news 3 is in a number stratum no comparison covered (a parameter neutral until
+    page N): re-checked; another link of that stratum, or one among the pages compared, not."""
+    pages = [(f"https://e.org/news/{n}", f"news {n}") for n in range(1, 41)]
+    learner = learner_with_rule(tmp_path, "ref", *pages)
+    plain = learner.live.without_learned()
+    for n in range(9, 41):  # the variants fetched before the rule: the same content
+        url = f"https://e.org/news/{n}?ref=mail"
+        learner.evidence.observe(Page(url, dedupe_key(url, plain), f"news {n}", OK, 200))
+    learner._credit["e.org", "ref"] = -100.0  # spent: only the strata pick
+
+    def picked(n: int) -> bool:
+        return learner.merged(key_of(learner, n), f"https://e.org/news/{n}?ref=x", ("ref",), 0.0)
+
+    # 9-15 share a stratum with 4-8; 1-3 is one none compared.
+    assert [picked(n) for n in (20, 12, 6, 3, 2)] == [False, False, False, True, False]
+
+
+def key_of(learner: ParamRuleLearning, n: int) -> str:
+    return dedupe_key(f"https://e.org/news/{n}", learner.live.current())

@@ -293,7 +293,8 @@ def test_the_gate_never_drops_a_queued_variant_under_a_rule_revoked_a_moment_ago
     queued = Request(VARIANT)  # as first queued it, under the rules without "ref"
     carry_key(queued, dedupe_key(VARIANT, live(second).without_learned()))
     # The gate of second's crawl: its services give second's frontier and learned rules.
-    services = SimpleNamespace(frontier=second, learner=SimpleNamespace(live=live(second)))
+    learner = SimpleNamespace(live=live(second), mode="apply", has_applied=True)
+    services = SimpleNamespace(frontier=second, learner=learner)
     LearnedRuleGate(get_crawler(ExampleSpider), services).process_request(queued)  # type: ignore[arg-type]
     assert live(second).version == 2
     assert stat(second, "learn/dropped_queued") == 0

@@ -11,11 +11,20 @@ The store keeps every URL the crawl fetched or was redirected through with the k
 * **rejected**: URLs the new rules refuse (``InvalidURL``, with the reason).
 
 Keys carry their rule version, so the comparison is between groupings, not key strings.
-Formats: ``text`` (a summary and each change) or ``jsonl`` (one change per line). Exit status
-1 when a merge is found, so a deploy script can stop on it.
+Formats: ``text`` (a summary and each change) or ``jsonl`` (one change per line).
+
+A merge the **applied** learned rules make (the URLs' keys differ without the learned rules,
+as they were stored) is what those rules are for: reported (``MERGE ... by applied learned
+rules``; ``"expected": true`` in JSONL), and not a reason to stop. Exit status 1 when a merge
+is found that a changed rule would make (``CANON_HOST_RULES`` or the built-in rules: URLs
+whose stored keys differ share one without the learned rules) or that a **proposed** learned
+rule would make among the stored keys (or a conflict), so a deploy script can run it and stop
+only on a change to review; 0 otherwise.
 
 It also lists the parameter rules learned from content (:mod:`bloom_frontier.learning`): proposed,
-applied and revoked, each with its evidence (URL pairs of equal content) or counter-example,
+applied and revoked, each with its evidence (URL pairs of equal content: how many, over how
+many distinct paths of the pages fetched in the rule's scope, and how alike each pair's stored
+content is) or counter-example,
 and for a proposal the stored URLs it would merge, flagged ``CONFLICT`` if any of them were
 fetched with different content. ``--apply SCOPE?PARAM`` applies a proposal: the next crawl
 keys with it (applied rules count as current rules above).
@@ -38,6 +47,7 @@ from bloom_frontier.canonical import InvalidURL, dedupe_key
 from bloom_frontier.canonical.rules import DEFAULT_RULES, RuleSet
 from bloom_frontier.commands._failures import fails_cleanly
 from bloom_frontier.commands._records import add_format_option, reading_store
+from bloom_frontier.content.fingerprint import similarity
 from bloom_frontier.learning.state import applied_rules, combined_host_rules
 from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import APPLIED, PROPOSED, REVOKED, ParamRule, now, write_rows
@@ -56,6 +66,28 @@ class Audit:
 
     def changes(self) -> list[dict[str, Any]]:
         return [*self.merges, *self.splits, *self.rejected]
+
+    @property
+    def unexpected_merges(self) -> list[dict[str, Any]]:
+        """The merges not made by applied learned rules (see :func:`mark_expected`)."""
+        return [merge for merge in self.merges if not merge.get("expected")]
+
+
+def mark_expected(
+    result: Audit, aliases: Iterable[tuple[str, str]], plain_key: Callable[[str], str]
+) -> None:
+    """Flag each merge of ``result`` ``expected`` when the applied learned rules alone make
+    it: no two of its URLs whose stored keys differ share a key under the rules without
+    them (``plain_key``); else a changed rule merges them."""
+    stored = dict(aliases)
+    for merge in result.merges:
+        by_plain: dict[str, set[str]] = defaultdict(set)
+        for url in merge["urls"]:
+            try:
+                by_plain[plain_key(url)].add(stored[url])
+            except InvalidURL:
+                continue
+        merge["expected"] = all(len(keys) == 1 for keys in by_plain.values())
 
 
 def _regrouping(
@@ -133,7 +165,47 @@ def proposal_previews(
     }
 
 
-def write_learned(rules: list[ParamRule], previews: dict[str, list[Any]], out: TextIO) -> None:
+def _path_in(scope: str, url: str) -> str | None:
+    """The path of ``url`` if it is within the learned ``scope``, else None."""
+    parts = urlsplit(url)
+    host, slash, prefix = scope.partition("/")
+    if (parts.hostname or "") != host:
+        return None
+    return parts.path if not slash or parts.path.startswith("/" + prefix.rstrip("*")) else None
+
+
+def evidence_line(rule: ParamRule, pages: dict[str, dict[str, Any]]) -> str:
+    """What a rule's evidence rests on: its pairs, over how many distinct paths of the
+    pages fetched within its scope, and how alike each pair's stored content is (the
+    MinHash similarity: 1.00 for equal fingerprints; ``pages``: final URL -> page row)."""
+    paths = {urlsplit(a).path for a, _ in rule.evidence}
+    observed = {path for url in pages if (path := _path_in(rule.scope, url)) is not None}
+    alike = []
+    for a, b in rule.evidence:
+        row_a, row_b = pages.get(a), pages.get(b)
+        if row_a is None or row_b is None:
+            continue
+        if row_a["content_hash"] == row_b["content_hash"]:
+            alike.append(1.0)
+        elif row_a.get("content_minhash") and row_b.get("content_minhash"):
+            alike.append(similarity(row_a["content_minhash"], row_b["content_minhash"]))
+    content = (
+        f"content similarity {min(alike):.2f}-{max(alike):.2f} over {len(alike)} pairs stored"
+        if alike
+        else "content not stored"
+    )
+    return (
+        f"  evidence: {len(rule.evidence)} pairs over {len(paths)} distinct paths "
+        f"(of {len(observed)} fetched in {rule.scope}); {content}\n"
+    )
+
+
+def write_learned(
+    rules: list[ParamRule],
+    previews: dict[str, list[Any]],
+    out: TextIO,
+    pages: dict[str, dict[str, Any]] | None = None,
+) -> None:
     states = Counter(rule.state for rule in rules)
     out.write(
         f"\nLearned parameter rules: {states[PROPOSED]} proposed, {states[APPLIED]} applied, "
@@ -141,6 +213,7 @@ def write_learned(rules: list[ParamRule], previews: dict[str, list[Any]], out: T
     )
     for rule in rules:
         out.write(f"\n{rule.state.upper()} {rule.name}: {len(rule.evidence)} URL pairs\n")
+        out.write(evidence_line(rule, pages or {}))
         out.writelines(f"  same content: {a}  =  {b}\n" for a, b in rule.evidence[:3])
         if rule.counter_example:
             counter = rule.counter_example
@@ -161,15 +234,18 @@ def write_learned(rules: list[ParamRule], previews: dict[str, list[Any]], out: T
 
 
 def write_text(result: Audit, stored_version: str, new_version: str, out: TextIO) -> None:
+    expected = len(result.merges) - len(result.unexpected_merges)
     out.write(
         f"Rules {stored_version} (stored) -> {new_version} (current): {result.urls} URLs\n"
         f"  unchanged keys: {result.unchanged_groups}\n"
         f"  merges:         {len(result.merges)}  (different keys that would become one)\n"
-        f"  splits:         {len(result.splits)}  (one key that would become several)\n"
+        + (f"    by applied learned rules: {expected}  (expected)\n" if expected else "")
+        + f"  splits:         {len(result.splits)}  (one key that would become several)\n"
         f"  rejected URLs:  {len(result.rejected)}\n"
     )
     for change in result.merges:
-        out.write(f"\nMERGE into {change['new_key']}\n")
+        by = " (by applied learned rules)" if change.get("expected") else ""
+        out.write(f"\nMERGE into {change['new_key']}{by}\n")
         out.writelines(f"  was {old}\n" for old in change["old_keys"])
     for change in result.splits:
         out.write(f"\nSPLIT {change['old_key']}\n")
@@ -225,13 +301,16 @@ class Command(ScrapyCommand):
             rules = DEFAULT_RULES.with_host_rules(
                 combined_host_rules(user_rules, applied_rules(learned))
             )
+            plain = DEFAULT_RULES.with_host_rules(user_rules)
             aliases = (
                 [(a["url"], a["key"]) for a in store.url_aliases(stored_version)]
                 if stored_version
                 else []
             )
             result = audit(aliases, lambda url: dedupe_key(url, rules))
+            mark_expected(result, aliases, lambda url: dedupe_key(url, plain))
             previews = proposal_previews(store, learned, aliases, rules)
+            pages = {page["final_url"]: page for page in store.fingerprinted_pages()}
         if opts.format == "jsonl":
             write_rows(result.changes(), "jsonl", (), sys.stdout)
             learned_rows = (
@@ -242,9 +321,9 @@ class Command(ScrapyCommand):
         else:
             if stored_version is not None:
                 write_text(result, stored_version, rules.version, sys.stdout)
-            write_learned(learned, previews, sys.stdout)
-        conflict = any(merge["conflict"] for merges in previews.values() for merge in merges)
-        self.exitcode = 1 if result.merges or conflict else 0
+            write_learned(learned, previews, sys.stdout, pages)
+        proposed_merges = any(previews.values())  # conflicts are merges too
+        self.exitcode = 1 if result.unexpected_merges or proposed_merges else 0
 
 
 def apply_proposals(

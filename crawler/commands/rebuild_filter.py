@@ -1,10 +1,13 @@
 """``scrapy rebuild-filter SPIDER``: apply a rule change to a crawl's memory, without a recrawl.
 
 Keys the URLs the crawl knows (record store: fetched pages, redirect hops, URL aliases,
-canonical hints; frontier: requests queued, leased, staged or failed) under the rules in
-force now into a new seen filter, and keeps the old filter as a read-only layer consulted
-with the old rules (:mod:`bloom_frontier.seen.layers`): nothing seen becomes unseen, and URLs the
-new rules merge with a known one count as seen. The rules in force are ``CANON_HOST_RULES``
+canonical hints; frontier: requests leased or failed) under the rules in force now into a
+new seen filter, and keeps the old filter as a read-only layer consulted with the old rules
+(:mod:`bloom_frontier.seen.layers`): nothing seen becomes unseen, and URLs the new rules merge
+with a known one count as seen. Requests still waiting in the queue are keyed again when
+they leave it (:mod:`bloom_frontier.learning.gate`): a variant of a page fetched before the
+rebuild is dropped then (``learn/dropped_queued``), never fetched; of two variants both
+waiting, the first out is fetched. The rules in force are ``CANON_HOST_RULES``
 plus the learned parameter rules applied (:mod:`bloom_frontier.learning`: ``scrapy audit-rules
 --apply``, or ``CANON_LEARN="apply"``, in the store or the shared crawl's ``<prefix>:learned``)
 and not revoked; the filter records both, and the next crawl keys with them.
@@ -73,7 +76,7 @@ from bloom_frontier.seen.rebuild import (
     jobdir_queued_urls,
     rebuild_jobdir,
     rebuild_redis,
-    redis_frontier_urls,
+    redis_frontier_entries,
     store_urls,
 )
 
@@ -191,13 +194,14 @@ class Command(ScrapyCommand):
             keyed = self._audit(store, old["version"])
         if keyed is None:
             return
-        stored = keyed.urls
-        keyed.add(jobdir_queued_urls(jobdir), self.rules)
+        waiting = sum(1 for _ in jobdir_queued_urls(jobdir))
         older, retired = rebuild_jobdir(
             jobdir, keyed.keys, self.record, old, settings, self.revoked
         )
         where = str(jobdir / "seen")
-        self._report(keyed, stored, self.record["version"], where, older and str(older))
+        self._report(
+            keyed, keyed.urls, waiting, self.record["version"], where, older and str(older)
+        )
         self._report_retired([str(path) for path in retired])
 
     def _shared(self, name: str, settings: Any) -> None:
@@ -219,15 +223,19 @@ class Command(ScrapyCommand):
                 keyed = self._audit(store, current["rules"]["version"])
             if keyed is None:
                 return
-            stored = keyed.urls
-            keyed.add(redis_frontier_urls(client, prefix), self.rules)
+            stored, waiting = keyed.urls, 0
+            for url, queued in redis_frontier_entries(client, prefix):
+                if queued:
+                    waiting += 1
+                else:
+                    keyed.add([url], self.rules)
             new_key, retired = rebuild_redis(
                 client, prefix, manifest, keyed.keys, self.record, settings, self.revoked
             )
         finally:
             client.close()
         older = None if current["key"] in retired else current["key"]
-        self._report(keyed, stored, self.record["version"], new_key, older)
+        self._report(keyed, stored, waiting, self.record["version"], new_key, older)
         self._report_retired(retired)
 
     def _report_retired(self, retired: list[str]) -> None:
@@ -239,7 +247,9 @@ class Command(ScrapyCommand):
             )
 
     @staticmethod
-    def _report(keyed: KeyedUrls, stored: int, version: str, where: str, older: str | None) -> None:
+    def _report(
+        keyed: KeyedUrls, stored: int, waiting: int, version: str, where: str, older: str | None
+    ) -> None:
         rejected = ", ".join(f"{r}: {n}" for r, n in sorted(keyed.rejected.items()))
         print(
             f"\nRebuilt the seen filter at {where} under rules {version}: {keyed.urls} URLs "
@@ -248,3 +258,9 @@ class Command(ScrapyCommand):
             + (f" ({rejected})" if rejected else "")
             + (f"; the old filter is kept read-only at {older}" if older else "")
         )
+        if waiting:
+            print(
+                f"{waiting} requests wait in the queue: each is keyed again under these rules "
+                "when it leaves it, and dropped if they merge it with a URL known (counted "
+                "as learn/dropped_queued)"
+            )

@@ -7,6 +7,7 @@
   batch of keys is made with;
 * :mod:`bloom_frontier.learning.extension`: the Scrapy extension tying fingerprints, evidence,
   the record store and the shared state together (``CANON_LEARN``);
-* :mod:`bloom_frontier.learning.gate`: queued requests a newly learned rule merges are dropped;
+* :mod:`bloom_frontier.learning.gate`: a request leaving the queue is keyed again under the
+  rules in force (learned, or a rebuilt filter's) and dropped if they make it a duplicate;
 * :mod:`bloom_frontier.learning.recheck`: the sampled re-check of applied rules.
 """

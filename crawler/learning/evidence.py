@@ -21,6 +21,13 @@ root) and the host has no counter-example; otherwise for each path prefix (``/do
 has ``min_pairs`` and none, the shallowest first. A rule reaches no further than its
 evidence: pairs seen only under ``/articles/`` say nothing about ``/products/``.
 
+Evidence must come from pages where the parameter had a chance to matter, spread over the
+rule's pattern (its scope): at least ``min_pairs`` distinct paths, :data:`MIN_PATH_SHARE` of
+the distinct paths of ``ok`` pages fetched in the scope, and evidence on each page shape
+(:func:`page_shape`: a sort neutral on one-item lists says nothing of longer lists; a view
+one template ignores says nothing of the other) but for :data:`MAX_UNCOVERED_SHARE` of those
+paths. Shapes of forgotten pages stay counted, so forgetting never makes a share easier.
+
 **Bounded memory** (``CANON_LEARN_MEMORY``): the learner remembers at most ``max_pages``
 fetched pages with their families and evidence. Past that it forgets the section (of a
 host) it was fed from least recently, whole (a family never leaves its path, so none is
@@ -38,6 +45,7 @@ random crawls).
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
@@ -53,7 +61,39 @@ from bloom_frontier.defaults import CANON_LEARN_MEMORY
 FORGOTTEN_PER_PAGE = 16
 FORGOTTEN_ERROR_RATE = 0.001
 
+#: Evidence for a rule must come from at least ``min_pairs`` distinct paths and from this
+#: share of the distinct paths of ``ok`` pages fetched within its scope (its pattern).
+MIN_PATH_SHARE = 0.1
+#: Paths of the pattern whose page shape no evidence covers may be at most this share of its
+#: observed paths: a parameter neutral on one-item lists says nothing about longer ones.
+MAX_UNCOVERED_SHARE = 0.2
+#: Elements counted for a page's shape (lists, tables, repeated blocks, headings, forms),
+#: each count capped: a list of 40 items and one of 41 are the same shape.
+SHAPE_TAGS = (b"li", b"tr", b"article", b"dd", b"option", b"h2", b"h3", b"img", b"form")
+SHAPE_CAP = 16
+#: Paths with more numbers than this have no :func:`number_stratum` (left to the credit).
+MAX_STRATUM_NUMBERS = 3
+#: Hosts whose forgotten pages' shapes are kept (for :data:`MIN_PATH_SHARE` and
+#: :data:`MAX_UNCOVERED_SHARE`); past it the least recent host's are dropped, and its host
+#: rules are barred (the share of its pattern can no longer be judged).
+MAX_FORGOTTEN_HOSTS = 10_000
+
 logger = logging.getLogger(__name__)
+
+
+def page_shape(body: bytes) -> tuple[int, ...]:
+    """How many of each :data:`SHAPE_TAGS` element ``body`` holds (capped at
+    :data:`SHAPE_CAP`): byte counts, cheap enough to run on the loop (about 0.1 ms for
+    100 kB).
+
+    >>> page_shape(b"<ul><li>a</li><LI class=x>b</li></ul><link rel=x>")[:2]
+    (2, 0)
+    """
+    lower = body.lower()
+    return tuple(
+        min(SHAPE_CAP, lower.count(b"<" + tag + b">") + lower.count(b"<" + tag + b" "))
+        for tag in SHAPE_TAGS
+    )
 
 
 @dataclass(frozen=True)
@@ -65,6 +105,9 @@ class Page:
     exact: str
     kind: str
     status: int
+    #: The page's structure (:func:`page_shape`): pages of one pattern that differ in it
+    #: (one item listed or three, another template) are not proof for each other.
+    shape: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,13 +138,42 @@ class Proposal:
 @dataclass
 class _Tally:
     """Per host and parameter: evidence by family (the key without the parameter) as
-    (url, url, fingerprint, path), and counter-examples."""
+    (url, url, fingerprint, path, shape), counter-examples, and the paths and shapes where a
+    comparison (evidence or re-check) found the parameter neutral."""
 
-    evidence: dict[str, tuple[str, str, str, str]] = field(default_factory=dict)
+    evidence: dict[str, tuple[str, str, str, str, tuple[int, ...]]] = field(default_factory=dict)
     counters: list[CounterExample] = field(default_factory=list)
     families_by_content: defaultdict[str, set[str]] = field(
         default_factory=lambda: defaultdict(set)
     )
+    compared_paths: set[str] = field(default_factory=set)
+    #: The :func:`number_stratum` of each path compared.
+    compared_strata: set[str] = field(default_factory=set)
+    evidence_shapes: set[tuple[int, ...]] = field(default_factory=set)
+
+    def compare(self, path: str) -> None:
+        """A comparison found the parameter neutral on ``path``."""
+        self.compared_paths.add(path)
+        if (stratum := number_stratum(path)) is not None:
+            self.compared_strata.add(stratum)
+
+
+def number_stratum(path: str) -> str | None:
+    """The stratum of a numbered path: each number's magnitude (half its bit length, rounded
+    up: 0-3, 4-15, 16-63, ...), so ``/news/5`` and ``/cat/12`` share one and ``/news/2`` is
+    in another; None for a path without a number. A parameter neutral until page N shows in
+    the strata below N, which a re-check samples each once (per rule, over its scope: one
+    stratum for all of a host's numbered sections keeps the extra fetches few).
+
+    >>> number_stratum("/news/5"), number_stratum("/cat/12"), number_stratum("/news/2")
+    ('2', '2', '1')
+    >>> number_stratum("/about") is None
+    True
+    """
+    numbers = re.findall(r"\d+", path)
+    if not numbers or len(numbers) > MAX_STRATUM_NUMBERS:
+        return None
+    return ".".join(str(max(1, (int(number[:18]).bit_length() + 1) // 2)) for number in numbers)
 
 
 @dataclass
@@ -111,6 +183,8 @@ class _Section:
     without it) -> a page; a family never leaves its path) and tallies (by parameter)."""
 
     pages: dict[str, Page] = field(default_factory=dict)
+    #: Distinct paths of its ``ok`` pages (the patterns' observed paths), by shape.
+    ok_paths: dict[str, tuple[int, ...]] = field(default_factory=dict)
     families: dict[tuple[str, str], Page] = field(default_factory=dict)
     names_by_base: defaultdict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     tallies: defaultdict[str, _Tally] = field(default_factory=lambda: defaultdict(_Tally))
@@ -181,6 +255,9 @@ class ParamEvidence:
         self._forgotten_capacity = self.max_pages * FORGOTTEN_PER_PAGE
         self._forgotten = Bloom(self._forgotten_capacity, FORGOTTEN_ERROR_RATE)
         self._forgotten_entries = 0
+        #: Per host, the shapes of the ``ok`` paths of its sections forgotten: they stay
+        #: observed (forgetting must not make a share easier to reach).
+        self._forgotten_shapes: OrderedDict[str, Counter[tuple[int, ...]]] = OrderedDict()
         #: Pages remembered now, and forgotten so far (with their sections).
         self.remembered = 0
         self.forgotten_pages = 0
@@ -206,6 +283,8 @@ class ParamEvidence:
             self._sections_of_host[host].add(where[1])
         self._sections.move_to_end(where)
         memory.pages[page.key] = page
+        if page.kind == OK:
+            memory.ok_paths.setdefault(path, page.shape)
         self.remembered += 1
         paths = self._paths_by_content[page.exact]
         if len(paths) < 2:  # one path or more: all that matters
@@ -263,6 +342,14 @@ class ParamEvidence:
         if not self._sections_of_host[host]:
             del self._sections_of_host[host]
         names = set(memory.tallies)
+        if memory.ok_paths:
+            shapes = self._forgotten_shapes.setdefault(host, Counter())
+            shapes.update(memory.ok_paths.values())
+            self._forgotten_shapes.move_to_end(host)
+            self._add_forgotten(f"o\t{host}\t{section}")  # no prefix rule there is judged
+            if len(self._forgotten_shapes) > MAX_FORGOTTEN_HOSTS:
+                dropped, _ = self._forgotten_shapes.popitem(last=False)
+                self._add_forgotten(f"o\t{dropped}")
         for page in memory.pages.values():
             self._add_forgotten(f"b\t{page.key}")  # met again: not compared, nor compared with
             self._add_forgotten(f"c\t{page.exact}")
@@ -292,8 +379,10 @@ class ParamEvidence:
         tally = memory.tallies[name]
         if a.kind == OK and b.kind == OK:
             if a.exact == b.exact:
-                tally.evidence.setdefault(base, (a.url, b.url, a.exact, path))
+                tally.evidence.setdefault(base, (a.url, b.url, a.exact, path, a.shape))
                 tally.families_by_content[a.exact].add(base)
+                tally.compare(path)
+                tally.evidence_shapes.add(a.shape)
                 touched.add((host, name))
                 return
             reason = "content differs"
@@ -316,6 +405,14 @@ class ParamEvidence:
         memory = self._sections.get((parts[0], section_of(parts[1]))) if parts else None
         return memory.pages.get(key) if memory else None
 
+    def pages_of(self, host: str) -> list[Page]:
+        """The pages of ``host`` remembered now."""
+        return [
+            page
+            for section in self._sections_of_host.get(host, ())
+            for page in self._sections[host, section].pages.values()
+        ]
+
     def merged_into(self, key: str, names: list[str]) -> Page | None:
         """A page fetched that a rule dropping ``names`` keys as ``key``: the one fetched
         with ``key`` itself, else one differing from it by one of ``names`` alone (the
@@ -328,6 +425,82 @@ class ParamEvidence:
                 break
             found = memory.families.get((name, key))
         return found
+
+    def family_names(self, key: str) -> set[str]:
+        """The parameters of the remembered pages differing from ``key`` by one of them
+        alone (``from`` for ``/a`` once ``/a?from=nav`` was fetched)."""
+        parts = split_key(key)
+        memory = self._sections.get((parts[0], section_of(parts[1]))) if parts else None
+        return set(memory.names_by_base.get(key, ())) if memory else set()
+
+    def confirm(self, host: str, name: str, page: Page) -> None:
+        """A re-check found ``name`` neutral on ``page`` (the page its variant was merged
+        into): its path is compared (not evidence for a new rule; nor its shape covered,
+        which takes evidence, as another value may not be neutral there)."""
+        parts = split_key(page.key)
+        memory = self._sections.get((host, section_of(parts[1]))) if parts else None
+        if parts is not None and memory is not None:
+            memory.tallies[name].compare(parts[1])
+
+    def compared(self, host: str, name: str, page: Page) -> tuple[bool, bool, bool]:
+        """Whether a comparison found ``name`` neutral on ``page``'s path, and on its
+        :func:`number_stratum` (True for a path without one), and evidence on a page of its
+        shape, on ``host``: what a re-check samples first is what is not."""
+        parts = split_key(page.key)
+        tallies = self._tallies(host, name) if host in self._sections_of_host else []
+        path = parts[1] if parts else ""
+        stratum = number_stratum(path)
+        return (
+            any(path in tally.compared_paths for tally in tallies),
+            stratum is None or any(stratum in tally.compared_strata for tally in tallies),
+            any(page.shape in tally.evidence_shapes for tally in tallies),
+        )
+
+    def compared_paths(self, host: str, name: str) -> int:
+        """How many paths of ``host`` a comparison found ``name`` neutral on."""
+        if host not in self._sections_of_host:
+            return 0
+        return sum(len(tally.compared_paths) for tally in self._tallies(host, name))
+
+    def _observed(self, host: str, prefix: str | None) -> dict[str, tuple[int, ...]]:
+        """Distinct paths (with their shapes) of the ``ok`` pages remembered on ``host``
+        under ``prefix`` (None: the whole host): the pattern's observed paths."""
+        sections = (
+            [section_of(prefix)] if prefix is not None else list(self._sections_of_host[host])
+        )
+        observed: dict[str, tuple[int, ...]] = {}
+        for section in sections:
+            memory = self._sections.get((host, section))
+            if memory is not None:
+                observed.update(
+                    (path, shape)
+                    for path, shape in memory.ok_paths.items()
+                    if prefix is None or path.startswith(prefix)
+                )
+        return observed
+
+    def _spread(
+        self, host: str, prefix: str | None, valid: list[tuple[str, tuple[int, ...]]]
+    ) -> bool:
+        """True if evidence from ``valid`` (path, shape) is spread enough over the pattern
+        (``host`` under ``prefix``): ``min_pairs`` distinct paths, :data:`MIN_PATH_SHARE`
+        of its observed paths, and every shape but :data:`MAX_UNCOVERED_SHARE` of them."""
+        if prefix is None and f"o\t{host}" in self._forgotten:
+            return False
+        if prefix is not None and f"o\t{host}\t{section_of(prefix)}" in self._forgotten:
+            return False
+        paths = {path for path, _ in valid}
+        shapes = {shape for _, shape in valid}
+        observed = Counter(self._observed(host, prefix).values())
+        if prefix is None:
+            observed.update(self._forgotten_shapes.get(host, Counter()))
+        total = observed.total()
+        uncovered = sum(count for shape, count in observed.items() if shape not in shapes)
+        return (
+            len(paths) >= self.min_pairs
+            and len(paths) >= MIN_PATH_SHARE * total
+            and uncovered <= MAX_UNCOVERED_SHARE * total
+        )
 
     def counters(self, host: str, name: str) -> list[CounterExample]:
         """The counter-examples to dropping ``name`` on ``host`` remembered now."""
@@ -354,8 +527,8 @@ class ParamEvidence:
             for exact, bases in tally.families_by_content.items():
                 families_by_content[exact] += len(bases)
         valid = [
-            (path, (url_a, url_b))
-            for _, (url_a, url_b, exact, path) in sorted(
+            (path, shape, (url_a, url_b))
+            for _, (url_a, url_b, exact, path, shape) in sorted(
                 entry for tally in tallies for entry in tally.evidence.items()
             )
             if len(self._paths_by_content.get(exact, ())) == 1
@@ -363,16 +536,17 @@ class ParamEvidence:
             and f"c\t{exact}" not in self._forgotten
         ]
         bad_paths = [counter.path for tally in tallies for counter in tally.counters]
-        sections = {section_of(path) for path, _ in valid}
+        sections = {section_of(path) for path, _, _ in valid}
         if (
             not bad_paths
             and len(valid) >= self.min_pairs
             and len(sections) >= 2
             and f"x\t{host}\t{name}" not in self._forgotten
+            and self._spread(host, None, [(path, shape) for path, shape, _ in valid])
         ):
-            return [Proposal(host, name, tuple(pair for _, pair in valid))]
+            return [Proposal(host, name, tuple(pair for _, _, pair in valid))]
         prefixes = sorted(
-            {prefix for path, _ in valid for prefix in path_prefixes(path)},
+            {prefix for path, _, _ in valid for prefix in path_prefixes(path)},
             key=lambda prefix: (prefix.count("/"), prefix),
         )
         found: list[str] = []
@@ -382,10 +556,16 @@ class ParamEvidence:
                 continue
             if f"s\t{host}\t{name}\t{section_of(prefix)}" in self._forgotten:
                 continue
-            inside = [pair for path, pair in valid if path.startswith(prefix)]
-            if len(inside) >= self.min_pairs and not any(p.startswith(prefix) for p in bad_paths):
+            inside = [(path, shape, pair) for path, shape, pair in valid if path.startswith(prefix)]
+            if (
+                len(inside) >= self.min_pairs
+                and not any(p.startswith(prefix) for p in bad_paths)
+                and self._spread(host, prefix, [(path, shape) for path, shape, _ in inside])
+            ):
                 found.append(prefix)
-                proposals.append(Proposal(f"{host}{prefix}*", name, tuple(inside)))
+                proposals.append(
+                    Proposal(f"{host}{prefix}*", name, tuple(pair for _, _, pair in inside))
+                )
         return proposals
 
 

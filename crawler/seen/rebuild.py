@@ -3,8 +3,12 @@
 Every URL the crawl knows is keyed again under the current rules and added to a new filter;
 the old filter becomes a read-only layer (:mod:`bloom_frontier.seen.layers`), so nothing seen
 becomes unseen. The URLs come from the record store (fetched pages, redirect hops, URL
-aliases, canonical hints) and from the frontier (requests queued, leased, staged or failed
-in Redis; the ``JOBDIR`` request queue of an embedded crawl).
+aliases, canonical hints) and from the frontier (requests leased or failed in Redis).
+Requests still waiting in the queue (queued, requeued or staged in Redis; the ``JOBDIR``
+request queue of an embedded crawl) are not added: their key under the new rules would be
+seen already when they leave the queue, and they are keyed again then
+(:mod:`bloom_frontier.learning.gate`): dropped if the new rules merge them with a page
+known, else marked and fetched.
 """
 
 from __future__ import annotations
@@ -138,21 +142,30 @@ def jobdir_queued_urls(jobdir: Path) -> Iterator[str]:
 
 
 def redis_frontier_urls(client: Client, prefix: str) -> Iterator[str]:
-    """URLs of the requests in a shared frontier (every partition of its queue): queued or
-    leased, staged (a batch being admitted through a sharded filter) or failed for good."""
+    """URLs of every request in a shared frontier (:func:`redis_frontier_entries`)."""
+    return (url for url, _waiting in redis_frontier_entries(client, prefix))
+
+
+def redis_frontier_entries(client: Client, prefix: str) -> Iterator[tuple[str, bool]]:
+    """URLs of the requests in a shared frontier (every partition of its queue), each with
+    True if its request still waits to be leased (queued, requeued, or staged: a batch being
+    admitted through a sharded filter), False if it is leased or failed for good."""
     for keys in partition_keys(client, FrontierKeys.for_prefix(prefix)):
+        requeued = set()
         for _lane, item in queued_records(client, keys):
-            if url := record_url(item):  # requeued ones ("#<id>") are found in `requests`
-                yield url
-        for _id, record in client.hscan_iter(keys.requests):
+            if url := record_url(item):
+                yield url, True
+            else:  # "#<lease id>": requeued, its record in `requests`
+                requeued.add(text(item).removeprefix("#"))
+        for lease, record in client.hscan_iter(keys.requests):
             if url := record_url(record):
-                yield url
+                yield url, text(lease) in requeued
         for _lease, staged in client.hscan_iter(keys.staged):
             for entry in _staged_entries(staged):
                 if isinstance(entry[-1], str) and (url := record_url(_staged_record(entry))):
-                    yield url
+                    yield url, True
         for url, _record in client.hscan_iter(keys.failed):
-            yield text(url)
+            yield text(url), False
 
 
 def _batches(keys: Iterable[str]) -> Iterator[list[str]]:
