@@ -57,7 +57,7 @@ class OldExtractResult:
 
 
 keys.dedupe_key = failing_dedupe_key
-canonical_hints._EXTRACT = lambda host: OldExtractResult()
+canonical_hints._extractor = lambda: lambda host: OldExtractResult()
 
 
 class StatsSiteSpider(SiteSpider):
