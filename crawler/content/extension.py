@@ -24,6 +24,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.http import TextResponse
 from scrapy.http.request import NO_CALLBACK
+from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.threads import deferToThread
 
@@ -138,10 +139,10 @@ class ContentFingerprints:
         self._pending.discard(pending)
         return result
 
-    def spider_closed(self, **_: Any) -> Deferred[Any] | None:
-        """Wait for the fingerprints still being computed, then write them."""
+    async def spider_closed(self, **_: Any) -> None:
+        """Wait for the fingerprints still being computed, then write them (a coroutine:
+        Scrapy 2.19 deprecates signal handlers that return a Deferred)."""
         if not self._pending:
-            return None
-        waiting: Deferred[Any] = DeferredList(list(self._pending))
-        waiting.addCallback(lambda _: services_of(self.crawler).recorder.commit_all())
-        return waiting
+            return
+        await maybe_deferred_to_future(DeferredList(list(self._pending)))
+        await maybe_deferred_to_future(services_of(self.crawler).recorder.commit_all())
