@@ -27,6 +27,11 @@ SCRAPY = str(ROOT / ".venv" / "bin" / "scrapy")
 EXTENSIONS = {"bloom_frontier.loopwatch.LoopStallMeter": 0}
 
 
+#: Scrapy's log format with milliseconds, so a response's time is known to better than the
+#: second its default stamp gives.
+MILLISECOND_LOG_FORMAT = "%(asctime)s.%(msecs)03d [%(name)s] %(levelname)s: %(message)s"
+
+
 @dataclass
 class StalledCrawl:
     """What one crawl did: its exit code and log, the pages the site served, its longest
@@ -42,17 +47,18 @@ class StalledCrawl:
     #: Wall-clock time the hang began.
     hang_started_at: float
 
-    def responses_during_hang(self, margin: float = 1.0) -> int:
+    def responses_during_hang(self, margin: float = 0.2) -> int:
         """Responses the worker logged as crawled (DEBUG) more than ``margin`` seconds after
-        the hang began and before it ended (log timestamps have whole seconds)."""
+        the hang began and before it ended (the crawl logs milliseconds: see
+        ``MILLISECOND_LOG_FORMAT``)."""
         first = self.hang_started_at + margin
         last = self.hang_started_at + self.hang_seconds
         count = 0
-        for stamp in re.findall(
-            r"^(\S+ \S+) \[scrapy\.core\.engine\] DEBUG: Crawled", self.log, re.M
+        for stamp, millis in re.findall(
+            r"^(\S+ \S+)\.(\d{3}) \[scrapy\.core\.engine\] DEBUG: Crawled", self.log, re.M
         ):
-            when = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
-            count += first <= when and when + 1 <= last
+            when = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
+            count += first <= when <= last
         return count
 
     @property
@@ -193,6 +199,7 @@ def crawl_with_hang(
     sqlite3.connect(store).close()
     with RedisServer(bloom=True) as redis_server, serve(graph, delay=page_delay) as site:
         extra = ["-s", f"REDIS_URL={redis_server.url}", "-s", "LOG_LEVEL=DEBUG"]
+        extra += ["-s", f"LOG_FORMAT={MILLISECOND_LOG_FORMAT}"]
         for name, value in (settings or {}).items():
             extra += ["-s", f"{name}={value}"]
         command = crawl_command(site.url, store, *extra, lease_ttl=lease_ttl)
