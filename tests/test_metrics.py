@@ -73,16 +73,23 @@ def held_site(pages: int, release: threading.Event) -> dict[str, Route]:
     return {**site(pages), "/gone": gone}
 
 
-def wait_for_scrapes(prometheus: PrometheusServer, workers: int, timeout: float) -> None:
-    """Wait until Prometheus scraped each of ``workers`` targets successfully
+def wait_for_scrapes(
+    prometheus: PrometheusServer, workers: list[subprocess.Popen], timeout: float
+) -> None:
+    """Wait until Prometheus scraped each of the ``workers`` successfully
     :data:`SCRAPES_WHILE_HELD` times (its own ``up`` series, not the workers' figures)."""
     deadline = time.monotonic() + timeout
+    scraped: dict = {}
     while time.monotonic() < deadline:
         scraped = prometheus.query(f'sum_over_time(up{{job="{JOB}"}}[{WHOLE_CRAWL}])')
-        if len(scraped) == workers and min(scraped.values()) >= SCRAPES_WHILE_HELD:
+        if len(scraped) == len(workers) and min(scraped.values()) >= SCRAPES_WHILE_HELD:
             return
         time.sleep(0.2)
-    raise AssertionError(f"Prometheus did not scrape the {workers} workers in {timeout} s")
+    exited = {worker.pid: worker.poll() for worker in workers}
+    raise AssertionError(
+        f"Prometheus did not scrape the {len(workers)} workers in {timeout} s: successful "
+        f"scrapes {scraped}, exit codes {exited}, targets {prometheus.api('targets')}"
+    )
 
 
 def scrape(port: int) -> str | None:
@@ -178,7 +185,7 @@ def scraped_crawl(
                         break
                     time.sleep(0.2)
                 assert live is not None, "the first worker never served /metrics"
-                wait_for_scrapes(prometheus, len(workers), HOLD_TIMEOUT)
+                wait_for_scrapes(prometheus, workers, HOLD_TIMEOUT)
                 release.set()
                 for worker in workers:
                     _, stderr = worker.communicate(timeout=180)
