@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from bloom_frontier.frontier.redis.identity import LOST_MARK
 from bloom_frontier.frontier.redis.layout import KEY_TYPES, FrontierKeys
 from bloom_frontier.frontier.redis.protocol import FrontierDamaged, FrontierLost
 from bloom_frontier.meta import FRONTIER_LEASE_META
-from tests.httpserver import TestServer
+from tests.httpserver import Page, Route, TestServer, html
 from tests.redirect_server import ROOT, SCRAPY, scrapy
 from tests.servers import RedisServer
 from tests.test_frontier_redis import make_worker, stat
@@ -58,6 +59,22 @@ def crawl_worker(start_url: str, redis_url: str, store_url: str) -> subprocess.P
     )  # fmt: skip
 
 
+def chain_routes(released: threading.Event) -> dict[str, Route]:
+    """A root linking to ``/p0``, each page ``/pN`` to the next: PAGES fetches one after the
+    other, the next-to-last answered only once ``released`` is set, so that the crawl cannot
+    end before the test wiped its frontier, however late the test gets to it."""
+    routes: dict[str, Route] = {"/": html("/p0"), f"/p{PAGES - 1}": html("/")}
+    routes.update({f"/p{i}": html(f"/p{i + 1}") for i in range(PAGES - 2)})
+    held = html(f"/p{PAGES - 1}")
+
+    def next_to_last(_path: str) -> Page:
+        released.wait(60)
+        return held
+
+    routes[f"/p{PAGES - 2}"] = next_to_last
+    return routes
+
+
 def wait_for(condition: Callable[[], bool], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -90,7 +107,8 @@ def test_a_wiped_frontier_stops_every_worker_with_one_line(
     wipe: str, own_redis: RedisServer, tmp_path: Path, pg_url: str
 ) -> None:
     """Before: both workers exited 0, "finished", with a third of the site."""
-    with TestServer(site_routes(), delay=0.1) as site:
+    wiped = threading.Event()
+    with TestServer(chain_routes(wiped), delay=0.1) as site:
         workers = [crawl_worker(f"{site.url}/", own_redis.url, pg_url) for _ in range(2)]
         wait_for(lambda: len(site.paths()) >= 6)
         if wipe == "flushall":
@@ -98,6 +116,7 @@ def test_a_wiped_frontier_stops_every_worker_with_one_line(
                 client.flushall()
         else:
             own_redis.restart()
+        wiped.set()
         for process in workers:
             stopped_lost(process)
         fetched = {path for path in site.paths() if path.startswith("/p")}
