@@ -4,9 +4,9 @@ of their own, with their stats and peak memory: used by ``tests/test_bounded_pag
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,27 +40,26 @@ def start_crawl(
     command = site_crawl_command(start_url, tmp_path / "store.sqlite", *options)
     command[command.index("site")] = spider
     log_path = tmp_path / f"{name}.log"
+    peak_path = tmp_path / f"{name}.peak-rss"
+    measured = [sys.executable, "-m", "tests.peak_rss", str(peak_path), *command]
     with log_path.open("w") as log:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    return Worker(process, log_path)
+        process = subprocess.Popen(measured, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    return Worker(process, log_path, peak_path)
 
 
 @dataclass
 class Worker:
-    """A crawl running in a process of its own, and where it logs."""
+    """A crawl running in a process of its own (under :mod:`tests.peak_rss`), where it logs
+    and where its peak memory is written."""
 
     process: subprocess.Popen[bytes]
     log_path: Path
+    peak_path: Path
 
     def wait(self) -> Crawl:
-        """The crawl, once finished; waited for with ``wait4``, which gives that process's
-        own peak memory."""
-        try:
-            _, status, usage = os.wait4(self.process.pid, 0)
-        finally:
-            self.process.returncode = -1  # reaped: Popen must not wait for it again
-        code = os.waitstatus_to_exitcode(status)
-        return Crawl(code, self.log_path.read_text(), usage.ru_maxrss // 1024)
+        """The crawl, once finished, with its own peak memory."""
+        code = self.process.wait()
+        return Crawl(code, self.log_path.read_text(), int(self.peak_path.read_text()) // 1024)
 
 
 def crawl(start_url: str, tmp_path: Path, *settings: str, spider: str = "site") -> Crawl:

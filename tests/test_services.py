@@ -3,7 +3,6 @@ through Scrapy's ``crawler.get_extension()``, and closed when the spider closes.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from bloom_frontier.middlewares.redirects import RedirectChainMiddleware
 from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.pipelines.records import PageRecord
 from bloom_frontier.services import CrawlServices, services_of
+from tests.aio import run_on_own_loop
 
 ADDONS = {"bloom_frontier.Addon": 0}
 PAGE = "https://example.com/"
@@ -64,7 +64,7 @@ def test_closing_persists_the_frontier_and_writes_every_record(tmp_path: Path) -
     services.recorder.page(PageRecord(PAGE, PAGE, None, 200))
     closing = services.spider_closed()
     assert closing is not None
-    asyncio.run(closing)
+    run_on_own_loop(closing)
     stored = StoreReader.from_url(settings["STORE_URL"]).pages()
     assert [page["fetch_url"] for page in stored] == [PAGE]
     # The job directory's lock is released and its filter saved: the next crawl knows PAGE.

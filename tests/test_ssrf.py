@@ -8,7 +8,6 @@ attempted; the guard-off crawl shows the spy would have seen them.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from bloom_frontier.middlewares.ssrf import (
 from bloom_frontier.pipelines.reader import StoreReader
 from bloom_frontier.services import services_of
 from bloom_frontier.ssrf import ProxyWithGuard, SSRFPolicy, address_refusal
+from tests.aio import run_on_own_loop
 from tests.redirect_server import PRIVATE_REDIRECTS, Crawl, run_crawl, spy_hosts
 
 if TYPE_CHECKING:
@@ -217,7 +217,7 @@ def test_exemptions_are_per_crawler_allowed_domains_and_start_hosts() -> None:
     assert intranet_policy.refusal("http://192.168.1.20/") == "private"  # not yet started
     middleware = SSRFStartHostsMiddleware.from_crawler(intranet)
     start = intranet.spider.start()
-    yielded = asyncio.run(drain(middleware.process_start(start)))
+    yielded = run_on_own_loop(drain(middleware.process_start(start)))
     assert [request.url for request in yielded] == ["http://192.168.1.20/"]
     assert intranet_policy.refusal("http://192.168.1.20/") is None
     assert intranet_policy.refusal("http://10.0.0.8/") == "private"
