@@ -10,6 +10,10 @@ export URL
 # A second virtualenv with every dependency at the oldest version pyproject.toml accepts.
 MIN_VENV := .venv-min
 MIN_BIN := $(MIN_VENV)/bin
+# Two pytest processes, each taking whole files (their module fixtures stay shared): most
+# tests wait on crawls, servers and sleeps, so the suite takes about half the wall time.
+PARALLEL := -n 2 --dist loadfile
+
 # What the oldest versions are checked on: where the project meets Scrapy's APIs and the
 # other libraries'.
 MIN_TESTS := tests/test_addon.py tests/test_dupefilter_contract.py tests/test_own_project.py \
@@ -49,14 +53,14 @@ test: $(BIN)/.installed
 	$(BIN)/python -m tests.services ensure
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest
+	$(BIN)/pytest $(PARALLEL)
 	$(MAKE) test-min
 	$(MAKE) test-compose
 
 # The tests of MIN_TESTS again on every declared lower bound at once (docs/scrapy-support.md).
 test-min: $(MIN_BIN)/.installed
 	$(MIN_BIN)/python tests/lower_bounds.py --check
-	$(MIN_BIN)/pytest -q $(MIN_TESTS)
+	$(MIN_BIN)/pytest -q $(PARALLEL) $(MIN_TESTS)
 
 # docker-compose.yml under Docker's engine, started here on loopback only; the images built
 # here with no registry, kept for the next run (tests/compose/, docs/operations.md).
