@@ -206,7 +206,9 @@ class CrawlSpiderLinks:
             return (url, key) if key is not None and frontier.seen_link(url, key) else None
 
         kept, dropped = extractor.extract_links_except(response, seen)  # type: ignore[arg-type]
-        self._report(index, [pair for pair, _ in dropped], (link() for _, link in dropped))
+        self._report(
+            index, [pair for pair, _ in dropped], (extractor.link_of(link) for _, link in dropped)
+        )
         return kept
 
     def _report(self, index: int, dropped: list[tuple[str, str]], links: Iterable[Link]) -> None:
