@@ -213,9 +213,10 @@ class CrawlSpiderLinks:
     def new_links(self, response: Response, index: int, extractor: Any) -> list[Link]:
         """The links of ``response`` rule ``index``'s ``extractor`` gives, less those
         certainly seen, counted and reported as dropped; all of them when the seen-links
-        middleware does not serve the spider or learned rules may sample them. With one
-        rule and the memoized extractor, a link dropped gets no text, no ``Link``, unless
-        ``request_dropped`` has a receiver."""
+        middleware does not serve the spider or learned rules may sample them. With the
+        memoized extractor (for every rule, when there are several), a link dropped gets
+        no text, no ``Link``, unless ``request_dropped`` has a receiver (or, with several
+        rules, another rule's link of the page has its URL)."""
         services = self.services
         if services is None or services.seen_links is None:
             return extractor.extract_links(response)  # type: ignore[no-any-return]
