@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import re
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
@@ -223,6 +222,9 @@ class LinkExtractor(LxmlLinkExtractor):
         self._resolved: dict[Hashable, Any] = {}
         self._allowed: dict[Hashable, bool] = {}
         self._canonical: dict[str, str] = {}
+        #: Per page directory, each attribute value's outcome (:meth:`_kept_anew`).
+        self._kept: dict[Hashable, dict[str, str | bool]] = {}
+        self._kept_count = 0
 
     def extract_links(self, response: TextResponse) -> list[Link]:
         """Scrapy's ``extract_links``: the same :class:`~scrapy.link.Link` list."""
@@ -233,28 +235,35 @@ class LinkExtractor(LxmlLinkExtractor):
 
     def extract_links_except(
         self, response: TextResponse, verdict: Callable[[str], T | None]
-    ) -> tuple[list[Link], list[tuple[T, Callable[[], Link]]]]:
+    ) -> tuple[list[Link], list[tuple[T, Any]]]:
         """:meth:`extract_links` less the links whose URL ``verdict`` answers (not None),
-        given apart with the answer and a function that makes the :class:`~scrapy.link.Link`:
-        a link set aside costs no text, no ``Link``, unless they are asked for."""
+        given apart with the answer and what :meth:`link_of` makes their
+        :class:`~scrapy.link.Link` of: a link set aside costs no text, no ``Link``, unless
+        it is asked for."""
         found = self._found(response)
         kept: list[Link] = []
-        aside: list[tuple[T, Callable[[], Link]]] = []
+        aside: list[tuple[T, Any]] = []
         if found is None:
             for link in super().extract_links(response):
                 answer = verdict(link.url)
                 if answer is None:
                     kept.append(link)
                 else:
-                    aside.append((answer, partial(_same, link)))
+                    aside.append((answer, link))
             return kept, aside
-        for url, element in found:
-            answer = verdict(url)
+        make = self._link
+        for pair in found:
+            answer = verdict(pair[0])
             if answer is None:
-                kept.append(self._link(url, element))
+                kept.append(make(*pair))
             else:
-                aside.append((answer, partial(self._link, url, element)))
+                aside.append((answer, pair))
         return kept, aside
+
+    def link_of(self, source: Any) -> Link:
+        """The :class:`~scrapy.link.Link` of a link :meth:`extract_links_except` set aside
+        (its URL and element, or the ``Link`` itself)."""
+        return source if isinstance(source, Link) else self._link(*source)
 
     def _found(self, response: TextResponse) -> list[tuple[str, Any]] | None:
         """The URL and element of each link :meth:`extract_links` gives, in its order;
@@ -272,10 +281,14 @@ class LinkExtractor(LxmlLinkExtractor):
         unique = self.link_extractor.unique
         every: list[tuple[str, Any]] = []
         for root in roots:
-            links = self._links_of(root, page)
-            if unique:
-                links = unique_list(links, key=_first)
-            every.extend(self._allowed_links(links))
+            if self.restrict_text:
+                links = self._links_of(root, page)
+                if unique:
+                    links = unique_list(links, key=_first)
+                links = self._allowed_links(links)
+            else:
+                links = self._kept_links_of(root, page, unique)
+            every.extend(links)
         # One root's links are unique already (:meth:`_allowed_links`).
         return unique_list(every, key=_first) if unique and len(roots) > 1 else every
 
@@ -299,6 +312,90 @@ class LinkExtractor(LxmlLinkExtractor):
                 if url is not None:
                     links.append((url, element))
         return links
+
+    def _kept_links_of(self, root: Any, page: LinkPage, unique: bool) -> list[tuple[str, Any]]:
+        """:meth:`_allowed_links` of :meth:`_links_of`'s links (de-duplicated if
+        ``unique``) without a text filter: each link's URL as it is kept (allowed,
+        canonicalized if asked) and its element. Filtering and canonicalizing by URL alone
+        commute with de-duplicating by it (the first of a URL's links stays first), so each
+        attribute value's outcome is remembered per page directory (:meth:`_kept_anew`): a
+        site's navigation costs one lookup a link."""
+        links: list[tuple[str, Any]] = []
+        if not self._iter_tags or not self._attrs:
+            return links
+        memo: dict[str, str | bool] | None = None
+        if page.directory is not None:
+            memo = self._kept.get(page.directory)
+            if memo is None:
+                memo = self._kept[page.directory] = {}
+        attrs = self._attrs
+        single = next(iter(attrs)) if len(attrs) == 1 else None
+        # What a plain ``#fragment`` link is kept as, less its fragment (None until one
+        # was resolved): without URL patterns nor canonicalization, the page's URL and
+        # its outcome are the same for each (the filters read no fragment).
+        here: str | bool | None = None
+        by_fragment = not (self.allow_res or self.deny_res or self.canonicalize)
+        urls: set[str] = set()
+        for element in root.iter(*self._iter_tags):
+            if single is not None:
+                value = element.get(single)
+                if value is None:
+                    continue
+                values: tuple[str, ...] = (value,)
+            else:
+                values = tuple(v for name, v in element.items() if name in attrs)
+            for value in values:
+                url: str | bool | None
+                if value[:1] == "#" and by_fragment and _PLAIN_FRAGMENT.match(value, 1):
+                    if here is None:
+                        url = self._kept_anew(value, page, element, None)
+                        here = self._fragment_base(url, value, page)
+                    else:
+                        url = here and here + value  # type: ignore[operator]
+                else:
+                    url = None if memo is None else memo.get(value)
+                    if url is None:
+                        url = self._kept_anew(value, page, element, memo)
+                if not url:
+                    continue
+                if unique:
+                    if url in urls:
+                        continue
+                    urls.add(url)  # type: ignore[arg-type]
+                links.append((url, element))  # type: ignore[arg-type]
+        return links
+
+    @staticmethod
+    def _fragment_base(url: str | bool, value: str, page: LinkPage) -> str | bool | None:
+        """What the plain fragment link ``value``, kept as ``url``, tells of the page's
+        other ones: its URL before the fragment, False if they are filtered out, None if
+        they must be resolved each (it did not resolve to the page's URL and ``value``)."""
+        if url is False:
+            return False if page.page_url is not None else None
+        return url[: -len(value)] if url.endswith(value) else None  # type: ignore[union-attr]
+
+    def _kept_anew(
+        self, value: str, page: LinkPage, element: Any, memo: dict[str, str | bool] | None
+    ) -> str | bool:
+        """The URL the attribute ``value`` is kept as on ``page``, False if its link is
+        skipped or filtered out; remembered in ``memo`` (``page``'s directory's) when it
+        resolves and that resolution depends on the directory alone
+        (:func:`resolution_key`). A link Scrapy skips as bad is not remembered: Scrapy
+        logs it every time."""
+        url = self._resolve(value, page)
+        if url is None:
+            return False
+        kept = self._allowed_links([(url, element)])
+        outcome: str | bool = kept[0][0] if kept else False
+        if memo is not None:
+            href = strip_html5_whitespace(value) if self.link_extractor.strip else value
+            if _PATH_HREF.match(href) or _ABSOLUTE_HREF.match(href):
+                if self._kept_count >= MEMO_CAPACITY:
+                    memo.clear()
+                    self._kept, self._kept_count = {page.directory: memo}, 0
+                memo[value] = outcome
+                self._kept_count += 1
+        return outcome
 
     @staticmethod
     def _link(url: str, element: Any) -> Link:
@@ -384,10 +481,6 @@ class LinkExtractor(LxmlLinkExtractor):
 
 def _first(link: tuple[str, Any]) -> str:
     return link[0]
-
-
-def _same(link: Link) -> Link:
-    return link
 
 
 def fast_extractor(extractor: object) -> LinkExtractor | None:

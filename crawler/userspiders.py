@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from scrapy import signals
+from scrapy.link import Link
 from scrapy.spiders import CrawlSpider, Rule
 
 from bloom_frontier.compat import crawl_spider_request, crawl_spider_rules
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-    from scrapy.link import Link
 
     from bloom_frontier.frontier.keys import RequestKeyer
     from bloom_frontier.services import CrawlServices
@@ -99,6 +99,57 @@ class RuleLinks:
         return getattr(self.original, name)
 
 
+class PageLinks:
+    """A page's links by the rules so far, by URL: the ``Link`` of each followed (given to
+    CrawlSpider), and what the memoized extractor makes the ``Link`` of each dropped
+    (:meth:`bloom_frontier.links.LinkExtractor.link_of`). CrawlSpider follows a ``Link``
+    once per page however many rules extract it: a later rule's copy of a dropped one is
+    dropped silently, of a followed one left to CrawlSpider. ``Link``s of dropped links
+    are made only to compare a link with another of its URL."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, list[Link]] = {}
+        self.dropped: dict[str, list[tuple[Any, LinkExtractor]]] = {}
+
+    def record(self, kept: list[Link], dropped: list[Any], extractor: LinkExtractor) -> None:
+        """Remember a rule's links: ``kept`` followed, ``dropped`` set aside by
+        ``extractor``."""
+        for link in kept:
+            self.kept.setdefault(link.url, []).append(link)
+        for source in dropped:
+            self.dropped.setdefault(_url_of(source), []).append((source, extractor))
+
+    def dropped_before(self, link: Link) -> bool:
+        """True if an earlier rule dropped a link equal to ``link``."""
+        earlier = self.dropped.get(link.url, ())
+        return any(extractor.link_of(source) == link for source, extractor in earlier)
+
+    def dropped_alike(self, source: Any, extractor: LinkExtractor) -> bool:
+        """True if an earlier rule dropped the link ``extractor`` set aside as ``source``
+        (its URL and element: the same element makes the same ``Link``)."""
+        earlier = self.dropped.get(_url_of(source))
+        if not earlier:
+            return False
+        if any(other == source for other, _ in earlier):
+            return True
+        link = extractor.link_of(source)
+        return any(other.link_of(them) == link for them, other in earlier)
+
+    def kept_alike(self, source: Any, extractor: LinkExtractor) -> Link | None:
+        """The ``Link`` of ``source`` if an earlier rule followed one equal to it."""
+        earlier = self.kept.get(_url_of(source))
+        if not earlier:
+            return None
+        link = extractor.link_of(source)
+        return link if link in earlier else None
+
+
+def _url_of(source: Any) -> str:
+    """The URL of a link the memoized extractor set aside (a ``Link`` or its URL and
+    element)."""
+    return source.url if isinstance(source, Link) else source[0]  # type: ignore[no-any-return]
+
+
 class CrawlSpiderLinks:
     """See the module docstring."""
 
@@ -113,7 +164,12 @@ class CrawlSpiderLinks:
         #: was dropped: CrawlSpider follows a link once per page however many rules
         #: extract it, so a later rule's copy is dropped silently, or left to CrawlSpider.
         self._earlier: WeakKeyDictionary[Response, dict[Link, bool]] = WeakKeyDictionary()
+        #: The same with the memoized extractors (:class:`PageLinks`).
+        self._pages: WeakKeyDictionary[Response, PageLinks] = WeakKeyDictionary()
         self._several = False
+        #: True if every rule's extractor is the memoized one: their pages' links are then
+        #: compared in :class:`PageLinks`, not as ``Link``s.
+        self._all_memoized = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -142,6 +198,7 @@ class CrawlSpiderLinks:
         memoized = sum(
             1 for rule in rules if rule.link_extractor.extractor is not rule.link_extractor.original
         )  # type: ignore[attr-defined]
+        self._all_memoized = memoized == len(rules)
         logger.info(
             "%s: %d of %d rules with the memoized LinkExtractor; links certainly seen %s",
             type(spider).__name__,
@@ -156,16 +213,20 @@ class CrawlSpiderLinks:
     def new_links(self, response: Response, index: int, extractor: Any) -> list[Link]:
         """The links of ``response`` rule ``index``'s ``extractor`` gives, less those
         certainly seen, counted and reported as dropped; all of them when the seen-links
-        middleware does not serve the spider or learned rules may sample them. With one
-        rule and the memoized extractor, a link dropped gets no text, no ``Link``, unless
-        ``request_dropped`` has a receiver."""
+        middleware does not serve the spider or learned rules may sample them. With the
+        memoized extractor (for every rule, when there are several), a link dropped gets
+        no text, no ``Link``, unless ``request_dropped`` has a receiver (or, with several
+        rules, another rule's link of the page has its URL)."""
         services = self.services
         if services is None or services.seen_links is None:
             return extractor.extract_links(response)  # type: ignore[no-any-return]
         if self.recheck is not None and self.recheck.sampling():
             return extractor.extract_links(response)  # type: ignore[no-any-return]
-        if not self._several and isinstance(extractor, LinkExtractor):
-            return self._new_links_alone(index, extractor, response)
+        if isinstance(extractor, LinkExtractor):
+            if not self._several:
+                return self._new_links_alone(index, extractor, response)
+            if self._all_memoized:
+                return self._new_links_among(index, extractor, response)
         links: list[Link] = extractor.extract_links(response)
         if not links:
             return links
@@ -206,7 +267,44 @@ class CrawlSpiderLinks:
             return (url, key) if key is not None and frontier.seen_link(url, key) else None
 
         kept, dropped = extractor.extract_links_except(response, seen)  # type: ignore[arg-type]
-        self._report(index, [pair for pair, _ in dropped], (link() for _, link in dropped))
+        self._report(
+            index, [pair for pair, _ in dropped], (extractor.link_of(link) for _, link in dropped)
+        )
+        return kept
+
+    def _new_links_among(
+        self, index: int, extractor: LinkExtractor, response: Response
+    ) -> list[Link]:
+        """:meth:`new_links` of rule ``index`` of several, its extractor the memoized one:
+        a link dropped gets no ``Link`` unless a link of the page by another rule had its
+        URL (:class:`PageLinks`)."""
+        frontier = self.services.frontier  # type: ignore[union-attr]
+        keyer = frontier.keyer
+        page = self._pages.get(response)
+        if page is None:
+            page = self._pages[response] = PageLinks()
+
+        def seen(url: str) -> tuple[str, str] | None:
+            key = link_key(keyer, url)
+            return (url, key) if key is not None and frontier.seen_link(url, key) else None
+
+        found, aside = extractor.extract_links_except(response, seen)  # type: ignore[arg-type]
+        kept = [link for link in found if not page.dropped_before(link)]
+        dropped: list[tuple[tuple[str, str], Any]] = []
+        for pair, source in aside:
+            if page.dropped_alike(source, extractor):
+                continue
+            link = page.kept_alike(source, extractor)
+            if link is not None:
+                kept.append(link)  # CrawlSpider skips it: followed already
+            else:
+                dropped.append((pair, source))
+        # Recorded for the next rules only: CrawlSpider follows a rule's own repeats
+        # (``unique=False``) as often as they come.
+        page.record(kept, [source for _, source in dropped], extractor)
+        self._report(
+            index, [pair for pair, _ in dropped], (extractor.link_of(link) for _, link in dropped)
+        )
         return kept
 
     def _report(self, index: int, dropped: list[tuple[str, str]], links: Iterable[Link]) -> None:

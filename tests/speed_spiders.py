@@ -93,6 +93,23 @@ class OneRuleSpider(TwoRulesSpider):
     rules = (Rule(LinkExtractor(), callback="parse_item", follow=True),)
 
 
+class RepeatingRulesSpider(TwoRulesSpider):
+    """Rules over parts of the page that repeat each other's links: the footer's copies
+    of navigation links (by another element: the same ``Link`` but for ``b zero``), each
+    twice (``unique=False``: CrawlSpider follows a rule's own repeats), then every link."""
+
+    name = "speed_rules_repeats"
+    rules = (
+        Rule(LinkExtractor(restrict_css="div.nav"), callback="parse_item", follow=True),
+        Rule(
+            LinkExtractor(restrict_css="div.footer", unique=False),
+            callback="parse_other",
+            follow=True,
+        ),
+        Rule(LinkExtractor(), callback="parse_other", follow=True),
+    )
+
+
 class FollowAllSpider(_Observed, Spider):
     """A plain spider following every ``<a>`` with ``response.follow_all(css="a")``."""
 

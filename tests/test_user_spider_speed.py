@@ -143,7 +143,8 @@ def site_page(path: str) -> Page | None:
     """A site of 2 sections x 13 pages, each linking to 12 pages of both (navigation:
     almost every link seen), twice, with a fragment the second time, and to the next page
     (the 13th only from the 12th); one link off the site and one too long for
-    ``URLLENGTH_LIMIT``."""
+    ``URLLENGTH_LIMIT``; a footer repeating navigation links (one with another text, one
+    twice)."""
     if path == "/robots.txt":
         return None
     parts = path.strip("/").split("/")
@@ -158,7 +159,11 @@ def site_page(path: str) -> Page | None:
     )
     deeper = f'<a href="{int(parts[1]) + 1}">next</a>' if len(parts) == 2 else ""
     extra = '<a href="http://offsite.example/x">off</a><a href="/a/' + "x" * 150 + '">long</a>'
-    return Page(f"<html><body>{nav}{deeper}{extra}</body></html>")
+    footer = '<a href="/a/0">a 0</a><a href="/b/0">b zero</a><a href="/a/1">a 1</a>' * 2
+    return Page(
+        f'<html><body><div class="nav">{nav}</div>{deeper}{extra}'
+        f'<div class="footer">{footer}</div></body></html>'
+    )
 
 
 def crawl(
@@ -204,7 +209,7 @@ OBSERVED_STATS = (
 )  # fmt: skip
 
 
-@pytest.mark.parametrize("spider", ["speed_rules", "speed_one_rule"])
+@pytest.mark.parametrize("spider", ["speed_rules", "speed_one_rule", "speed_rules_repeats"])
 @pytest.mark.parametrize("shared", [False, True], ids=["embedded", "shared"])
 def test_seen_links_dropped_before_their_requests_change_nothing_the_spider_sees(
     tmp_path: Path, shared: bool, spider: str, request: pytest.FixtureRequest
@@ -217,7 +222,7 @@ def test_seen_links_dropped_before_their_requests_change_nothing_the_spider_sees
             with request.getfixturevalue("redis_bloom_server").client() as client:
                 client.flushall()
         slow = crawl(tmp_path, "slow", spider, f"{server.url}/", *extra, *off)
-    rules = 2 if spider == "speed_rules" else 1
+    rules = {"speed_rules": 2, "speed_one_rule": 1, "speed_rules_repeats": 3}[spider]
     assert (
         f"{rules} of {rules} rules with the memoized LinkExtractor; links certainly seen dropped"
         in (fast["log"])
