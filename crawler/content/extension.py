@@ -35,6 +35,7 @@ from bloom_frontier.services import services_of
 from bloom_frontier.soft404 import soft_404_flag
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
     from typing import Self
 
     from scrapy import Request
@@ -139,10 +140,12 @@ class ContentFingerprints:
         self._pending.discard(pending)
         return result
 
-    async def spider_closed(self, **_: Any) -> None:
-        """Wait for the fingerprints still being computed, then write them (a coroutine:
-        Scrapy 2.19 deprecates signal handlers that return a Deferred)."""
-        if not self._pending:
-            return
+    def spider_closed(self, **_: Any) -> Coroutine[Any, Any, None] | None:
+        """Wait for the fingerprints still being computed, then write them: a coroutine
+        Scrapy awaits (Scrapy 2.19 deprecates signal handlers that return a Deferred), none
+        when nothing is pending."""
+        return self._write_pending() if self._pending else None
+
+    async def _write_pending(self) -> None:
         await maybe_deferred_to_future(DeferredList(list(self._pending)))
         await maybe_deferred_to_future(services_of(self.crawler).recorder.commit_all())
