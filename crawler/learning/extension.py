@@ -285,8 +285,11 @@ class ParamRuleLearning:
         """Remember the link ``url`` a learned rule merged into ``key`` (dropping
         ``dropped``); True if it is to be re-checked now (the page of ``key`` is known and
         its shape or path is a stratum not yet compared, see the re-check's docstring).
-        A rule learned in this crawl earns credit for re-checks by :data:`RECHECK_TRUST`; one
-        applied before it (proven by a whole crawl, or reviewed) at ``rate`` only."""
+        A rule learned in this crawl earns credit for re-checks by :data:`RECHECK_TRUST` for
+        each page links are merged into (not each link: a site linking a page's variants
+        from every page would buy a re-check of most paths); one applied before it (proven
+        by a whole crawl, or reviewed) at ``rate`` a link only."""
+        new_page = not self.merged_links.of(key)
         if not self.merged_links.add(key, url, dropped):
             return False
         parts = split_key(key)
@@ -295,7 +298,7 @@ class ParamRuleLearning:
         for name in dropped:
             young = (parts[0], name) not in self._trusted
             compared = self.evidence.compared_paths(parts[0], name) if young else 0
-            extra = RECHECK_TRUST / (RECHECK_TRUST + compared) if young else 0.0
+            extra = RECHECK_TRUST / (RECHECK_TRUST + compared) if young and new_page else 0.0
             credit = self._credit.get((parts[0], name), 1.0 if young else 0.0)
             self._credit[parts[0], name] = credit + max(rate, extra)
         if self.merged_links.forgotten:
