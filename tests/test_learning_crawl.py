@@ -57,7 +57,7 @@ def assert_learned_where_proven(rules: dict[str, str], log: str) -> None:
     assert set(rules.values()) == {APPLIED}, log[-3000:]
     host_rules = {name for name in rules if name.startswith("127.0.0.1?")}
     assert host_rules == {"127.0.0.1?from", "127.0.0.1?src", "127.0.0.1?view"}, log[-3000:]
-    assert "127.0.0.1/articles/*?lang" in rules
+    assert "127.0.0.1/articles/*?lang" in rules, log[-3000:]
     assert not any(name.endswith("?lang") and "articles" not in name for name in rules)
 
 
