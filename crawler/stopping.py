@@ -31,7 +31,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.ossignal import install_shutdown_handlers, signal_names
@@ -112,7 +111,11 @@ class StopControl:
         reactor.callFromThread(self._say_left_behind, signum)  # type: ignore[attr-defined]
         if callable(self._scrapy_handler):
             self._scrapy_handler(signum, frame)  # stops the reactor
-        threading.Thread(target=self._end_soon, name="stop-now", daemon=True).start()
+        # Off the loop: the reactor's own shutdown may wait for its threads, so the process
+        # is ended anyway GRACE seconds on.
+        stop_now = threading.Timer(GRACE, self.exit_if_forced)
+        stop_now.daemon = True
+        stop_now.start()
 
     def _say_waiting(self, signum: int) -> None:
         again = f"press Ctrl-C again (or send {signal_names[signum]} again) to stop now"
@@ -156,11 +159,6 @@ class StopControl:
                 leases + answers,
                 ttl,
             )
-
-    def _end_soon(self) -> None:
-        """The reactor's own shutdown may wait for its threads: end the process anyway."""
-        time.sleep(GRACE)
-        self.exit_if_forced()
 
     def exit_if_forced(self) -> None:
         """After a second signal, end the process now (its threads are not waited for);
